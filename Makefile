@@ -1,0 +1,59 @@
+# meshfeed: every entry point a fresh machine needs. See README.md.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+GO ?= go
+PY ?= python3
+VENV := .venv
+BIN := bin/meshfeed
+BENCHTIME ?= 1x
+BENCH_COUNT ?= 5
+
+.PHONY: all setup go-setup py-setup build test go-test py-test demo bench fuzz vet fmt clean
+
+all: build
+
+setup: go-setup py-setup build
+
+go-setup:
+	$(GO) mod download
+
+# The virtual environment is rebuilt when requirements change.
+py-setup: $(VENV)/.stamp
+$(VENV)/.stamp: requirements-dev.txt
+	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+build:
+	$(GO) build -o $(BIN) ./cmd/meshfeed
+
+vet:
+	@unformatted="$$(gofmt -l $$(git ls-files '*.go'))"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+test: setup vet go-test py-test
+
+go-test:
+	$(GO) test -count=1 -timeout 30m ./...
+
+# Python tests: test-data generators agree with what is checked in, and (later)
+# the client. PATH gets bin/ so tests can find the server.
+py-test: build
+	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/python -m pytest -q testdata
+
+# Main job: generate a dataset, read it back through the loader, print throughput.
+demo: setup
+	./$(BIN) gen --out .cache/demo --rows 2000000 --files 4 --row-group-rows 65536 --features 64 --compression snappy --if-absent
+	./$(BIN) inspect .cache/demo
+	./$(BIN) read .cache/demo
+
+# Benchmarks: each micro-benchmark BENCH_COUNT times, figures into README.md by hand.
+bench: setup
+	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./loader ./batching ./shard | tee bench.txt
+
+fuzz:
+	@echo "see README.md: go test -fuzz targets per package"
+
+clean:
+	rm -rf bin .cache

@@ -1,0 +1,20 @@
+// Package loader answers one question: where are the rows, and how do they get
+// into Arrow memory fast?
+//
+// It owns sources (local paths, directories and globs; gs:// objects through
+// cloud.google.com/go/storage), the [Store] interface those sit behind, footer
+// and schema reading for planning, column projection, coalesced ranged reads with
+// bounded read-ahead, and decoding Parquet and Arrow IPC column chunks into Arrow
+// arrays allocated from a caller-supplied memory.Allocator.
+//
+// It knows nothing of batches, steps, streams or meshes: package batching decides
+// which row groups are read in which order, and package shard which process
+// needs which slice.
+//
+// # Caveats
+//
+// A record returned by the loader belongs to the caller, who must Release it.
+// Its buffers come from the allocator passed to the loader and stay valid until
+// that Release. Planning never reads a data page: row counts and column chunk
+// byte ranges come from the footers alone.
+package loader
