@@ -1,0 +1,647 @@
+package batching
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/bitutil"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+// DefaultMaskColumn is the name of the boolean mask column that a Cutter
+// appends to every slice under policy Pad.
+const DefaultMaskColumn = "valid"
+
+// cutterConfig holds the options of a Cutter.
+type cutterConfig struct {
+	mask   string
+	schema *arrow.Schema
+}
+
+// CutterOption configures a Cutter.
+type CutterOption func(*cutterConfig)
+
+// WithMaskColumn names the boolean mask column appended under policy Pad.
+// Default DefaultMaskColumn ("valid"); an empty name keeps the default.
+func WithMaskColumn(name string) CutterOption {
+	return func(c *cutterConfig) {
+		if name != "" {
+			c.mask = name
+		}
+	}
+}
+
+// WithSchema gives the schema of the records the cutter will be pushed. It is
+// needed only when a slice must be produced before any record arrives (a stream
+// with no real rows left, under Pad); pushed records must match it. Default: the
+// schema of the first pushed record.
+func WithSchema(s *arrow.Schema) CutterOption {
+	return func(c *cutterConfig) { c.schema = s }
+}
+
+// piece is a pushed record and the stream rows [from, to) it supplies; stream
+// row r is row off+r-from of rec.
+type piece struct {
+	rec      arrow.RecordBatch
+	off      int64
+	from, to int64
+}
+
+// run is n consecutive rows from row of source src.
+type run struct {
+	src    int
+	row, n int64
+}
+
+// Cutter turns the decoded row groups of one stream into the b-row slices of
+// consecutive steps, from a start step to the end of an epoch.
+//
+// The caller pushes, in order, the records of the stream's segments starting at
+// the one that ReadStart names, and pulls slices with Next. Next reports (nil,
+// 0, false, nil) when it needs the segment that Wants returns, or when the epoch
+// is over (Done). Pushing only when Next asks keeps the memory a cutter holds
+// bounded by the shuffle window plus two row groups plus one slice.
+//
+// Slices: with W = 0 a slice that lies within one row group is a zero-copy view
+// of the pushed record; a slice straddling row groups is assembled with one copy.
+// With W > 0 every slice is gathered (copied) in the window's permuted order:
+// fixed-width columns (primitive types, fixed_size_list of them) by memcpy of
+// whole rows, other columns by concatenating one-row views. Under Pad the last
+// slices are padded with zero values to b rows and every slice gets a boolean
+// mask column (true for real rows). CopiedBytes counts the bytes of every copied
+// column buffer.
+//
+// # Caveats
+//
+// A Cutter is not safe for concurrent use. Push retains the record; the caller
+// keeps its own reference and releases it as usual. Every slice returned by Next
+// is owned by the caller, who must Release it; it stays valid after the cutter is
+// released. Release the cutter to free what it holds.
+type Cutter struct {
+	plan     *Plan
+	epoch, d int
+	step     int // step of the next slice
+	b, w     int64
+	mem      memory.Allocator
+	cfg      cutterConfig
+	outSch   *arrow.Schema
+
+	segs     []Segment
+	segStart []int64 // stream row where segs[i] starts
+	next     int     // index of the next segment to push
+	from     int64   // first stream row read
+	end      int64   // stream row where reading stops
+
+	pieces []piece
+	carry  arrow.RecordBatch // W > 0: gathered rows of earlier windows for the slice being built
+	permK  int               // window whose permutation is in perm; -1 for none
+	perm   []int32
+	copied int64
+	closed bool
+}
+
+// NewCutter returns a cutter for stream d of epoch, producing the slices of
+// steps startStep to StepsPerEpoch-1. mem allocates copies, padding and masks.
+func NewCutter(plan *Plan, epoch, d, startStep int, mem memory.Allocator, opts ...CutterOption) (*Cutter, error) {
+	if plan == nil {
+		return nil, fmt.Errorf("%w: nil plan", ErrInvalidConfig)
+	}
+	if err := plan.Check(Position{Epoch: epoch, Step: startStep}, d); err != nil {
+		return nil, fmt.Errorf("batching: new cutter for stream %d: %w", d, err)
+	}
+	if mem == nil {
+		mem = memory.DefaultAllocator
+	}
+	c := &Cutter{
+		plan: plan, epoch: epoch, d: d, step: startStep,
+		b: plan.b, w: plan.cfg.Window, mem: mem,
+		cfg: cutterConfig{mask: DefaultMaskColumn}, permK: -1,
+	}
+	for _, o := range opts {
+		o(&c.cfg)
+	}
+	c.segs = plan.Stream(epoch, d)
+	c.segStart = make([]int64, len(c.segs)+1)
+	for i, s := range c.segs {
+		c.segStart[i+1] = c.segStart[i] + s.Len()
+	}
+	c.next, _, c.from = plan.ReadStart(Position{Epoch: epoch, Step: startStep}, d)
+	c.end = plan.ReadEnd(d)
+	if c.cfg.schema != nil {
+		if err := c.setSchema(c.cfg.schema); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// setSchema fixes the input schema and derives the output schema.
+func (c *Cutter) setSchema(s *arrow.Schema) error {
+	c.cfg.schema = s
+	c.outSch = s
+	if c.plan.cfg.Policy != Pad {
+		return nil
+	}
+	if len(s.FieldIndices(c.cfg.mask)) > 0 {
+		return fmt.Errorf("%w: %q (choose another with WithMaskColumn)", ErrMaskColumnExists, c.cfg.mask)
+	}
+	fields := append(s.Fields(), arrow.Field{Name: c.cfg.mask, Type: arrow.FixedWidthTypes.Boolean})
+	md := s.Metadata()
+	c.outSch = arrow.NewSchema(fields, &md)
+	return nil
+}
+
+// Step returns the step of the slice that the next successful Next returns.
+func (c *Cutter) Step() int { return c.step }
+
+// Done reports whether every slice of the epoch has been returned.
+func (c *Cutter) Done() bool { return c.step >= c.plan.steps }
+
+// CopiedBytes returns the bytes of column buffers the cutter has copied or
+// filled (straddling slices, gathers, padding); mask columns are not counted.
+func (c *Cutter) CopiedBytes() int64 { return c.copied }
+
+// Wants returns the segment that the next Push must carry, and false when the
+// cutter accepts no more segments (everything it needs was pushed).
+func (c *Cutter) Wants() (Segment, bool) {
+	if c.closed || c.next >= len(c.segs) || c.segStart[c.next] >= c.end {
+		return Segment{}, false
+	}
+	return c.segs[c.next], true
+}
+
+// Push hands the cutter the record of the segment that Wants names: either the
+// whole row group (rec.NumRows() equal to the row group's Rows) or just the
+// segment's rows. The cutter retains rec for as long as it needs it.
+func (c *Cutter) Push(rec arrow.RecordBatch, seg Segment) error {
+	if c.closed {
+		return ErrCutterClosed
+	}
+	want, ok := c.Wants()
+	if !ok || seg != want {
+		return fmt.Errorf("%w: stream %d epoch %d got row group %d rows [%d, %d), want %s",
+			ErrUnexpectedSegment, c.d, c.epoch, seg.RowGroup, seg.Start, seg.End, c.describeWant())
+	}
+	if rec == nil {
+		return fmt.Errorf("%w: nil record for row group %d", ErrUnexpectedSegment, seg.RowGroup)
+	}
+	var off int64
+	switch rows := rec.NumRows(); {
+	case rows == c.plan.rgs[seg.RowGroup].Rows:
+		off = seg.Start
+	case rows == seg.Len():
+		off = 0
+	default:
+		return fmt.Errorf("%w: row group %d: record has %d rows, want %d (whole row group) or %d (segment)",
+			ErrUnexpectedSegment, seg.RowGroup, rows, c.plan.rgs[seg.RowGroup].Rows, seg.Len())
+	}
+	if c.cfg.schema == nil {
+		if err := c.setSchema(rec.Schema()); err != nil {
+			return err
+		}
+	} else if !c.cfg.schema.Equal(rec.Schema()) {
+		return fmt.Errorf("%w: row group %d (file %d, row group %d in file): schema %v, want %v",
+			ErrSchemaMismatch, seg.RowGroup, c.plan.rgs[seg.RowGroup].File, c.plan.rgs[seg.RowGroup].Index,
+			rec.Schema(), c.cfg.schema)
+	}
+	from, to := c.segStart[c.next], c.segStart[c.next+1]
+	c.next++
+	// Trim to what is read: the first segment may start before the read start,
+	// the last one may run past the read end.
+	if from < c.from {
+		off += c.from - from
+		from = c.from
+	}
+	to = min(to, c.end)
+	if from >= to {
+		return nil
+	}
+	rec.Retain()
+	c.pieces = append(c.pieces, piece{rec: rec, off: off, from: from, to: to})
+	return nil
+}
+
+func (c *Cutter) describeWant() string {
+	if w, ok := c.Wants(); ok {
+		return fmt.Sprintf("row group %d rows [%d, %d)", w.RowGroup, w.Start, w.End)
+	}
+	return "no more segments"
+}
+
+// buffered returns the stream row up to which rows are buffered.
+func (c *Cutter) buffered() int64 {
+	if len(c.pieces) == 0 {
+		if c.next < len(c.segStart) {
+			return max(c.from, c.segStart[c.next])
+		}
+		return c.from
+	}
+	return c.pieces[len(c.pieces)-1].to
+}
+
+// locate returns the index of the piece holding stream row r.
+func (c *Cutter) locate(r int64) int {
+	return sort.Search(len(c.pieces), func(i int) bool { return c.pieces[i].to > r })
+}
+
+// releaseBefore releases the pieces that end at or before stream row r.
+func (c *Cutter) releaseBefore(r int64) {
+	i := 0
+	for i < len(c.pieces) && c.pieces[i].to <= r {
+		c.pieces[i].rec.Release()
+		c.pieces[i] = piece{}
+		i++
+	}
+	c.pieces = c.pieces[i:]
+}
+
+// Next returns the slice of the next step, with the number of real rows in it.
+// ok is false when the cutter needs the segment of Wants, or when Done.
+func (c *Cutter) Next() (rec arrow.RecordBatch, real int, ok bool, err error) {
+	if c.closed {
+		return nil, 0, false, ErrCutterClosed
+	}
+	if c.Done() {
+		c.releaseBefore(c.end + 1)
+		return nil, 0, false, nil
+	}
+	s := c.step
+	real = c.plan.SliceReal(s, c.d)
+	lo := int64(s) * c.b
+	hi := lo + int64(real)
+	var data arrow.RecordBatch
+	if real > 0 {
+		if c.w == 0 {
+			data, ok, err = c.cutContiguous(lo, hi)
+		} else {
+			data, ok, err = c.cutWindowed(lo, hi)
+		}
+		if err != nil || !ok {
+			return nil, 0, false, err
+		}
+	} else if c.outSch == nil {
+		return nil, 0, false, fmt.Errorf("%w: stream %d step %d is all padding and no record was pushed; pass WithSchema",
+			ErrNoSchema, c.d, s)
+	}
+	rec, err = c.finish(data, real)
+	if data != nil {
+		data.Release()
+	}
+	if err != nil {
+		return nil, 0, false, err
+	}
+	c.step++
+	// Release what the following slices no longer need.
+	if c.Done() {
+		c.releaseBefore(c.end + 1)
+	} else {
+		nlo := int64(c.step) * c.b
+		if c.w > 0 {
+			nlo = nlo / c.w * c.w
+		}
+		c.releaseBefore(nlo)
+	}
+	return rec, real, true, nil
+}
+
+// cutContiguous returns stream rows [lo, hi) (W = 0): a view when one piece
+// holds them, one copy otherwise.
+func (c *Cutter) cutContiguous(lo, hi int64) (arrow.RecordBatch, bool, error) {
+	if c.buffered() < hi {
+		return nil, false, c.needInput()
+	}
+	i := c.locate(lo)
+	p := c.pieces[i]
+	if hi <= p.to {
+		return p.rec.NewSlice(p.off+lo-p.from, p.off+hi-p.from), true, nil
+	}
+	var runs []run
+	for r := lo; r < hi; i++ {
+		p := c.pieces[i]
+		n := min(hi, p.to) - r
+		runs = append(runs, run{src: i, row: p.off + r - p.from, n: n})
+		r += n
+	}
+	srcs := make([]arrow.RecordBatch, len(c.pieces))
+	for j, p := range c.pieces {
+		srcs[j] = p.rec
+	}
+	rec, err := c.gather(srcs, runs, hi-lo)
+	return rec, err == nil, err
+}
+
+// cutWindowed returns rows [lo, hi) of the window-permuted stream (W > 0).
+// Rows of earlier windows are carried in c.carry so that the raw rows of only
+// one window are held at a time.
+func (c *Cutter) cutWindowed(lo, hi int64) (arrow.RecordBatch, bool, error) {
+	for {
+		at := lo
+		if c.carry != nil {
+			at += c.carry.NumRows()
+		}
+		k := at / c.w
+		wStart := k * c.w
+		wEnd := min(wStart+c.w, c.plan.lens[c.d])
+		if c.buffered() < wEnd {
+			return nil, false, c.needInput()
+		}
+		if c.permK != int(k) {
+			c.perm, c.permK = c.plan.WindowPerm(c.epoch, c.d, int(k)), int(k)
+		}
+		perm := c.perm
+		partEnd := min(hi, wStart+c.w)
+		srcs := make([]arrow.RecordBatch, 0, len(c.pieces)+1)
+		base := 0
+		var runs []run
+		if c.carry != nil {
+			srcs = append(srcs, c.carry)
+			runs = append(runs, run{src: 0, row: 0, n: c.carry.NumRows()})
+			base = 1
+		}
+		for _, p := range c.pieces {
+			srcs = append(srcs, p.rec)
+		}
+		last := 0
+		for q := at; q < partEnd; q++ {
+			r := wStart + int64(perm[q-wStart])
+			i := last
+			if p := c.pieces[i]; r < p.from || r >= p.to {
+				i = c.locate(r)
+				last = i
+			}
+			p := c.pieces[i]
+			row := p.off + r - p.from
+			if n := len(runs); n > 0 && runs[n-1].src == base+i && runs[n-1].row+runs[n-1].n == row {
+				runs[n-1].n++
+				continue
+			}
+			runs = append(runs, run{src: base + i, row: row, n: 1})
+		}
+		rec, err := c.gather(srcs, runs, partEnd-lo)
+		if err != nil {
+			return nil, false, err
+		}
+		if c.carry != nil {
+			c.carry.Release()
+			c.carry = nil
+		}
+		if partEnd == hi {
+			return rec, true, nil
+		}
+		// The slice continues in the next window: carry what we have and drop
+		// the raw rows of this window.
+		c.carry = rec
+		c.releaseBefore(wStart + c.w)
+	}
+}
+
+// needInput returns nil when a segment can be pushed, an error otherwise.
+func (c *Cutter) needInput() error {
+	if _, ok := c.Wants(); ok {
+		return nil
+	}
+	return fmt.Errorf("%w: stream %d step %d needs rows past the end of its segments (internal error)",
+		ErrUnexpectedSegment, c.d, c.step)
+}
+
+// gather builds an n-row record from the runs of srcs, in order.
+func (c *Cutter) gather(srcs []arrow.RecordBatch, runs []run, n int64) (arrow.RecordBatch, error) {
+	sch := c.cfg.schema
+	cols := make([]arrow.Array, sch.NumFields())
+	defer releaseAll(cols)
+	arrs := make([]arrow.Array, len(srcs))
+	for j := range cols {
+		for i, s := range srcs {
+			arrs[i] = s.Column(j)
+		}
+		col, err := gatherColumn(c.mem, sch.Field(j).Type, arrs, runs, n)
+		if err != nil {
+			return nil, fmt.Errorf("batching: stream %d step %d column %q: %w", c.d, c.step, sch.Field(j).Name, err)
+		}
+		cols[j] = col
+		c.copied += dataBytes(col.Data())
+	}
+	return array.NewRecordBatch(sch, cols, n), nil
+}
+
+// finish pads data (real rows, or nil when real is 0) to b rows under Pad and
+// appends the mask column.
+func (c *Cutter) finish(data arrow.RecordBatch, real int) (arrow.RecordBatch, error) {
+	if c.plan.cfg.Policy != Pad {
+		data.Retain()
+		return data, nil
+	}
+	b := int(c.b)
+	sch := c.cfg.schema
+	cols := make([]arrow.Array, sch.NumFields()+1)
+	defer releaseAll(cols)
+	for j := 0; j < sch.NumFields(); j++ {
+		var col arrow.Array
+		if data != nil {
+			col = data.Column(j)
+		}
+		padded, err := padColumn(c.mem, sch.Field(j).Type, col, b)
+		if err != nil {
+			return nil, fmt.Errorf("batching: stream %d step %d column %q: %w", c.d, c.step, sch.Field(j).Name, err)
+		}
+		if padded != col {
+			c.copied += dataBytes(padded.Data())
+		}
+		cols[j] = padded
+	}
+	mb := array.NewBooleanBuilder(c.mem)
+	defer mb.Release()
+	mb.Reserve(b)
+	for i := 0; i < b; i++ {
+		mb.UnsafeAppend(i < real)
+	}
+	cols[len(cols)-1] = mb.NewArray()
+	return array.NewRecordBatch(c.outSch, cols, int64(b)), nil
+}
+
+// Release frees everything the cutter holds. Slices already returned stay valid.
+func (c *Cutter) Release() {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	c.releaseBefore(c.end + 1)
+	for _, p := range c.pieces { // defensive: pieces past end cannot exist
+		p.rec.Release()
+	}
+	c.pieces = nil
+	if c.carry != nil {
+		c.carry.Release()
+		c.carry = nil
+	}
+}
+
+func releaseAll(arrs []arrow.Array) {
+	for _, a := range arrs {
+		if a != nil {
+			a.Release()
+		}
+	}
+}
+
+// dataBytes returns the bytes of the buffers of d and its children.
+func dataBytes(d arrow.ArrayData) int64 {
+	var n int64
+	for _, b := range d.Buffers() {
+		if b != nil {
+			n += int64(b.Len())
+		}
+	}
+	for _, ch := range d.Children() {
+		n += dataBytes(ch)
+	}
+	return n
+}
+
+// fixedWidth reports whether values of dt are byte-aligned fixed-width rows that
+// gatherFixed can copy: a primitive-layout type ([validity, values]) or a
+// fixed_size_list of one. elem is the byte width of one (child) value, size the
+// list size (1 for a primitive).
+func fixedWidth(dt arrow.DataType) (elem, size int, isList, ok bool) {
+	if l, isFSL := dt.(*arrow.FixedSizeListType); isFSL {
+		e, _, nested, ok := fixedWidth(l.Elem())
+		if !ok || nested {
+			return 0, 0, false, false
+		}
+		return e, int(l.Len()), true, true
+	}
+	if dt.ID() == arrow.EXTENSION || dt.ID() == arrow.DICTIONARY {
+		return 0, 0, false, false
+	}
+	if _, nested := dt.(arrow.NestedType); nested {
+		return 0, 0, false, false
+	}
+	lay := dt.Layout()
+	if lay.HasDict || lay.VariadicSpec != nil || len(lay.Buffers) != 2 || lay.Buffers[0].Kind != arrow.KindBitmap ||
+		lay.Buffers[1].Kind != arrow.KindFixedWidth || lay.Buffers[1].ByteWidth <= 0 {
+		return 0, 0, false, false
+	}
+	return lay.Buffers[1].ByteWidth, 1, false, true
+}
+
+// gatherColumn copies the runs of arrs into one n-row array: memcpy per run for
+// fixed-width types, concatenation of views otherwise.
+func gatherColumn(mem memory.Allocator, dt arrow.DataType, arrs []arrow.Array, runs []run, n int64) (arrow.Array, error) {
+	if elem, size, isList, ok := fixedWidth(dt); ok {
+		childNulls := false
+		if isList {
+			for _, r := range runs {
+				if arrs[r.src].(*array.FixedSizeList).ListValues().NullN() > 0 {
+					childNulls = true
+					break
+				}
+			}
+		}
+		if !childNulls {
+			return gatherFixed(mem, dt, elem, size, isList, arrs, runs, n), nil
+		}
+	}
+	views := make([]arrow.Array, len(runs))
+	defer releaseAll(views)
+	for i, r := range runs {
+		views[i] = array.NewSlice(arrs[r.src], r.row, r.row+r.n)
+	}
+	return array.Concatenate(views, mem)
+}
+
+// gatherFixed is gatherColumn's memcpy path.
+func gatherFixed(mem memory.Allocator, dt arrow.DataType, elem, size int, isList bool, arrs []arrow.Array, runs []run, n int64) arrow.Array {
+	rowBytes := int64(elem * size)
+	vals := memory.NewResizableBuffer(mem)
+	defer vals.Release()
+	vals.Resize(int(n * rowBytes))
+	dst := vals.Bytes()
+	// Per source: its values bytes and the index of its row 0 in rows.
+	srcBytes := make([][]byte, len(arrs))
+	srcBase := make([]int64, len(arrs))
+	anyNull := false
+	for i, a := range arrs {
+		d := a.Data()
+		if a.Len() == 0 {
+			continue
+		}
+		if a.NullN() > 0 {
+			anyNull = true
+		}
+		if isList {
+			ch := d.Children()[0]
+			srcBytes[i] = ch.Buffers()[1].Bytes()
+			// Child offsets need not be multiples of size: address in values.
+			srcBase[i] = int64(ch.Offset()) + int64(d.Offset())*int64(size)
+		} else {
+			srcBytes[i] = d.Buffers()[1].Bytes()
+			srcBase[i] = int64(d.Offset())
+		}
+	}
+	var out int64
+	for _, r := range runs {
+		var start int64
+		if isList {
+			start = (srcBase[r.src] + r.row*int64(size)) * int64(elem)
+		} else {
+			start = (srcBase[r.src] + r.row) * rowBytes
+		}
+		m := r.n * rowBytes
+		copy(dst[out:out+m], srcBytes[r.src][start:start+m])
+		out += m
+	}
+	var valid *memory.Buffer
+	nulls := 0
+	if anyNull {
+		valid = memory.NewResizableBuffer(mem)
+		defer valid.Release()
+		valid.Resize(int(bitutil.BytesForBits(n)))
+		bm := valid.Bytes()
+		clear(bm)
+		out = 0
+		for _, r := range runs {
+			a := arrs[r.src]
+			for i := int64(0); i < r.n; i++ {
+				if a.IsValid(int(r.row + i)) {
+					bitutil.SetBit(bm, int(out+i))
+				}
+			}
+			out += r.n
+		}
+		nulls = int(n) - bitutil.CountSetBits(bm, 0, int(n))
+	}
+	var data *array.Data
+	if isList {
+		elemType := dt.(*arrow.FixedSizeListType).Elem()
+		child := array.NewData(elemType, int(n)*size, []*memory.Buffer{nil, vals}, nil, 0, 0)
+		defer child.Release()
+		data = array.NewData(dt, int(n), []*memory.Buffer{valid}, []arrow.ArrayData{child}, nulls, 0)
+	} else {
+		data = array.NewData(dt, int(n), []*memory.Buffer{valid, vals}, nil, nulls, 0)
+	}
+	defer data.Release()
+	return array.MakeFromData(data)
+}
+
+// padColumn returns col (nil for none) extended with zero values to n rows.
+func padColumn(mem memory.Allocator, dt arrow.DataType, col arrow.Array, n int) (arrow.Array, error) {
+	have := 0
+	if col != nil {
+		have = col.Len()
+	}
+	if have == n {
+		col.Retain()
+		return col, nil
+	}
+	bld := array.NewBuilder(mem, dt)
+	defer bld.Release()
+	bld.AppendEmptyValues(n - have)
+	zeros := bld.NewArray()
+	if col == nil {
+		return zeros, nil
+	}
+	defer zeros.Release()
+	return array.Concatenate([]arrow.Array{col, zeros}, mem)
+}
