@@ -22,6 +22,7 @@ var commands = map[string]command{
 	"gen":     {"write a synthetic Parquet or Arrow IPC dataset (local path or gs://)", runGen},
 	"inspect": {"print files, schema, row groups, rows and bytes per column", runInspect},
 	"plan":    {"print the epoch plan for a mesh: steps, dropped/padded rows, per-process streams", runPlan},
+	"read":    {"read a dataset through the loader and print throughput", runRead},
 }
 
 func usage() {

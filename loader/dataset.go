@@ -1,0 +1,293 @@
+package loader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow"
+)
+
+// Format is a file format the loader decodes.
+type Format int
+
+const (
+	// Parquet files (.parquet and anything else that is not Arrow IPC).
+	Parquet Format = iota
+	// ArrowIPC files: the Arrow IPC file format (Feather v2, .arrow, .feather).
+	ArrowIPC
+)
+
+// String returns "parquet" or "arrow".
+func (f Format) String() string {
+	switch f {
+	case Parquet:
+		return "parquet"
+	case ArrowIPC:
+		return "arrow"
+	default:
+		return fmt.Sprintf("Format(%d)", int(f))
+	}
+}
+
+// formatOf picks the format from the object name.
+func formatOf(uri string) Format {
+	switch strings.ToLower(path.Ext(uri)) {
+	case ".arrow", ".feather", ".ipc", ".arrows":
+		return ArrowIPC
+	default:
+		return Parquet
+	}
+}
+
+// Chunk is the byte range of one projected column chunk of a row group.
+type Chunk struct {
+	Column string
+	Offset int64
+	Length int64
+}
+
+// RowGroupMeta describes one row group from the footer alone.
+type RowGroupMeta struct {
+	// Rows in the row group (may be 0).
+	Rows int64
+	// Chunks are the projected column chunks, in projection order.
+	Chunks []Chunk
+	// Bytes is the sum of the projected chunks' lengths: what reading this row
+	// group costs in storage bytes.
+	Bytes int64
+	// DecodedBytes estimates the decoded size (the chunks' uncompressed
+	// sizes); read-ahead budgets charge Bytes + DecodedBytes.
+	DecodedBytes int64
+}
+
+// File is one planned file: its object, full schema and row groups.
+type File struct {
+	Object Object
+	Format Format
+	// Schema is the file's full Arrow schema (before projection).
+	Schema *arrow.Schema
+	// RowGroups in file order. For Arrow IPC files a row group is one record
+	// batch.
+	RowGroups []RowGroupMeta
+	// NumRows is the sum of the row groups' rows.
+	NumRows int64
+
+	footer footer
+}
+
+// footer is the format-specific parsed metadata of a file.
+type footer interface {
+	// schema is the file's full Arrow schema.
+	schema() *arrow.Schema
+	// rowGroups returns the row groups with chunk ranges for the projected
+	// columns (indexes into schema()).
+	rowGroups(proj []int) ([]RowGroupMeta, error)
+	// decoder prepares decoding of the projected columns with their output
+	// fields.
+	decoder(f *File, proj []int, out []arrow.Field, cfg *config) (rowGroupDecoder, error)
+}
+
+// RowGroupRef names one row group of a Dataset, in dataset order.
+type RowGroupRef struct {
+	File  int   // index into Dataset.Files
+	Index int   // row group index within the file
+	Rows  int64 // rows in the row group
+	Bytes int64 // projected compressed bytes
+}
+
+// Dataset is the planned set of files: sorted by URI, footers read, schemas
+// checked. It is immutable and safe for concurrent use.
+type Dataset struct {
+	Files []*File
+	// Schema is the projected output schema, the same for every file.
+	Schema *arrow.Schema
+
+	store    Store
+	cfg      config
+	decoders []rowGroupDecoder
+}
+
+// Open matches patterns on store, reads every footer (concurrently, bounded,
+// cached), projects and checks the schemas, and returns the plan-ready
+// dataset. No data page is read.
+func Open(ctx context.Context, store Store, patterns []string, opts ...Option) (*Dataset, error) {
+	if _, err := newConfig(opts); err != nil {
+		return nil, err
+	}
+	objs, err := Match(ctx, store, patterns)
+	if err != nil {
+		return nil, err
+	}
+	return OpenObjects(ctx, store, objs, opts...)
+}
+
+// OpenObjects is Open over an explicit object list (sorted here by URI).
+func OpenObjects(ctx context.Context, store Store, objs []Object, opts ...Option) (*Dataset, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if len(objs) == 0 {
+		return nil, fmt.Errorf("loader: no files to open: %w", ErrNotFound)
+	}
+	objs = append([]Object(nil), objs...)
+	sortObjects(objs)
+
+	files := make([]*File, len(objs))
+	errs := make([]error, len(objs))
+	sem := make(chan struct{}, cfg.footerWorkers)
+	var wg sync.WaitGroup
+	for i := range objs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			files[i], errs[i] = readFooter(ctx, store, objs[i], &cfg)
+		}(i)
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+
+	cfg.store = store
+	ds := &Dataset{Files: files, store: store, cfg: cfg}
+	if err := ds.project(); err != nil {
+		return nil, err
+	}
+	return ds, nil
+}
+
+func sortObjects(objs []Object) {
+	slices.SortFunc(objs, func(a, b Object) int { return strings.Compare(a.URI, b.URI) })
+}
+
+// readFooter reads (or takes from the cache) the footer of one object.
+func readFooter(ctx context.Context, store Store, obj Object, cfg *config) (*File, error) {
+	if obj.Size == 0 {
+		return nil, fmt.Errorf("loader: %s: empty object (0 bytes): %w; remove it or regenerate the file", obj.URI, ErrCorrupt)
+	}
+	key := obj.CacheKey()
+	if ft, ok := cfg.footerCache.get(key); ok {
+		return newFile(obj, ft)
+	}
+	var ft footer
+	var err error
+	switch formatOf(obj.URI) {
+	case ArrowIPC:
+		ft, err = readIPCFooter(ctx, store, obj, cfg)
+	default:
+		ft, err = readParquetFooter(ctx, store, obj, cfg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg.footerCache.put(key, ft)
+	return newFile(obj, ft)
+}
+
+func newFile(obj Object, ft footer) (*File, error) {
+	f := &File{Object: obj, Format: formatOf(obj.URI), Schema: ft.schema(), footer: ft}
+	rgs, err := ft.rowGroups(nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, rg := range rgs {
+		f.NumRows += rg.Rows
+	}
+	f.RowGroups = rgs
+	return f, nil
+}
+
+// project resolves the projected columns in every file, checks that their
+// output fields agree, and prepares the decoders.
+func (ds *Dataset) project() error {
+	first := ds.Files[0]
+	cols := ds.cfg.columns
+	if len(cols) == 0 {
+		for _, f := range first.Schema.Fields() {
+			cols = append(cols, f.Name)
+		}
+	}
+	var fields []arrow.Field
+	ds.decoders = make([]rowGroupDecoder, len(ds.Files))
+	for fi, f := range ds.Files {
+		proj := make([]int, len(cols))
+		for i, name := range cols {
+			idx := f.Schema.FieldIndices(name)
+			if len(idx) == 0 {
+				return fmt.Errorf("loader: %s: column %q not found (columns: %s); drop it from the projection or fix the file: %w",
+					f.Object.URI, name, fieldNames(f.Schema), ErrSchemaMismatch)
+			}
+			proj[i] = idx[0]
+		}
+		out := make([]arrow.Field, len(cols))
+		for i, j := range proj {
+			fld, err := outputField(f.Schema.Field(j))
+			if err != nil {
+				return fmt.Errorf("loader: %s column %q: %w", f.Object.URI, cols[i], err)
+			}
+			out[i] = fld
+		}
+		if fi == 0 {
+			fields = out
+		} else {
+			for i := range out {
+				if !arrow.TypeEqual(out[i].Type, fields[i].Type) {
+					return fmt.Errorf("loader: column %q is %s in %s but %s in %s; rewrite one of them or leave the column out: %w",
+						cols[i], fields[i].Type, first.Object.URI, out[i].Type, f.Object.URI, ErrSchemaMismatch)
+				}
+			}
+		}
+		rgs, err := f.footer.rowGroups(proj)
+		if err != nil {
+			return err
+		}
+		f.RowGroups = rgs
+		dec, err := f.footer.decoder(f, proj, fields, &ds.cfg)
+		if err != nil {
+			return err
+		}
+		ds.decoders[fi] = dec
+	}
+	ds.Schema = arrow.NewSchema(fields, nil)
+	return nil
+}
+
+func fieldNames(s *arrow.Schema) string {
+	names := make([]string, len(s.Fields()))
+	for i, f := range s.Fields() {
+		names[i] = f.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// NumRows is the total number of rows in the dataset.
+func (ds *Dataset) NumRows() int64 {
+	var n int64
+	for _, f := range ds.Files {
+		n += f.NumRows
+	}
+	return n
+}
+
+// RowGroups lists every row group in dataset order: files by URI, row groups
+// in file order.
+func (ds *Dataset) RowGroups() []RowGroupRef {
+	var refs []RowGroupRef
+	for fi, f := range ds.Files {
+		for ri, rg := range f.RowGroups {
+			refs = append(refs, RowGroupRef{File: fi, Index: ri, Rows: rg.Rows, Bytes: rg.Bytes})
+		}
+	}
+	return refs
+}
+
+// Store returns the store the dataset reads from.
+func (ds *Dataset) Store() Store { return ds.store }

@@ -1,0 +1,343 @@
+package loader
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	flatbuffers "github.com/google/flatbuffers/go"
+)
+
+// Arrow IPC files (Feather v2): a row group is one record batch. arrow-go's
+// FileReader does not expose the footer's block list, and row counts live in
+// each batch's metadata message, so planning parses the footer flatbuffer and
+// reads each batch's (small) metadata message; data reads fetch one batch's
+// metadata and body and decode them as a one-batch IPC stream.
+
+const ipcMagic = "ARROW1"
+
+type ipcBlock struct {
+	offset  int64
+	metaLen int32
+	bodyLen int64
+	rows    int64
+}
+
+type ipcFooter struct {
+	uri       string
+	sch       *arrow.Schema
+	schemaMsg []byte // the schema as an IPC stream message, for decoding
+	blocks    []ipcBlock
+}
+
+func readIPCFooter(ctx context.Context, store Store, obj Object, cfg *config) (ft footer, err error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("loader: %s: %s: %w; the file is truncated or not an Arrow IPC file: rewrite it", obj.URI, fmt.Sprintf(format, args...), ErrCorrupt)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			ft, err = nil, bad("undecodable footer (%v)", r)
+		}
+	}()
+	const trailer = 4 + len(ipcMagic)
+	if obj.Size < int64(8+trailer) {
+		return nil, bad("%d bytes is too small", obj.Size)
+	}
+	tail := make([]byte, min(obj.Size, int64(cfg.footerReadLength)))
+	tailOff := obj.Size - int64(len(tail))
+	if err := store.ReadAt(ctx, obj, tail, tailOff); err != nil {
+		return nil, fmt.Errorf("loader: %s: reading Arrow IPC footer: %w", obj.URI, err)
+	}
+	if string(tail[len(tail)-len(ipcMagic):]) != ipcMagic {
+		return nil, bad("no %q magic at the end", ipcMagic)
+	}
+	flen := int64(int32(binary.LittleEndian.Uint32(tail[len(tail)-trailer:])))
+	if flen <= 0 || flen > obj.Size-int64(trailer)-8 {
+		return nil, bad("footer length %d out of range", flen)
+	}
+	fstart := obj.Size - int64(trailer) - flen
+	var fb []byte
+	if fstart >= tailOff {
+		fb = tail[fstart-tailOff : fstart-tailOff+flen]
+	} else {
+		fb = make([]byte, flen)
+		if err := store.ReadAt(ctx, obj, fb, fstart); err != nil {
+			return nil, fmt.Errorf("loader: %s: reading Arrow IPC footer: %w", obj.URI, err)
+		}
+	}
+
+	// Schema: let arrow-go parse the footer's schema by handing it the whole
+	// footer region through a ReaderAt that serves only the trailer.
+	fr, err := ipc.NewFileReader(&tailReader{size: obj.Size, off: fstart, data: append(append([]byte(nil), fb...), tail[len(tail)-trailer:]...)})
+	if err != nil {
+		return nil, bad("%v", err)
+	}
+	sch := fr.Schema()
+	if fr.NumDictionaries() > 0 {
+		return nil, fmt.Errorf("loader: %s: dictionary-encoded Arrow IPC columns: %w; write the file without dictionaries", obj.URI, ErrUnsupported)
+	}
+	fr.Close()
+
+	blocks, err := ipcBlocks(fb)
+	if err != nil {
+		return nil, bad("%v", err)
+	}
+	// Row counts: read each batch's metadata message (bounded concurrency).
+	errs := make([]error, len(blocks))
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i := range blocks {
+		b := &blocks[i]
+		if b.offset < 8 || b.metaLen < 8 || b.bodyLen < 0 || b.offset+int64(b.metaLen)+b.bodyLen > fstart {
+			return nil, bad("record batch %d block [%d, +%d+%d) out of range", i, b.offset, b.metaLen, b.bodyLen)
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			meta := make([]byte, b.metaLen)
+			if err := store.ReadAt(ctx, obj, meta, b.offset); err != nil {
+				errs[i] = fmt.Errorf("loader: %s row group %d: %w", obj.URI, i, err)
+				return
+			}
+			rows, err := ipcBatchRows(meta)
+			if err != nil {
+				errs[i] = bad("record batch %d: %v", i, err)
+				return
+			}
+			b.rows = rows
+		}()
+	}
+	wg.Wait()
+	for _, e := range errs {
+		if e != nil {
+			return nil, e
+		}
+	}
+	var sm bytes.Buffer
+	w := ipc.NewWriter(&sm, ipc.WithSchema(sch))
+	if err := w.Close(); err != nil {
+		return nil, fmt.Errorf("loader: %s: re-encoding schema: %w", obj.URI, err)
+	}
+	msg := sm.Bytes()[:sm.Len()-8] // drop the end-of-stream marker
+	return &ipcFooter{uri: obj.URI, sch: sch, schemaMsg: msg, blocks: blocks}, nil
+}
+
+// tailReader serves the footer region of an IPC file at its true offsets.
+type tailReader struct {
+	size int64
+	off  int64
+	data []byte
+	pos  int64
+}
+
+func (t *tailReader) ReadAt(p []byte, off int64) (int, error) {
+	if off < t.off || off+int64(len(p)) > t.size {
+		return 0, fmt.Errorf("read [%d, %d) outside the footer region [%d, %d)", off, off+int64(len(p)), t.off, t.size)
+	}
+	return copy(p, t.data[off-t.off:]), nil
+}
+func (t *tailReader) Read(p []byte) (int, error) {
+	n, err := t.ReadAt(p, t.pos)
+	t.pos += int64(n)
+	return n, err
+}
+func (t *tailReader) Seek(off int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekStart:
+		t.pos = off
+	case io.SeekCurrent:
+		t.pos += off
+	case io.SeekEnd:
+		t.pos = t.size + off
+	}
+	return t.pos, nil
+}
+
+// ipcBlocks reads Footer.recordBatches (field 3: a vector of Block structs of
+// 24 bytes: offset int64, metaDataLength int32, pad, bodyLength int64).
+func ipcBlocks(fb []byte) ([]ipcBlock, error) {
+	if len(fb) < 8 {
+		return nil, fmt.Errorf("footer of %d bytes", len(fb))
+	}
+	var t flatbuffers.Table
+	t.Bytes = fb
+	t.Pos = flatbuffers.GetUOffsetT(fb)
+	o := flatbuffers.UOffsetT(t.Offset(4 + 2*3))
+	if o == 0 {
+		return nil, nil
+	}
+	vec := t.Vector(o)
+	n := t.VectorLen(o)
+	if int(vec)+n*24 > len(fb) {
+		return nil, fmt.Errorf("block vector of %d entries overruns the footer", n)
+	}
+	out := make([]ipcBlock, n)
+	for i := range out {
+		p := int(vec) + i*24
+		out[i] = ipcBlock{
+			offset:  int64(binary.LittleEndian.Uint64(fb[p:])),
+			metaLen: int32(binary.LittleEndian.Uint32(fb[p+8:])),
+			bodyLen: int64(binary.LittleEndian.Uint64(fb[p+16:])),
+		}
+	}
+	return out, nil
+}
+
+// ipcBatchRows reads RecordBatch.length from an encapsulated message:
+// [0xFFFFFFFF][int32 length][Message flatbuffer]; Message.header (field 2)
+// is a RecordBatch whose field 0 is length.
+func ipcBatchRows(meta []byte) (int64, error) {
+	p := 0
+	if len(meta) >= 4 && binary.LittleEndian.Uint32(meta) == 0xFFFFFFFF {
+		p = 4
+	}
+	if len(meta) < p+4 {
+		return 0, fmt.Errorf("metadata of %d bytes", len(meta))
+	}
+	mlen := int(int32(binary.LittleEndian.Uint32(meta[p:])))
+	p += 4
+	if mlen <= 0 || p+mlen > len(meta) {
+		return 0, fmt.Errorf("message length %d out of range", mlen)
+	}
+	msg := meta[p : p+mlen]
+	var m flatbuffers.Table
+	m.Bytes = msg
+	m.Pos = flatbuffers.GetUOffsetT(msg)
+	if ht := m.Offset(4 + 2*1); ht == 0 || m.GetByte(flatbuffers.UOffsetT(ht)+m.Pos) != 3 { // MessageHeader.RecordBatch
+		return 0, fmt.Errorf("message is not a record batch")
+	}
+	ho := flatbuffers.UOffsetT(m.Offset(4 + 2*2))
+	if ho == 0 {
+		return 0, fmt.Errorf("record batch without header")
+	}
+	var rb flatbuffers.Table
+	m.Union(&rb, ho)
+	lo := flatbuffers.UOffsetT(rb.Offset(4))
+	if lo == 0 {
+		return 0, nil
+	}
+	rows := rb.GetInt64(lo + rb.Pos)
+	if rows < 0 {
+		return 0, fmt.Errorf("negative length %d", rows)
+	}
+	return rows, nil
+}
+
+func (f *ipcFooter) schema() *arrow.Schema { return f.sch }
+
+func (f *ipcFooter) rowGroups(proj []int) ([]RowGroupMeta, error) {
+	out := make([]RowGroupMeta, len(f.blocks))
+	for i, b := range f.blocks {
+		n := int64(b.metaLen) + b.bodyLen
+		out[i] = RowGroupMeta{Rows: b.rows, Bytes: n, DecodedBytes: b.bodyLen, Chunks: []Chunk{{Column: "", Offset: b.offset, Length: n}}}
+	}
+	return out, nil
+}
+
+type ipcDecoder struct {
+	f    *File
+	ft   *ipcFooter
+	proj []int
+	sch  *arrow.Schema
+}
+
+func (f *ipcFooter) decoder(file *File, proj []int, out []arrow.Field, cfg *config) (rowGroupDecoder, error) {
+	for i, fi := range proj {
+		fld := f.sch.Field(fi)
+		switch fld.Type.ID() {
+		case arrow.LARGE_STRING, arrow.LARGE_BINARY, arrow.LARGE_LIST, arrow.DICTIONARY:
+			return nil, fmt.Errorf("loader: %s column %q: Arrow IPC column of type %s: %w; write it as string, binary or list", f.uri, fld.Name, fld.Type, ErrUnsupported)
+		}
+		if fld.Nullable && !isBinary(out[i].Type) {
+			if _, ok := cfg.fill[fld.Name]; ok {
+				return nil, fmt.Errorf("loader: %s column %q: fill values for Arrow IPC input: %w", f.uri, fld.Name, ErrUnsupported)
+			}
+		}
+	}
+	return &ipcDecoder{f: file, ft: f, proj: proj, sch: arrow.NewSchema(out, nil)}, nil
+}
+
+func isBinary(t arrow.DataType) bool {
+	return t.ID() == arrow.STRING || t.ID() == arrow.BINARY
+}
+
+func (d *ipcDecoder) decode(ctx context.Context, rg int, ra io.ReaderAt, mem memory.Allocator) (rec arrow.RecordBatch, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("loader: %s row group %d: undecodable record batch (%v): %w; the file is corrupt: rewrite it", d.f.Object.URI, rg, r, ErrCorrupt)
+		}
+	}()
+	b := d.ft.blocks[rg]
+	n := int64(b.metaLen) + b.bodyLen
+	stream := make([]byte, len(d.ft.schemaMsg)+int(n)+8)
+	copy(stream, d.ft.schemaMsg)
+	if _, err := ra.ReadAt(stream[len(d.ft.schemaMsg):len(d.ft.schemaMsg)+int(n)], b.offset); err != nil {
+		return nil, fmt.Errorf("loader: %s row group %d: %w", d.f.Object.URI, rg, classify(err))
+	}
+	copy(stream[len(stream)-8:], []byte{0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0})
+	rd, err := ipc.NewReader(bytes.NewReader(stream), ipc.WithAllocator(mem))
+	if err != nil {
+		return nil, fmt.Errorf("loader: %s row group %d: %w", d.f.Object.URI, rg, classify(err))
+	}
+	defer rd.Release()
+	if !rd.Next() {
+		if err := rd.Err(); err != nil {
+			return nil, fmt.Errorf("loader: %s row group %d: %w", d.f.Object.URI, rg, classify(err))
+		}
+		return nil, fmt.Errorf("loader: %s row group %d: no record batch: %w", d.f.Object.URI, rg, ErrCorrupt)
+	}
+	full := rd.RecordBatch()
+	if full.NumRows() != b.rows {
+		return nil, fmt.Errorf("loader: %s row group %d: batch has %d rows, metadata says %d: %w", d.f.Object.URI, rg, full.NumRows(), b.rows, ErrCorrupt)
+	}
+	cols := make([]arrow.Array, len(d.proj))
+	for i, fi := range d.proj {
+		col := full.Column(fi)
+		if col.NullN() > 0 && !isBinary(d.sch.Field(i).Type) {
+			return nil, fmt.Errorf("loader: %s row group %d column %q: %d nulls: %w; clean the data (fill values apply to Parquet input)", d.f.Object.URI, rg, d.sch.Field(i).Name, col.NullN(), ErrNull)
+		}
+		cols[i] = makeArray(retype(col.Data(), d.sch.Field(i).Type))
+	}
+	rec = array.NewRecordBatch(d.sch, cols, b.rows)
+	for _, c := range cols {
+		c.Release()
+	}
+	return rec, nil
+}
+
+// retype views data as the output type (same layout: extension storage,
+// non-nullable list children), sharing its buffers.
+func retype(data arrow.ArrayData, t arrow.DataType) arrow.ArrayData {
+	if arrow.TypeEqual(data.DataType(), t) {
+		data.Retain()
+		return data
+	}
+	var children []arrow.ArrayData
+	switch tt := t.(type) {
+	case *arrow.FixedSizeListType:
+		children = []arrow.ArrayData{retype(data.Children()[0], tt.Elem())}
+	case *arrow.ListType:
+		children = []arrow.ArrayData{retype(data.Children()[0], tt.Elem())}
+	}
+	out := array.NewData(t, data.Len(), data.Buffers(), children, data.NullN(), data.Offset())
+	for _, c := range children {
+		c.Release()
+	}
+	return out
+}
+
+// makeArray wraps data in an array and drops the caller's reference to data.
+func makeArray(data arrow.ArrayData) arrow.Array {
+	a := array.MakeFromData(data)
+	data.Release()
+	return a
+}

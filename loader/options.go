@@ -1,0 +1,126 @@
+package loader
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+)
+
+// config holds every setting of a Dataset. newConfig sets the defaults; each
+// Option documents its own.
+type config struct {
+	columns          []string
+	fill             map[string]float64
+	footerWorkers    int
+	coalesceGap      int64
+	maxCoalesced     int64
+	readAheadBytes   int64
+	decodeWorkers    int
+	footerCache      *FooterCache
+	readBufferSize   int
+	footerReadLength int
+	store            Store // set by Open: the store the dataset reads from
+}
+
+// Option configures Open.
+type Option func(*config)
+
+func newConfig(opts []Option) (config, error) {
+	c := config{
+		footerWorkers:    16,
+		coalesceGap:      1 << 20,
+		maxCoalesced:     64 << 20,
+		readAheadBytes:   256 << 20,
+		decodeWorkers:    runtime.GOMAXPROCS(0),
+		footerCache:      defaultFooterCache,
+		readBufferSize:   64 << 10,
+		footerReadLength: 64 << 10,
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	return c, c.validate()
+}
+
+func (c *config) validate() error {
+	var errs []string
+	if c.footerWorkers <= 0 {
+		errs = append(errs, fmt.Sprintf("footer concurrency %d must be positive", c.footerWorkers))
+	}
+	if c.coalesceGap < 0 {
+		errs = append(errs, fmt.Sprintf("coalesce gap %d must be >= 0", c.coalesceGap))
+	}
+	if c.maxCoalesced <= 0 {
+		errs = append(errs, fmt.Sprintf("max coalesced read %d must be positive", c.maxCoalesced))
+	}
+	if c.readAheadBytes < 0 {
+		errs = append(errs, fmt.Sprintf("read-ahead budget %d must be >= 0", c.readAheadBytes))
+	}
+	if c.decodeWorkers <= 0 {
+		errs = append(errs, fmt.Sprintf("decode workers %d must be positive", c.decodeWorkers))
+	}
+	seen := map[string]bool{}
+	for _, col := range c.columns {
+		if seen[col] {
+			errs = append(errs, fmt.Sprintf("column %q listed twice", col))
+		}
+		seen[col] = true
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("loader: invalid options: %s", strings.Join(errs, "; "))
+}
+
+// WithColumns projects the dataset onto the named top-level columns, in that
+// order. Default (nil or empty): every column of the first file, in file order.
+func WithColumns(cols ...string) Option {
+	return func(c *config) { c.columns = append([]string(nil), cols...) }
+}
+
+// WithFill gives numeric columns a value that replaces nulls. Without one, a
+// null in a numeric column is an error naming file, row group and column.
+// Default: no fill values.
+func WithFill(fill map[string]float64) Option {
+	return func(c *config) {
+		c.fill = make(map[string]float64, len(fill))
+		for k, v := range fill {
+			c.fill[k] = v
+		}
+	}
+}
+
+// WithFooterConcurrency bounds how many footers are read at once while
+// planning. Default 16; zero or negative is an error.
+func WithFooterConcurrency(n int) Option { return func(c *config) { c.footerWorkers = n } }
+
+// WithCoalesceGap merges the ranged reads of two projected column chunks of a
+// row group into one read when at most gap bytes separate them. Default 1 MiB;
+// 0 merges only touching ranges.
+func WithCoalesceGap(gap int64) Option { return func(c *config) { c.coalesceGap = gap } }
+
+// WithMaxCoalescedRead caps the size of one merged ranged read. Default 64 MiB.
+func WithMaxCoalescedRead(n int64) Option { return func(c *config) { c.maxCoalesced = n } }
+
+// WithReadAhead sets the in-flight byte budget of a RowGroupReader: the
+// compressed bytes of row groups fetched but not yet handed to the caller.
+// One row group is always allowed even when larger. Default 256 MiB; 0 reads
+// one row group at a time with no read-ahead.
+func WithReadAhead(bytes int64) Option { return func(c *config) { c.readAheadBytes = bytes } }
+
+// WithDecodeWorkers sets how many row groups a RowGroupReader decodes at once.
+// Default GOMAXPROCS.
+func WithDecodeWorkers(n int) Option { return func(c *config) { c.decodeWorkers = n } }
+
+// WithFooterCache sets the cache of parsed footers. Default: a process-wide
+// cache of 4096 footers keyed by Object.CacheKey. nil disables caching.
+func WithFooterCache(fc *FooterCache) Option { return func(c *config) { c.footerCache = fc } }
+
+// WithFooterReadLength sets how many bytes at the end of each file the first
+// planning read fetches, hoping the footer lies inside (one round trip per
+// file instead of two). Default 64 KiB; 8 reads exactly the trailer and then
+// exactly the footer, so planning fetches no byte of any data page. Values
+// below 8 are raised to 8.
+func WithFooterReadLength(n int) Option {
+	return func(c *config) { c.footerReadLength = max(n, 8) }
+}

@@ -1,0 +1,171 @@
+package loader
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/format"
+)
+
+// parquetFooter is the parsed footer of one Parquet file.
+type parquetFooter struct {
+	uri    string
+	size   int64
+	pf     *parquet.File
+	sch    *arrow.Schema
+	leaves map[string][]int // top-level field name -> leaf column indexes
+	arrow  arrowFooter      // arrow-go's parse, for the fallback decoder
+}
+
+// storeReaderAt adapts a Store read of one object to io.ReaderAt for the
+// footer parser. It reports short reads as errors, as io.ReaderAt must.
+type storeReaderAt struct {
+	ctx   context.Context
+	store Store
+	obj   Object
+}
+
+func (r *storeReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if off >= r.obj.Size {
+		return 0, io.EOF
+	}
+	n := len(p)
+	if rem := r.obj.Size - off; int64(n) > rem {
+		n = int(rem)
+	}
+	if err := r.store.ReadAt(r.ctx, r.obj, p[:n], off); err != nil {
+		return 0, err
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// corruptf wraps ErrCorrupt unless err came from storage (unavailable, not
+// found, cancelled), which keeps its own sentinel.
+func classify(err error) error {
+	for _, keep := range []error{ErrUnavailable, ErrNotFound, context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(err, keep) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrCorrupt, err)
+}
+
+func readParquetFooter(ctx context.Context, store Store, obj Object, cfg *config) (ft footer, err error) {
+	const minSize = 4 + 4 + 4 // magic, footer length, magic
+	if obj.Size < minSize {
+		return nil, fmt.Errorf("loader: %s: %d bytes is too small to be a Parquet file: %w; rewrite the file", obj.URI, obj.Size, ErrCorrupt)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			ft, err = nil, fmt.Errorf("loader: %s: undecodable Parquet footer (%v): %w; the file is corrupt: rewrite it", obj.URI, r, ErrCorrupt)
+		}
+	}()
+	ra := &storeReaderAt{ctx: ctx, store: store, obj: obj}
+	pf, err := parquet.OpenFile(ra, obj.Size,
+		parquet.SkipMagicBytes(true),
+		parquet.SkipPageIndex(true),
+		parquet.SkipBloomFilters(true),
+		parquet.OptimisticRead(true),
+		parquet.ReadBufferSize(cfg.footerReadLength),
+	)
+	if err != nil {
+		err = classify(err)
+		if errors.Is(err, ErrCorrupt) {
+			return nil, fmt.Errorf("loader: %s: reading Parquet footer: %w; the file is truncated or not Parquet: rewrite it", obj.URI, err)
+		}
+		return nil, fmt.Errorf("loader: %s: reading Parquet footer: %w", obj.URI, err)
+	}
+	p := &parquetFooter{uri: obj.URI, size: obj.Size, pf: pf, leaves: map[string][]int{}}
+	for i, path := range pf.Schema().Columns() {
+		p.leaves[path[0]] = append(p.leaves[path[0]], i)
+	}
+	if s, ok := pf.Lookup("ARROW:schema"); ok {
+		sch, err := decodeArrowSchema(s)
+		if err != nil {
+			return nil, fmt.Errorf("loader: %s: ARROW:schema metadata: %w", obj.URI, err)
+		}
+		p.sch = sch
+	} else {
+		sch, err := arrowSchemaFromParquet(pf.Schema(), pf.Metadata().Schema)
+		if err != nil {
+			return nil, fmt.Errorf("loader: %s: %w", obj.URI, err)
+		}
+		p.sch = sch
+	}
+	if _, err := p.rowGroups(nil); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// decodeArrowSchema decodes the base64 IPC schema message that Arrow writers
+// (pyarrow, arrow-go pqarrow) store under the ARROW:schema key: it is one IPC
+// message, so followed by an end-of-stream marker it is a valid IPC stream.
+func decodeArrowSchema(s string) (*arrow.Schema, error) {
+	raw, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		if raw, err = base64.RawStdEncoding.DecodeString(s); err != nil {
+			return nil, fmt.Errorf("not base64: %w: %w", err, ErrCorrupt)
+		}
+	}
+	stream := append(raw, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0)
+	rd, err := ipc.NewReader(bytes.NewReader(stream))
+	if err != nil {
+		return nil, fmt.Errorf("not an Arrow IPC schema: %w: %w", err, ErrCorrupt)
+	}
+	defer rd.Release()
+	return rd.Schema(), nil
+}
+
+func (p *parquetFooter) schema() *arrow.Schema { return p.sch }
+
+// rowGroups returns row counts and the byte ranges of the projected chunks,
+// checking that every range lies inside the file's data region.
+func (p *parquetFooter) rowGroups(proj []int) ([]RowGroupMeta, error) {
+	md := p.pf.Metadata()
+	dataEnd := p.size - 8 // footer length + magic; the footer itself is below that
+	out := make([]RowGroupMeta, len(md.RowGroups))
+	for ri := range md.RowGroups {
+		rg := &md.RowGroups[ri]
+		if rg.NumRows < 0 {
+			return nil, fmt.Errorf("loader: %s row group %d: negative row count %d: %w", p.uri, ri, rg.NumRows, ErrCorrupt)
+		}
+		out[ri].Rows = rg.NumRows
+		for _, fi := range proj {
+			name := p.sch.Field(fi).Name
+			for _, leaf := range p.leaves[name] {
+				if leaf >= len(rg.Columns) {
+					return nil, fmt.Errorf("loader: %s row group %d column %q: footer lists %d column chunks, want more than %d: %w", p.uri, ri, name, len(rg.Columns), leaf, ErrCorrupt)
+				}
+				off, n := chunkRange(&rg.Columns[leaf].MetaData)
+				if off < 4 || n < 0 || off+n > dataEnd {
+					return nil, fmt.Errorf("loader: %s row group %d column %q: chunk range [%d, %d) outside the file's data (%d bytes): %w; the file is corrupt: rewrite it",
+						p.uri, ri, name, off, off+n, p.size, ErrCorrupt)
+				}
+				out[ri].Chunks = append(out[ri].Chunks, Chunk{Column: name, Offset: off, Length: n})
+				out[ri].Bytes += n
+				out[ri].DecodedBytes += rg.Columns[leaf].MetaData.TotalUncompressedSize
+			}
+		}
+	}
+	return out, nil
+}
+
+func chunkRange(md *format.ColumnMetaData) (off, n int64) {
+	// The same base parquet-go's FilePages reads from.
+	off = md.DataPageOffset
+	if md.DictionaryPageOffset != 0 {
+		off = md.DictionaryPageOffset
+	}
+	return off, md.TotalCompressedSize
+}
