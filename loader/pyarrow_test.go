@@ -46,7 +46,7 @@ type pyExpect struct {
 		Rows int64 `json:"rows"`
 	} `json:"row_groups"`
 	RecordBatches []int64 `json:"record_batches"`
-	Columns []struct {
+	Columns       []struct {
 		Name     string            `json:"name"`
 		Encoding string            `json:"encoding"`
 		Values   []json.RawMessage `json:"values"`
