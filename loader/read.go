@@ -97,14 +97,55 @@ func coalesce(chunks []Chunk, gap, max int64) []span {
 			continue
 		}
 		if have {
-			out = append(out, span{off: cur.off, data: make([]byte, 0, cur.end-cur.off)})
+			out = append(out, span{off: cur.off, data: getBuf(cur.end - cur.off)})
 		}
 		cur.off, cur.end, have = c.Offset, end, true
 	}
 	if have {
-		out = append(out, span{off: cur.off, data: make([]byte, 0, cur.end-cur.off)})
+		out = append(out, span{off: cur.off, data: getBuf(cur.end - cur.off)})
 	}
 	return out
+}
+
+// Fetch buffers are recycled: they only live from the ranged read to the end
+// of decoding (the decoders copy out of them), and fresh ones would be zeroed
+// by the runtime on every row group. Size classes are powers of two.
+var bufPools [48]sync.Pool
+
+func sizeClass(n int64) int {
+	c := 16 // 64 KiB minimum
+	for int64(1)<<c < n {
+		c++
+	}
+	return c
+}
+
+func getBuf(n int64) []byte {
+	c := sizeClass(n)
+	if c >= len(bufPools) {
+		return make([]byte, n)
+	}
+	if b, ok := bufPools[c].Get().(*[]byte); ok {
+		return (*b)[:n]
+	}
+	return make([]byte, n, int64(1)<<c)
+}
+
+func putBuf(b []byte) {
+	c := sizeClass(int64(cap(b)))
+	if c >= len(bufPools) || int64(1)<<c != int64(cap(b)) {
+		return
+	}
+	b = b[:0]
+	bufPools[c].Put(&b)
+}
+
+// release returns the fetched buffers to the pool; r must not be used after.
+func (r *spanReader) release() {
+	for i := range r.spans {
+		putBuf(r.spans[i].data)
+		r.spans[i].data = nil
+	}
 }
 
 // fetch reads the projected chunks of one row group with coalesced ranged
@@ -115,7 +156,6 @@ func (ds *Dataset) fetch(ctx context.Context, fi, rg int, stats *ReadStats) (*sp
 	errs := make([]error, len(spans))
 	var wg sync.WaitGroup
 	for i := range spans {
-		spans[i].data = spans[i].data[:cap(spans[i].data)]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -125,6 +165,9 @@ func (ds *Dataset) fetch(ctx context.Context, fi, rg int, stats *ReadStats) (*sp
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
+			for _, s := range spans {
+				putBuf(s.data)
+			}
 			return nil, fmt.Errorf("loader: %s row group %d: %w", f.Object.URI, rg, err)
 		}
 	}
@@ -152,6 +195,7 @@ func (ds *Dataset) readRowGroup(ctx context.Context, file, rowGroup int, mem mem
 		return nil, err
 	}
 	rec, err := ds.decoders[file].decode(ctx, rowGroup, ra, mem)
+	ra.release()
 	if err != nil {
 		return nil, err
 	}
