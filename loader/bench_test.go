@@ -132,6 +132,9 @@ func memcpyBuffers(b *testing.B) (src, dst []byte, chunk int) {
 	rows := benchRows(b)
 	dir := cachedDataset(b, decodeSpec(rows, datagen.CompressionNone))
 	size := measureDecoded(b, dir, benchColsBase, rows)
+	if need := 2 * size.Bytes; testing.Short() && need > 1<<30 {
+		b.Skipf("-short: the two buffers need %d MB; use a smaller %s", need>>20, benchRowsEnv)
+	}
 	src = make([]byte, size.Bytes)
 	dst = make([]byte, size.Bytes)
 	for i := range src {

@@ -236,6 +236,8 @@ func measureDecoded(b *testing.B, dir string, cols []string, rows int64) decoded
 	if d.Rows != rows {
 		b.Fatalf("read %d rows of %s, want %d", d.Rows, dir, rows)
 	}
+	b.Logf("%s %v: %d rows, %d row groups, %d decoded bytes (%.1f per row), %d fetched",
+		filepath.Base(dir), cols, d.Rows, d.RowGroups, d.Bytes, float64(d.Bytes)/float64(d.Rows), d.Fetched)
 	decodedCache[key] = d
 	return d
 }

@@ -73,6 +73,9 @@ func readIPCFooter(ctx context.Context, store Store, obj Object, cfg *config) (f
 		}
 	}
 
+	if err := checkFooterFB(fb); err != nil {
+		return nil, bad("%v", err)
+	}
 	// Schema: let arrow-go parse the footer's schema by handing it the whole
 	// footer region through a ReaderAt that serves only the trailer.
 	fr, err := ipc.NewFileReader(&tailReader{size: obj.Size, off: fstart, data: append(append([]byte(nil), fb...), tail[len(tail)-trailer:]...)})
@@ -108,7 +111,10 @@ func readIPCFooter(ctx context.Context, store Store, obj Object, cfg *config) (f
 				errs[i] = fmt.Errorf("loader: %s row group %d: %w", obj.URI, i, err)
 				return
 			}
-			rows, err := ipcBatchRows(meta)
+			rows, body, err := ipcBatchRows(meta)
+			if err == nil && body != b.bodyLen {
+				err = fmt.Errorf("message body length %d, footer block says %d", body, b.bodyLen)
+			}
 			if err != nil {
 				errs[i] = bad("record batch %d: %v", i, err)
 				return
@@ -195,41 +201,45 @@ func ipcBlocks(fb []byte) ([]ipcBlock, error) {
 // ipcBatchRows reads RecordBatch.length from an encapsulated message:
 // [0xFFFFFFFF][int32 length][Message flatbuffer]; Message.header (field 2)
 // is a RecordBatch whose field 0 is length.
-func ipcBatchRows(meta []byte) (int64, error) {
-	p := 0
-	if len(meta) >= 4 && binary.LittleEndian.Uint32(meta) == 0xFFFFFFFF {
-		p = 4
+func ipcBatchRows(meta []byte) (rows, body int64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			rows, body, err = 0, 0, fmt.Errorf("malformed flatbuffer (%v)", r)
+		}
+	}()
+	msg, err := fbMessage(meta)
+	if err != nil {
+		return 0, 0, err
 	}
-	if len(meta) < p+4 {
-		return 0, fmt.Errorf("metadata of %d bytes", len(meta))
-	}
-	mlen := int(int32(binary.LittleEndian.Uint32(meta[p:])))
-	p += 4
-	if mlen <= 0 || p+mlen > len(meta) {
-		return 0, fmt.Errorf("message length %d out of range", mlen)
-	}
-	msg := meta[p : p+mlen]
 	var m flatbuffers.Table
 	m.Bytes = msg
 	m.Pos = flatbuffers.GetUOffsetT(msg)
 	if ht := m.Offset(4 + 2*1); ht == 0 || m.GetByte(flatbuffers.UOffsetT(ht)+m.Pos) != 3 { // MessageHeader.RecordBatch
-		return 0, fmt.Errorf("message is not a record batch")
+		return 0, 0, fmt.Errorf("message is not a record batch")
+	}
+	if bo := flatbuffers.UOffsetT(m.Offset(4 + 2*3)); bo != 0 {
+		body = m.GetInt64(bo + m.Pos)
 	}
 	ho := flatbuffers.UOffsetT(m.Offset(4 + 2*2))
 	if ho == 0 {
-		return 0, fmt.Errorf("record batch without header")
+		return 0, 0, fmt.Errorf("record batch without header")
 	}
 	var rb flatbuffers.Table
 	m.Union(&rb, ho)
-	lo := flatbuffers.UOffsetT(rb.Offset(4))
-	if lo == 0 {
-		return 0, nil
+	// nodes (slot 1, 16-byte structs) and buffers (slot 2, 16-byte structs)
+	// are allocated from by arrow-go's reader.
+	for _, slot := range []int{1, 2} {
+		if _, _, _, err := fbVector(&rb, slot, 16); err != nil {
+			return 0, 0, err
+		}
 	}
-	rows := rb.GetInt64(lo + rb.Pos)
+	if lo := flatbuffers.UOffsetT(rb.Offset(4)); lo != 0 {
+		rows = rb.GetInt64(lo + rb.Pos)
+	}
 	if rows < 0 {
-		return 0, fmt.Errorf("negative length %d", rows)
+		return 0, 0, fmt.Errorf("negative length %d", rows)
 	}
-	return rows, nil
+	return rows, body, nil
 }
 
 func (f *ipcFooter) schema() *arrow.Schema { return f.sch }
@@ -244,10 +254,11 @@ func (f *ipcFooter) rowGroups(proj []int) ([]RowGroupMeta, error) {
 }
 
 type ipcDecoder struct {
-	f    *File
-	ft   *ipcFooter
-	proj []int
-	sch  *arrow.Schema
+	maxBytes int64
+	f        *File
+	ft       *ipcFooter
+	proj     []int
+	sch      *arrow.Schema
 }
 
 func (f *ipcFooter) decoder(file *File, proj []int, out []arrow.Field, cfg *config) (rowGroupDecoder, error) {
@@ -263,17 +274,22 @@ func (f *ipcFooter) decoder(file *File, proj []int, out []arrow.Field, cfg *conf
 			}
 		}
 	}
-	return &ipcDecoder{f: file, ft: f, proj: proj, sch: arrow.NewSchema(out, nil)}, nil
+	return &ipcDecoder{maxBytes: cfg.maxRowGroupBytes, f: file, ft: f, proj: proj, sch: arrow.NewSchema(out, nil)}, nil
 }
 
 func isBinary(t arrow.DataType) bool {
 	return t.ID() == arrow.STRING || t.ID() == arrow.BINARY
 }
 
-func (d *ipcDecoder) decode(ctx context.Context, rg int, ra io.ReaderAt, mem memory.Allocator) (rec arrow.RecordBatch, err error) {
+func (d *ipcDecoder) decode(ctx context.Context, rg int, ra io.ReaderAt, outer memory.Allocator) (rec arrow.RecordBatch, err error) {
+	mem := newScopedAllocator(outer)
 	defer func() {
 		if r := recover(); r != nil {
+			rec = nil
 			err = fmt.Errorf("loader: %s row group %d: undecodable record batch (%v): %w; the file is corrupt: rewrite it", d.f.Object.URI, rg, r, ErrCorrupt)
+		}
+		if err != nil {
+			mem.freeAll() // what a failed decode left allocated
 		}
 	}()
 	b := d.ft.blocks[rg]
@@ -284,6 +300,9 @@ func (d *ipcDecoder) decode(ctx context.Context, rg int, ra io.ReaderAt, mem mem
 		return nil, fmt.Errorf("loader: %s row group %d: %w", d.f.Object.URI, rg, classify(err))
 	}
 	copy(stream[len(stream)-8:], []byte{0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0})
+	if err := checkBatchBuffers(stream[len(d.ft.schemaMsg):len(d.ft.schemaMsg)+int(n)], int(b.metaLen), d.maxBytes); err != nil {
+		return nil, fmt.Errorf("loader: %s row group %d: %w: %w; the file is corrupt: rewrite it", d.f.Object.URI, rg, err, ErrCorrupt)
+	}
 	rd, err := ipc.NewReader(bytes.NewReader(stream), ipc.WithAllocator(mem))
 	if err != nil {
 		return nil, fmt.Errorf("loader: %s row group %d: %w", d.f.Object.URI, rg, classify(err))
@@ -340,4 +359,62 @@ func makeArray(data arrow.ArrayData) arrow.Array {
 	a := array.MakeFromData(data)
 	data.Release()
 	return a
+}
+
+// scopedAllocator tracks what one decode allocates, so that when arrow-go's
+// IPC reader panics half-way (it panics on some corrupt bodies), everything
+// it had allocated can be freed: the caller's allocator stays balanced.
+type scopedAllocator struct {
+	memory.Allocator
+	mu   sync.Mutex
+	live map[*byte][]byte
+}
+
+func newScopedAllocator(mem memory.Allocator) *scopedAllocator {
+	return &scopedAllocator{Allocator: mem, live: map[*byte][]byte{}}
+}
+
+func (s *scopedAllocator) Allocate(n int) []byte {
+	b := s.Allocator.Allocate(n)
+	if len(b) > 0 {
+		s.mu.Lock()
+		s.live[&b[0]] = b
+		s.mu.Unlock()
+	}
+	return b
+}
+
+func (s *scopedAllocator) Reallocate(n int, b []byte) []byte {
+	s.mu.Lock()
+	if len(b) > 0 {
+		delete(s.live, &b[0])
+	}
+	s.mu.Unlock()
+	nb := s.Allocator.Reallocate(n, b)
+	if len(nb) > 0 {
+		s.mu.Lock()
+		s.live[&nb[0]] = nb
+		s.mu.Unlock()
+	}
+	return nb
+}
+
+func (s *scopedAllocator) Free(b []byte) {
+	if len(b) > 0 {
+		s.mu.Lock()
+		delete(s.live, &b[0])
+		s.mu.Unlock()
+	}
+	s.Allocator.Free(b)
+}
+
+// freeAll frees every allocation not yet freed (after a failed decode).
+func (s *scopedAllocator) freeAll() {
+	s.mu.Lock()
+	live := s.live
+	s.live = map[*byte][]byte{}
+	s.mu.Unlock()
+	for _, b := range live {
+		s.Allocator.Free(b)
+	}
 }

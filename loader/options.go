@@ -19,6 +19,7 @@ type config struct {
 	footerCache      *FooterCache
 	readBufferSize   int
 	footerReadLength int
+	maxRowGroupBytes int64
 	store            Store // set by Open: the store the dataset reads from
 }
 
@@ -35,6 +36,7 @@ func newConfig(opts []Option) (config, error) {
 		footerCache:      defaultFooterCache,
 		readBufferSize:   64 << 10,
 		footerReadLength: 64 << 10,
+		maxRowGroupBytes: 4 << 30,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -55,6 +57,9 @@ func (c *config) validate() error {
 	}
 	if c.readAheadBytes < 0 {
 		errs = append(errs, fmt.Sprintf("read-ahead budget %d must be >= 0", c.readAheadBytes))
+	}
+	if c.maxRowGroupBytes <= 0 {
+		errs = append(errs, fmt.Sprintf("max row group bytes %d must be positive", c.maxRowGroupBytes))
 	}
 	if c.decodeWorkers <= 0 {
 		errs = append(errs, fmt.Sprintf("decode workers %d must be positive", c.decodeWorkers))
@@ -124,3 +129,9 @@ func WithFooterCache(fc *FooterCache) Option { return func(c *config) { c.footer
 func WithFooterReadLength(n int) Option {
 	return func(c *config) { c.footerReadLength = max(n, 8) }
 }
+
+// WithMaxRowGroupBytes caps what one column chunk of a row group may decode
+// to (bytes, and values). A footer or page header claiming more is an error
+// rather than an allocation of that size: it protects against corrupt files.
+// Default 4 GiB; zero or negative is an error.
+func WithMaxRowGroupBytes(n int64) Option { return func(c *config) { c.maxRowGroupBytes = n } }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -49,7 +50,22 @@ func (r *storeReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// corruptf wraps ErrCorrupt unless err came from storage (unavailable, not
+// tailReaderAt serves reads that fall inside an already-fetched tail of the
+// object from memory, and the rest from storage.
+type tailReaderAt struct {
+	io.ReaderAt
+	off  int64
+	tail []byte
+}
+
+func (t *tailReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if off >= t.off && off+int64(len(p)) <= t.off+int64(len(t.tail)) {
+		return copy(p, t.tail[off-t.off:]), nil
+	}
+	return t.ReaderAt.ReadAt(p, off)
+}
+
+// classify wraps ErrCorrupt unless err came from storage (unavailable, not
 // found, cancelled), which keeps its own sentinel.
 func classify(err error) error {
 	for _, keep := range []error{ErrUnavailable, ErrNotFound, context.Canceled, context.DeadlineExceeded} {
@@ -70,13 +86,24 @@ func readParquetFooter(ctx context.Context, store Store, obj Object, cfg *config
 			ft, err = nil, fmt.Errorf("loader: %s: undecodable Parquet footer (%v): %w; the file is corrupt: rewrite it", obj.URI, r, ErrCorrupt)
 		}
 	}()
-	ra := &storeReaderAt{ctx: ctx, store: store, obj: obj}
+	// Read the tail once ourselves: the footer length is checked against the
+	// file size before parquet-go allocates a buffer of that length, and
+	// parquet-go's own reads of the tail are served from it.
+	tailLen := min(obj.Size, int64(max(cfg.footerReadLength, 8)))
+	tail := make([]byte, tailLen)
+	if err := store.ReadAt(ctx, obj, tail, obj.Size-tailLen); err != nil {
+		return nil, fmt.Errorf("loader: %s: reading Parquet footer: %w", obj.URI, classify(err))
+	}
+	if flen := int64(binary.LittleEndian.Uint32(tail[tailLen-8:])); flen > obj.Size-minSize {
+		return nil, fmt.Errorf("loader: %s: footer length %d does not fit in the file's %d bytes: %w; the file is truncated or not Parquet: rewrite it", obj.URI, flen, obj.Size, ErrCorrupt)
+	}
+	ra := &tailReaderAt{ReaderAt: &storeReaderAt{ctx: ctx, store: store, obj: obj}, off: obj.Size - tailLen, tail: tail}
 	pf, err := parquet.OpenFile(ra, obj.Size,
 		parquet.SkipMagicBytes(true),
 		parquet.SkipPageIndex(true),
 		parquet.SkipBloomFilters(true),
 		parquet.OptimisticRead(true),
-		parquet.ReadBufferSize(cfg.footerReadLength),
+		parquet.ReadBufferSize(int(tailLen)),
 	)
 	if err != nil {
 		err = classify(err)
@@ -117,6 +144,9 @@ func decodeArrowSchema(s string) (*arrow.Schema, error) {
 		if raw, err = base64.RawStdEncoding.DecodeString(s); err != nil {
 			return nil, fmt.Errorf("not base64: %w: %w", err, ErrCorrupt)
 		}
+	}
+	if err := checkSchemaMessage(raw); err != nil {
+		return nil, fmt.Errorf("not an Arrow IPC schema: %w: %w", err, ErrCorrupt)
 	}
 	stream := append(raw, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0)
 	rd, err := ipc.NewReader(bytes.NewReader(stream))

@@ -46,12 +46,13 @@ type colDecoder struct {
 }
 
 type parquetDecoder struct {
-	f      *File
-	footer *parquetFooter
-	store  Store
-	pf     *parquet.File
-	cols   []colDecoder
-	sch    *arrow.Schema
+	f        *File
+	footer   *parquetFooter
+	store    Store
+	pf       *parquet.File
+	cols     []colDecoder
+	sch      *arrow.Schema
+	maxBytes int64 // per column chunk: decoded bytes and values
 }
 
 // rowGroupDecoder decodes one row group from fetched bytes.
@@ -252,7 +253,7 @@ func arrowTypeOfLeaf(n parquet.Node) (arrow.DataType, error) {
 }
 
 func (p *parquetFooter) decoder(f *File, proj []int, out []arrow.Field, cfg *config) (rowGroupDecoder, error) {
-	d := &parquetDecoder{f: f, footer: p, store: cfg.store, pf: p.pf, sch: arrow.NewSchema(out, nil)}
+	d := &parquetDecoder{f: f, footer: p, store: cfg.store, pf: p.pf, sch: arrow.NewSchema(out, nil), maxBytes: cfg.maxRowGroupBytes}
 	for i, fi := range proj {
 		c, err := p.colDecoder(fi, out[i], cfg)
 		if err != nil {
@@ -263,9 +264,14 @@ func (p *parquetFooter) decoder(f *File, proj []int, out []arrow.Field, cfg *con
 	return d, nil
 }
 
-func (p *parquetFooter) colDecoder(fi int, out arrow.Field, cfg *config) (colDecoder, error) {
+func (p *parquetFooter) colDecoder(fi int, out arrow.Field, cfg *config) (c colDecoder, err error) {
+	defer func() {
+		if r := recover(); r != nil { // parquet-go panics on some schema nodes (maps, corrupt types)
+			err = fmt.Errorf("undecodable Parquet schema for this column (%v): %w", r, ErrUnsupported)
+		}
+	}()
 	name := p.sch.Field(fi).Name
-	c := colDecoder{name: name, field: out}
+	c = colDecoder{name: name, field: out}
 	if v, ok := cfg.fill[name]; ok {
 		c.fill = &v
 	}
@@ -382,11 +388,20 @@ func (d *parquetDecoder) decode(ctx context.Context, rg int, ra io.ReaderAt, mem
 			arrs = append(arrs, a)
 			continue
 		}
+		if sr, ok := ra.(*spanReader); ok {
+			cm := &meta[c.leaf].MetaData
+			off, n := chunkRange(cm)
+			if b, ok := sr.bytesAt(off, n); ok {
+				if err := checkPages(b, cm, d.maxBytes); err != nil {
+					return nil, fmt.Errorf("loader: %s row group %d column %q: %w", d.f.Object.URI, rg, c.name, err)
+				}
+			}
+		}
 		fcc, ok := chunks[c.leaf].(*parquet.FileColumnChunk)
 		if !ok {
 			return nil, fmt.Errorf("loader: %s row group %d column %q: unexpected chunk type %T", d.f.Object.URI, rg, c.name, chunks[c.leaf])
 		}
-		a, err := c.decodeChunk(fcc, ra, rows, mem)
+		a, err := c.decodeChunk(fcc, ra, rows, mem, d.maxBytes)
 		if err != nil {
 			return nil, fmt.Errorf("loader: %s row group %d column %q: %w", d.f.Object.URI, rg, c.name, err)
 		}
@@ -416,7 +431,17 @@ type colState struct {
 	scratch []byte
 }
 
-func (c *colDecoder) decodeChunk(fcc *parquet.FileColumnChunk, ra io.ReaderAt, rows int64, mem memory.Allocator) (arrow.Array, error) {
+func (c *colDecoder) decodeChunk(fcc *parquet.FileColumnChunk, ra io.ReaderAt, rows int64, mem memory.Allocator, maxBytes int64) (arrow.Array, error) {
+	n := rows
+	if c.kind == kindFixedList {
+		n *= int64(c.listSize)
+	} else if c.kind == kindList {
+		n = fcc.NumValues()
+	}
+	if est := n * int64(max(c.elemSize, 1)); n < 0 || est > maxBytes || rows > math.MaxInt32 {
+		return nil, fmt.Errorf("%d rows (%d values) would decode to %d bytes, over the limit of %d: %w; the footer is corrupt, or the row groups are too large: rewrite them smaller or raise WithMaxRowGroupBytes",
+			rows, n, est, maxBytes, ErrCorrupt)
+	}
 	st := &colState{c: c, mem: mem}
 	defer st.release()
 	// Size the buffers from metadata: rows, or the chunk's value count (which

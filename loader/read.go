@@ -140,6 +140,19 @@ func putBuf(b []byte) {
 	bufPools[c].Put(&b)
 }
 
+// bytesAt returns the fetched bytes [off, off+n) without copying, if one
+// span holds them.
+func (r *spanReader) bytesAt(off, n int64) ([]byte, bool) {
+	i := sort.Search(len(r.spans), func(i int) bool { return r.spans[i].off+int64(len(r.spans[i].data)) > off })
+	if i < len(r.spans) {
+		s := r.spans[i]
+		if off >= s.off && off+n <= s.off+int64(len(s.data)) {
+			return s.data[off-s.off : off-s.off+n], true
+		}
+	}
+	return nil, false
+}
+
 // release returns the fetched buffers to the pool; r must not be used after.
 func (r *spanReader) release() {
 	for i := range r.spans {

@@ -1,0 +1,58 @@
+package loader
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/parquet-go/parquet-go/encoding/thrift"
+	"github.com/parquet-go/parquet-go/format"
+)
+
+// checkPages walks the page headers of one fetched column chunk before
+// parquet-go decodes it, so that a corrupt header cannot make the decoder
+// allocate gigabytes or loop: every page must fit in the chunk, and the
+// pages' uncompressed sizes and value counts must stay within the chunk's
+// footer totals and the configured per-row-group limit. It reads headers
+// only (a few bytes per page).
+func checkPages(chunk []byte, md *format.ColumnMetaData, limit int64) error {
+	var proto thrift.CompactProtocol
+	br := bytes.NewReader(chunk)
+	dec := thrift.NewDecoder(proto.NewReader(br))
+	var uncompressed, values int64
+	maxValues := md.NumValues
+	if maxValues < 0 || maxValues > limit {
+		return fmt.Errorf("footer claims %d values in the chunk, over the limit of %d: %w; the footer is corrupt, or raise WithMaxRowGroupBytes", md.NumValues, limit, ErrCorrupt)
+	}
+	for page := 0; br.Len() > 0; page++ {
+		var h format.PageHeader
+		if err := dec.Decode(&h); err != nil {
+			return fmt.Errorf("page %d header at chunk offset %d: %w: %w", page, len(chunk)-br.Len(), err, ErrCorrupt)
+		}
+		if h.CompressedPageSize < 0 || int64(h.CompressedPageSize) > int64(br.Len()) {
+			return fmt.Errorf("page %d: %d compressed bytes, but %d left in the chunk: %w", page, h.CompressedPageSize, br.Len(), ErrCorrupt)
+		}
+		if h.UncompressedPageSize < 0 {
+			return fmt.Errorf("page %d: negative uncompressed size %d: %w", page, h.UncompressedPageSize, ErrCorrupt)
+		}
+		uncompressed += int64(h.UncompressedPageSize)
+		if uncompressed > limit {
+			return fmt.Errorf("pages decompress to more than %d bytes: %w; the file is corrupt, or raise WithMaxRowGroupBytes", limit, ErrCorrupt)
+		}
+		var n int32
+		switch {
+		case h.DataPageHeader.Valid:
+			n = h.DataPageHeader.V.NumValues
+		case h.DataPageHeaderV2.Valid:
+			n = h.DataPageHeaderV2.V.NumValues
+		}
+		if n < 0 {
+			return fmt.Errorf("page %d: negative value count %d: %w", page, n, ErrCorrupt)
+		}
+		values += int64(n)
+		if values > maxValues {
+			return fmt.Errorf("pages hold more values than the footer's %d: %w", maxValues, ErrCorrupt)
+		}
+		br.Seek(int64(h.CompressedPageSize), 1)
+	}
+	return nil
+}
