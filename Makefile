@@ -19,9 +19,10 @@ go-setup:
 
 # The virtual environment is rebuilt when requirements change.
 py-setup: $(VENV)/.stamp
-$(VENV)/.stamp: requirements-dev.txt
+$(VENV)/.stamp: requirements-dev.txt $(wildcard pyclient/pyproject.toml)
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	if [ -f pyclient/pyproject.toml ]; then $(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e pyclient; fi
 	touch $@
 
 build:
@@ -40,7 +41,7 @@ go-test:
 # Python tests: test-data generators agree with what is checked in, and (later)
 # the client. PATH gets bin/ so tests can find the server.
 py-test: build
-	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/python -m pytest -q testdata
+	PATH="$(CURDIR)/bin:$$PATH" MESHFEED_BIN="$(CURDIR)/$(BIN)" $(VENV)/bin/python -m pytest -q testdata $(wildcard pyclient/tests)
 
 # Main job: generate a dataset, read it back through the loader, print throughput.
 demo: setup

@@ -23,6 +23,7 @@ var commands = map[string]command{
 	"inspect": {"print files, schema, row groups, rows and bytes per column", runInspect},
 	"plan":    {"print the epoch plan for a mesh: steps, dropped/padded rows, per-process streams", runPlan},
 	"read":    {"read a dataset through the loader and print throughput", runRead},
+	"serve":   {"serve Arrow Flight: stream each client its slices (see docs/PROTOCOL.md)", runServe},
 }
 
 func usage() {

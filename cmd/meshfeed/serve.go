@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/meshfeed/meshfeed/transport"
+)
+
+// newPipelineBackend builds the real backend (loader + batching) for
+// `serve --backend pipeline`. It is nil until the pipeline is wired in.
+var newPipelineBackend func(ctx context.Context) (transport.Backend, error)
+
+// rootFlags is the repeatable --allow flag (no comma splitting: a root may contain one).
+type rootFlags []string
+
+func (s *rootFlags) String() string     { return strings.Join(*s, ",") }
+func (s *rootFlags) Set(v string) error { *s = append(*s, v); return nil }
+
+func runServe(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: meshfeed serve --allow ROOT [--allow ROOT ...] [flags]\n\n"+
+			"Serves Arrow Flight (see docs/PROTOCOL.md). On start it prints one line\n"+
+			"\"meshfeed: listening on ADDR\" to stdout; SIGTERM or SIGINT drains and exits.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	var allow rootFlags
+	addr := fs.String("addr", transport.DefaultAddress, "listen address: unix:///path/to.sock or host:port (port 0 picks a free one)")
+	cert := fs.String("tls-cert", "", "PEM certificate chain file (TLS)")
+	key := fs.String("tls-key", "", "PEM private key file (TLS)")
+	token := fs.String("token-file", "", "file holding the bearer token every call must carry")
+	insecure := fs.Bool("insecure-network", false, "allow a non-loopback address without TLS and a token")
+	fs.Var(&allow, "allow", "dataset root that requests may read under (gs://bucket/prefix or a path); repeatable, at least one")
+	maxStreams := fs.Int("max-streams", transport.DefaultMaxStreams, "maximum concurrent DoGet streams")
+	prefetch := fs.Int("prefetch", transport.DefaultPrefetch, "steps each stream reads ahead of the one being sent")
+	budget := fs.Int64("memory-budget", transport.DefaultMemoryBudget, "bytes of records queued across all streams (0: unbounded)")
+	maxMsg := fs.Int("max-message-size", transport.DefaultMaxMessageSize, "largest gRPC message sent, bytes (clients must accept at least this)")
+	metrics := fs.String("metrics-addr", "", "serve counters as JSON at http://ADDR/debug/vars (off when empty)")
+	zstd := fs.Bool("zstd", false, "compress IPC bodies with zstd")
+	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long streams in flight may finish before they are cancelled")
+	backend := fs.String("backend", "pipeline", "pipeline (loader+batching) or demo (synthetic rows, for tests)")
+	demoRows := fs.Int64("demo-rows", 1000, "rows of the demo backend's dataset")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: %v", *logLevel, err)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	var be transport.Backend
+	switch *backend {
+	case "demo":
+		be = &transport.DemoBackend{NumRows: *demoRows}
+	case "pipeline":
+		if newPipelineBackend == nil {
+			return errors.New("--backend pipeline: the loader/batching pipeline is not wired into serve yet (use --backend demo)")
+		}
+		var err error
+		if be, err = newPipelineBackend(ctx); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("--backend %q: want pipeline or demo", *backend)
+	}
+
+	srv, err := transport.New(be,
+		transport.WithAddress(*addr),
+		transport.WithTLS(*cert, *key),
+		transport.WithTokenFile(*token),
+		transport.WithInsecureNetwork(*insecure),
+		transport.WithAllowedRoots(allow...),
+		transport.WithMaxStreams(*maxStreams),
+		transport.WithPrefetch(*prefetch),
+		transport.WithMemoryBudget(*budget),
+		transport.WithMaxMessageSize(*maxMsg),
+		transport.WithMetricsAddress(*metrics),
+		transport.WithZstd(*zstd),
+		transport.WithLogger(log),
+	)
+	if err != nil {
+		return err
+	}
+	lis, err := srv.Listen()
+	if err != nil {
+		return err
+	}
+	bound := lis.Addr().String()
+	if lis.Addr().Network() == "unix" {
+		bound = "unix://" + bound
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	fmt.Printf("meshfeed: listening on %s\n", bound)
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("signal received: draining", "timeout", drain.String())
+	sctx, cancel := context.WithTimeout(context.Background(), *drain)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("drain timed out: streams cancelled", "err", err)
+	}
+	if err := <-served; err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}

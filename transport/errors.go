@@ -1,0 +1,122 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Sentinel errors. Errors returned by this package wrap one of these (test with
+// errors.Is). A Backend may wrap them too: the server maps every error to a gRPC
+// status code exactly once, at its edge, by these sentinels and by the rules
+// registered with WithErrorCode.
+var (
+	// ErrBadRequest: a ticket or FlightDescriptor that cannot be decoded or
+	// fails validation (unknown field, wrong version, B % D != 0, ...).
+	// Code: InvalidArgument.
+	ErrBadRequest = errors.New("invalid request")
+	// ErrTicketTooLarge: a ticket or command longer than MaxTicketBytes.
+	// Code: InvalidArgument (not ResourceExhausted: retrying cannot help).
+	ErrTicketTooLarge = errors.New("ticket too large")
+	// ErrPermissionDenied: a request names a dataset outside the server's
+	// allowed roots, or a URI with a ".." segment. Code: PermissionDenied.
+	ErrPermissionDenied = errors.New("permission denied")
+	// ErrUnauthenticated: the bearer token is missing or wrong.
+	// Code: Unauthenticated.
+	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrTooManyStreams: the server already serves its maximum number of
+	// concurrent DoGet streams. Code: ResourceExhausted (retry later).
+	ErrTooManyStreams = errors.New("too many concurrent streams")
+	// ErrNotFound: a dataset (object, glob without match) does not exist.
+	// Code: NotFound.
+	ErrNotFound = errors.New("not found")
+	// ErrUnavailable: storage or another dependency is unavailable for now.
+	// Code: Unavailable (retry with backoff).
+	ErrUnavailable = errors.New("unavailable")
+	// ErrFailedPrecondition: the request is well formed but cannot be planned
+	// on this dataset (last_batch=raise with N % B != 0, schema mismatch,
+	// start position past the end, ...). Code: FailedPrecondition.
+	ErrFailedPrecondition = errors.New("failed precondition")
+	// ErrConfig: an invalid server configuration (see Config.Validate).
+	ErrConfig = errors.New("invalid server configuration")
+)
+
+// codeRule maps every error that errors.Is a target to a code.
+type codeRule struct {
+	target error
+	code   codes.Code
+}
+
+// builtinRules are consulted after the rules registered with WithErrorCode.
+var builtinRules = []codeRule{
+	{ErrBadRequest, codes.InvalidArgument},
+	{ErrTicketTooLarge, codes.InvalidArgument},
+	{ErrPermissionDenied, codes.PermissionDenied},
+	{ErrUnauthenticated, codes.Unauthenticated},
+	{ErrTooManyStreams, codes.ResourceExhausted},
+	{ErrNotFound, codes.NotFound},
+	{ErrUnavailable, codes.Unavailable},
+	{ErrFailedPrecondition, codes.FailedPrecondition},
+	{context.Canceled, codes.Canceled},
+	{context.DeadlineExceeded, codes.DeadlineExceeded},
+}
+
+// codeOf returns the gRPC code for err: the first matching registered rule,
+// then the built-in sentinels, then the code of a gRPC status error anywhere in
+// the chain (for example a failed Send to a client that went away), else
+// Internal.
+func codeOf(rules []codeRule, err error) codes.Code {
+	for _, r := range rules {
+		if errors.Is(err, r.target) {
+			return r.code
+		}
+	}
+	for _, r := range builtinRules {
+		if errors.Is(err, r.target) {
+			return r.code
+		}
+	}
+	if st, ok := status.FromError(err); ok {
+		return st.Code()
+	}
+	return codes.Internal
+}
+
+// toStatus converts err into a gRPC status error. It is called once, by the
+// server's interceptors, for every error a handler returns; handlers return
+// plain wrapped errors.
+func toStatus(rules []codeRule, err error) error {
+	if err == nil {
+		return nil
+	}
+	if st, ok := status.FromError(err); ok && errors.Is(err, st.Err()) {
+		// Already a bare status (from gRPC itself): keep it.
+		return err
+	}
+	return status.Error(codeOf(rules, err), err.Error())
+}
+
+// problems collects validation problems so that all of them are reported at
+// once.
+type problems []string
+
+func (p *problems) add(format string, args ...any) {
+	*p = append(*p, fmt.Sprintf(format, args...))
+}
+
+// err returns nil when there are no problems, else an error wrapping sentinel
+// whose message lists every problem.
+func (p problems) err(prefix string, sentinel error) error {
+	switch len(p) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("%s: %w: %s", prefix, sentinel, p[0])
+	default:
+		return fmt.Errorf("%s: %w: %d problems: %s", prefix, sentinel, len(p), strings.Join(p, "; "))
+	}
+}

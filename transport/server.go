@@ -1,0 +1,529 @@
+package transport
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// healthPrefix is the gRPC method prefix of the health service, which is
+// exempt from the token check so that probes need no secret.
+const healthPrefix = "/grpc.health.v1.Health/"
+
+// Server is the Arrow Flight server: GetFlightInfo, GetSchema and DoGet over
+// a Backend, with the health service beside them.
+type Server struct {
+	flight.BaseFlightServer
+
+	cfg     *Config
+	backend Backend
+	log     *slog.Logger
+	gs      *grpc.Server
+	health  *health.Server
+	slots   chan struct{}
+	budget  *budget
+	metrics Metrics
+
+	mu         sync.Mutex
+	metricsSrv *http.Server
+	metricsLis net.Listener
+}
+
+// New validates the configuration built from opts (reporting every problem at
+// once) and returns a server over backend. Call Listen and Serve to run it.
+func New(backend Backend, opts ...Option) (*Server, error) {
+	cfg := NewConfig(opts...)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if backend == nil {
+		return nil, fmt.Errorf("transport: %w: nil backend", ErrConfig)
+	}
+	s := &Server{
+		cfg:     cfg,
+		backend: backend,
+		log:     cfg.logger,
+		health:  health.NewServer(),
+		slots:   make(chan struct{}, cfg.maxStreams),
+		budget:  newBudget(cfg.budget),
+	}
+	gopts := []grpc.ServerOption{
+		grpc.MaxSendMsgSize(cfg.maxMsg),
+		grpc.MaxRecvMsgSize(MaxRecvMessageSize),
+		grpc.ChainUnaryInterceptor(s.unaryEdge, s.unaryAuth),
+		grpc.ChainStreamInterceptor(s.streamEdge, s.streamAuth),
+	}
+	if cfg.cert != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(&tls.Config{
+			Certificates: []tls.Certificate{*cfg.cert},
+			MinVersion:   tls.VersionTLS12,
+		})))
+	}
+	s.gs = grpc.NewServer(gopts...)
+	flight.RegisterFlightServiceServer(s.gs, s)
+	healthpb.RegisterHealthServer(s.gs, s.health)
+	return s, nil
+}
+
+// Listen binds the configured address (a Unix socket or TCP). A stale Unix
+// socket file that nobody listens on is removed first.
+func (s *Server) Listen() (net.Listener, error) {
+	network, addr := s.cfg.listenNet, s.cfg.listenAddr
+	if network == "unix" {
+		removeStaleSocket(addr)
+	}
+	lis, err := net.Listen(network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("transport: listen %s: %w", s.cfg.address, err)
+	}
+	return lis, nil
+}
+
+// removeStaleSocket removes path if it is a Unix socket that refuses
+// connections.
+func removeStaleSocket(path string) {
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 {
+		return
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return
+	}
+	_ = os.Remove(path)
+}
+
+// Serve serves gRPC on lis (and the metrics endpoint, if configured) until
+// Shutdown. It returns nil after Shutdown.
+func (s *Server) Serve(lis net.Listener) error {
+	if s.cfg.metrics != "" {
+		network, addr, _, _ := parseAddress(s.cfg.metrics)
+		mlis, err := net.Listen(network, addr)
+		if err != nil {
+			return fmt.Errorf("transport: metrics listen %s: %w", s.cfg.metrics, err)
+		}
+		srv := &http.Server{Handler: metricsHandler(s.Metrics), ReadHeaderTimeout: 10 * time.Second}
+		s.mu.Lock()
+		s.metricsSrv, s.metricsLis = srv, mlis
+		s.mu.Unlock()
+		go func() { _ = srv.Serve(mlis) }()
+		s.log.Info("metrics serving", "addr", mlis.Addr().String(), "path", "/debug/vars")
+	}
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus("arrow.flight.protocol.FlightService", healthpb.HealthCheckResponse_SERVING)
+	s.log.Info("serving", "addr", lis.Addr().String(), "tls", s.cfg.cert != nil, "token", s.cfg.token != "",
+		"max_streams", s.cfg.maxStreams, "prefetch", s.cfg.prefetch, "memory_budget", s.cfg.budget,
+		"max_message_size", s.cfg.maxMsg, "zstd", s.cfg.zstd)
+	if err := s.gs.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("transport: serve: %w", err)
+	}
+	return nil
+}
+
+// MetricsAddr returns the metrics endpoint's address once Serve has bound it,
+// else nil.
+func (s *Server) MetricsAddr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.metricsLis == nil {
+		return nil
+	}
+	return s.metricsLis.Addr()
+}
+
+// Shutdown stops accepting calls, marks the health service NOT_SERVING and
+// lets the calls in flight finish. When ctx is done first, it cancels them
+// and returns ctx's error once they have returned.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.health.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		s.gs.GracefulStop()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.log.Warn("shutdown: drain timed out, cancelling streams", "streams_active", s.metrics.streamsActive.Load())
+		s.gs.Stop()
+		<-done
+		err = ctx.Err()
+	}
+	s.mu.Lock()
+	srv := s.metricsSrv
+	s.mu.Unlock()
+	if srv != nil {
+		_ = srv.Close()
+	}
+	return err
+}
+
+// Metrics returns a snapshot of the server's counters.
+func (s *Server) Metrics() MetricsSnapshot {
+	m := s.metrics.snapshot()
+	m.BudgetInUse = s.budget.inUse()
+	return m
+}
+
+// --- the edge: auth and error mapping -------------------------------------
+
+// authorize checks the bearer token of the call (when a token is configured).
+func (s *Server) authorize(ctx context.Context, method string) error {
+	if s.cfg.token == "" || strings.HasPrefix(method, healthPrefix) {
+		return nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	want := []byte("Bearer " + s.cfg.token)
+	ok := 0
+	for _, v := range md.Get("authorization") {
+		ok |= subtle.ConstantTimeCompare([]byte(v), want)
+	}
+	if ok != 1 {
+		if len(md.Get("authorization")) == 0 {
+			return fmt.Errorf("transport: %w: missing \"authorization: Bearer <token>\" header", ErrUnauthenticated)
+		}
+		return fmt.Errorf("transport: %w: wrong token", ErrUnauthenticated)
+	}
+	return nil
+}
+
+func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if err := s.authorize(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if err := s.authorize(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return h(srv, ss)
+}
+
+// edge converts a handler's error to a gRPC status, once, and counts it.
+func (s *Server) edge(method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	st := toStatus(s.cfg.rules, err)
+	code := status.Code(st)
+	s.metrics.countError(code)
+	level := slog.LevelWarn
+	switch code {
+	case codes.Canceled, codes.DeadlineExceeded:
+		level = slog.LevelDebug
+	case codes.Internal, codes.Unknown, codes.DataLoss:
+		level = slog.LevelError
+	}
+	s.log.Log(context.Background(), level, "call failed", "method", method, "code", code.String(), "err", err)
+	return st
+}
+
+func (s *Server) unaryEdge(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	resp, err := h(ctx, req)
+	return resp, s.edge(info.FullMethod, err)
+}
+
+func (s *Server) streamEdge(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	return s.edge(info.FullMethod, h(srv, ss))
+}
+
+// --- Flight methods -------------------------------------------------------
+
+// request decodes a ticket or command and checks its URIs against the roots.
+func (s *Server) request(data []byte) (*Request, error) {
+	req, err := DecodeRequest(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRoots(req.Datasets, s.cfg.rootLocs); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// plan answers the request of a CMD descriptor from the backend.
+func (s *Server) plan(ctx context.Context, desc *flight.FlightDescriptor) (*Request, *PlanInfo, error) {
+	if desc.GetType() != flight.DescriptorCMD {
+		return nil, nil, fmt.Errorf("transport: %w: FlightDescriptor type %v is not supported: send type CMD with the ticket JSON as cmd", ErrBadRequest, desc.GetType())
+	}
+	req, err := s.request(desc.GetCmd())
+	if err != nil {
+		return nil, nil, err
+	}
+	info, err := s.backend.Info(ctx, req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("plan: %w", err)
+	}
+	if info == nil || info.Schema == nil {
+		return nil, nil, errors.New("transport: backend returned no schema")
+	}
+	return req, info, nil
+}
+
+// GetFlightInfo answers the plan of the request in a CMD descriptor: the
+// schema, one endpoint whose ticket is the request, and the PlanInfo as JSON
+// app_metadata.
+func (s *Server) GetFlightInfo(ctx context.Context, desc *flight.FlightDescriptor) (*flight.FlightInfo, error) {
+	req, info, err := s.plan(ctx, desc)
+	if err != nil {
+		return nil, err
+	}
+	ticket, err := req.Encode()
+	if err != nil {
+		return nil, fmt.Errorf("transport: encode ticket: %w", err)
+	}
+	meta, err := json.Marshal(info)
+	if err != nil {
+		return nil, fmt.Errorf("transport: encode plan info: %w", err)
+	}
+	return &flight.FlightInfo{
+		Schema:           flight.SerializeSchema(info.Schema, s.cfg.mem),
+		FlightDescriptor: desc,
+		Endpoint:         []*flight.FlightEndpoint{{Ticket: &flight.Ticket{Ticket: ticket}}},
+		TotalRecords:     -1,
+		TotalBytes:       -1,
+		Ordered:          true,
+		AppMetadata:      meta,
+	}, nil
+}
+
+// GetSchema answers the schema of the request in a CMD descriptor.
+func (s *Server) GetSchema(ctx context.Context, desc *flight.FlightDescriptor) (*flight.SchemaResult, error) {
+	_, info, err := s.plan(ctx, desc)
+	if err != nil {
+		return nil, err
+	}
+	return &flight.SchemaResult{Schema: flight.SerializeSchema(info.Schema, s.cfg.mem)}, nil
+}
+
+// DoGet streams the steps of the request in the ticket: the schema first,
+// then one message per step with StepMeta as JSON app_metadata.
+func (s *Server) DoGet(t *flight.Ticket, fs flight.FlightService_DoGetServer) error {
+	ctx := fs.Context()
+	req, err := s.request(t.GetTicket())
+	if err != nil {
+		return err
+	}
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		return fmt.Errorf("transport: %w: the server serves its limit of %d streams; retry later", ErrTooManyStreams, cap(s.slots))
+	}
+	defer func() { <-s.slots }()
+	s.metrics.streamsActive.Add(1)
+	s.metrics.streamsTotal.Add(1)
+	defer s.metrics.streamsActive.Add(-1)
+
+	st, err := s.backend.Open(ctx, req)
+	if err != nil {
+		return fmt.Errorf("open stream: %w", err)
+	}
+	start := time.Now()
+	n, err := s.stream(ctx, st, fs)
+	s.log.Debug("stream ended", "steps", n.steps, "rows", n.rows, "bytes", n.bytes,
+		"seconds", time.Since(start).Seconds(), "err", err)
+	return err
+}
+
+// item is one step handed from the producer to the send loop.
+type item struct {
+	rec  arrow.RecordBatch
+	meta StepMeta
+	size int64
+	err  error
+}
+
+// sent counts what one stream sent.
+type sent struct{ steps, rows, bytes int64 }
+
+// stream runs the producer and the send loop of one DoGet and closes st.
+func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWriter) (n sent, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	items := make(chan item, s.cfg.prefetch)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(items)
+		s.produce(ctx, st, items)
+	}()
+	defer func() {
+		cancel()
+		for it := range items {
+			s.drop(it)
+		}
+		wg.Wait()
+		if cerr := st.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("transport: close stream: %w", cerr)
+		}
+	}()
+
+	schema := st.Schema()
+	if schema == nil {
+		return n, errors.New("transport: backend stream has no schema")
+	}
+	// The schema goes out at once, before the first step is read, so a
+	// client sees the stream accepted and its schema without waiting.
+	hw := flight.NewRecordWriter(fs, ipc.WithSchema(schema), ipc.WithAllocator(s.cfg.mem))
+	if err := hw.Close(); err != nil {
+		return n, fmt.Errorf("transport: send schema: %w", err)
+	}
+	opts := []ipc.Option{ipc.WithSchema(schema), ipc.WithAllocator(s.cfg.mem)}
+	if s.cfg.zstd {
+		opts = append(opts, ipc.WithZstd())
+	}
+	// The record writer starts with the schema message, already sent: skip it.
+	w := flight.NewRecordWriter(&skipFirst{w: fs, skip: 1}, opts...)
+	defer w.Close()
+
+	for {
+		var it item
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return n, ctx.Err()
+		case it, ok = <-items:
+		}
+		if !ok {
+			return n, errors.New("transport: producer stopped without a reason")
+		}
+		if it.err != nil {
+			if errors.Is(it.err, io.EOF) {
+				return n, nil
+			}
+			return n, fmt.Errorf("transport: step %d: %w", n.steps, it.err)
+		}
+		meta, err := json.Marshal(it.meta)
+		if err != nil {
+			s.drop(it)
+			return n, fmt.Errorf("transport: encode step metadata: %w", err)
+		}
+		rows := it.rec.NumRows()
+		err = w.WriteWithAppMetadata(it.rec, meta)
+		s.drop(it)
+		if err != nil {
+			return n, fmt.Errorf("transport: send epoch %d step %d: %w", it.meta.Epoch, it.meta.Step, err)
+		}
+		n.steps++
+		n.rows += rows
+		n.bytes += it.size
+		s.metrics.steps.Add(1)
+		s.metrics.rows.Add(rows)
+		s.metrics.bytes.Add(it.size)
+	}
+}
+
+// produce reads steps from st into items until an error (io.EOF included),
+// which it hands over as the last item, or until ctx is done. Each queued
+// record holds its size in the memory budget until it is dropped.
+func (s *Server) produce(ctx context.Context, st Stream, items chan<- item) {
+	for {
+		rec, meta, err := st.Next(ctx)
+		if err != nil {
+			if rec != nil {
+				rec.Release()
+			}
+			select {
+			case items <- item{err: err}:
+			case <-ctx.Done():
+			}
+			return
+		}
+		if rec == nil {
+			select {
+			case items <- item{err: errors.New("backend returned a nil record")}:
+			case <-ctx.Done():
+			}
+			return
+		}
+		size := recordBytes(rec)
+		if err := s.budget.acquire(ctx, size); err != nil {
+			rec.Release()
+			return
+		}
+		select {
+		case items <- item{rec: rec, meta: meta, size: size}:
+		case <-ctx.Done():
+			rec.Release()
+			s.budget.release(size)
+			return
+		}
+	}
+}
+
+// drop releases an item's record and its share of the budget.
+func (s *Server) drop(it item) {
+	if it.rec != nil {
+		it.rec.Release()
+		s.budget.release(it.size)
+	}
+}
+
+// skipFirst drops the first skip messages written to it.
+type skipFirst struct {
+	w    flight.DataStreamWriter
+	skip int
+}
+
+func (s *skipFirst) Send(fd *flight.FlightData) error {
+	if s.skip > 0 {
+		s.skip--
+		return nil
+	}
+	return s.w.Send(fd)
+}
+
+// recordBytes returns the bytes of the buffers of rec's columns (children and
+// dictionaries included): what a queued record holds in memory.
+func recordBytes(rec arrow.RecordBatch) int64 {
+	var n int64
+	for _, col := range rec.Columns() {
+		n += dataBytes(col.Data())
+	}
+	return n
+}
+
+func dataBytes(d arrow.ArrayData) int64 {
+	var n int64
+	for _, b := range d.Buffers() {
+		if b != nil {
+			n += int64(b.Len())
+		}
+	}
+	for _, c := range d.Children() {
+		n += dataBytes(c)
+	}
+	if d.DataType().ID() == arrow.DICTIONARY {
+		// Data.Dictionary returns a typed nil when there is none.
+		if dict, ok := d.Dictionary().(*array.Data); ok && dict != nil {
+			n += dataBytes(dict)
+		}
+	}
+	return n
+}
