@@ -5,8 +5,8 @@ GO ?= go
 PY ?= python3
 VENV := .venv
 BIN := bin/meshfeed
-BENCHTIME ?= 1x
 BENCH_COUNT ?= 5
+BENCHTIME ?= 3x
 
 .PHONY: all setup go-setup py-setup build test go-test py-test demo bench fuzz vet fmt clean
 
@@ -47,14 +47,21 @@ py-test: build
 demo: setup
 	./$(BIN) gen --out .cache/demo --rows 2000000 --files 4 --row-group-rows 65536 --features 64 --compression snappy --if-absent
 	./$(BIN) inspect .cache/demo
+	./$(BIN) plan --data .cache/demo --global-batch-size 1024 --mesh data=4,model=2 --batch-axes data --processes 2 --last-batch pad --seed 0 --shuffle-window 65536
 	./$(BIN) read .cache/demo
 
-# Benchmarks: each micro-benchmark BENCH_COUNT times, figures into README.md by hand.
+# Benchmarks: each BENCH_COUNT times into bench.txt; BENCHMARKS.md quotes
+# medians from such a run. MESHFEED_BENCH_ROWS sets the loader's dataset size.
 bench: setup
-	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./loader ./batching ./shard | tee bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCH_COUNT) -timeout 60m ./loader ./batching ./shard ./transport | tee bench.txt
 
+# Fuzz each target for FUZZTIME (not part of make test; seeds run in make test).
+FUZZTIME ?= 60s
 fuzz:
-	@echo "see README.md: go test -fuzz targets per package"
+	$(GO) test ./loader -run '^$$' -fuzz '^FuzzParquetFooter$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./loader -run '^$$' -fuzz '^FuzzArrowIPCFooter$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./transport -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./shard -run '^$$' -fuzz '^FuzzParseTopology$$' -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin .cache

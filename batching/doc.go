@@ -9,4 +9,18 @@
 // Planning is pure: it takes row counts, never reads a byte. The cutters work on
 // Arrow records handed to them; they do not read storage (package loader) or
 // send anything (package transport).
+//
+// # Caveats
+//
+//   - A Cutter is driven by its caller: when Next returns ok=false and Done is
+//     false, push the segment Wants names (the whole row group's record, or its
+//     rows), then call Next again. It is not safe for concurrent use.
+//   - Records returned by Next and by Shaper.Apply belong to the caller, who
+//     releases them. With no shuffle window a slice inside one row group is a
+//     view of the pushed record (no column bytes copied); slices that straddle
+//     row groups, shuffled slices and padding are copies, counted in
+//     CopiedBytes.
+//   - The permutations use this package's own SplitMix64, xoshiro256** and
+//     Fisher-Yates (rand.go), not math/rand, so orders do not change with the
+//     Go version; rand.go documents them precisely enough to port.
 package batching

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -49,6 +50,19 @@ func runRead(ctx context.Context, args []string) error {
 		return err
 	}
 	planned := time.Since(t0)
+	// Memory is bounded by configuration, not by the dataset: tell the Go
+	// runtime the bound (read-ahead budget + two row groups + 64 MiB for the
+	// program itself) so that garbage-collector headroom does not exceed it.
+	// GOMEMLIMIT, when set, wins.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		var largest int64
+		for _, f := range ds.Files {
+			for _, rg := range f.RowGroups {
+				largest = max(largest, rg.DecodedBytes)
+			}
+		}
+		debug.SetMemoryLimit(*readAhead + 2*largest + 64<<20)
+	}
 	t1 := time.Now()
 	r := ds.NewReader(ctx, ds.RowGroups(), memory.DefaultAllocator)
 	defer r.Close()
