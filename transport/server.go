@@ -70,7 +70,12 @@ func New(backend Backend, opts ...Option) (*Server, error) {
 		slots:   make(chan struct{}, cfg.maxStreams),
 		budget:  newBudget(cfg.budget),
 	}
+	codec, err := newFlightCodec()
+	if err != nil {
+		return nil, err
+	}
 	gopts := []grpc.ServerOption{
+		grpc.ForceServerCodecV2(codec),
 		grpc.MaxSendMsgSize(cfg.maxMsg),
 		grpc.MaxRecvMsgSize(MaxRecvMessageSize),
 		grpc.ChainUnaryInterceptor(s.unaryEdge, s.unaryAuth),
@@ -394,13 +399,19 @@ func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWrit
 	if err := hw.Close(); err != nil {
 		return n, fmt.Errorf("transport: send schema: %w", err)
 	}
-	opts := []ipc.Option{ipc.WithSchema(schema), ipc.WithAllocator(s.cfg.mem)}
-	if s.cfg.zstd {
-		opts = append(opts, ipc.WithZstd())
+	// Steps go out zero-copy when the stream allows it, else through the
+	// stock writer (zstd bodies, dictionaries, a writer that is not gRPC's).
+	zw := newZeroCopyWriter(fs, schema, s.cfg.zstd, s.cfg.mem)
+	var w *flight.Writer
+	if zw == nil {
+		opts := []ipc.Option{ipc.WithSchema(schema), ipc.WithAllocator(s.cfg.mem)}
+		if s.cfg.zstd {
+			opts = append(opts, ipc.WithZstd())
+		}
+		// The record writer starts with the schema message, already sent: skip it.
+		w = flight.NewRecordWriter(&skipFirst{w: fs, skip: 1}, opts...)
+		defer w.Close()
 	}
-	// The record writer starts with the schema message, already sent: skip it.
-	w := flight.NewRecordWriter(&skipFirst{w: fs, skip: 1}, opts...)
-	defer w.Close()
 
 	for {
 		var it item
@@ -425,8 +436,14 @@ func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWrit
 			return n, fmt.Errorf("transport: encode step metadata: %w", err)
 		}
 		rows := it.rec.NumRows()
-		err = w.WriteWithAppMetadata(it.rec, meta)
-		s.drop(it)
+		if zw != nil {
+			// The record and its budget share are held until gRPC has
+			// written (or dropped) its buffers.
+			err = zw.write(it.rec, meta, func() { s.drop(it) })
+		} else {
+			err = w.WriteWithAppMetadata(it.rec, meta)
+			s.drop(it)
+		}
 		if err != nil {
 			return n, fmt.Errorf("transport: send epoch %d step %d: %w", it.meta.Epoch, it.meta.Step, err)
 		}
