@@ -1,0 +1,16 @@
+package main
+
+import (
+	"context"
+
+	"github.com/meshfeed/meshfeed/transport"
+)
+
+// Wires the loader/batching pipeline into `serve --backend pipeline`. The
+// pipeline's errors wrap transport's sentinels (see transport.Pipeline), so no
+// extra transport.WithErrorCode rules are needed.
+func init() {
+	newPipelineBackend = func(ctx context.Context) (transport.Backend, error) {
+		return transport.NewPipeline(ctx)
+	}
+}
