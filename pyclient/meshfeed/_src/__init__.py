@@ -1,0 +1,1 @@
+"""Private implementation of meshfeed. Nothing here is public API."""

@@ -1,0 +1,232 @@
+"""From a jax Sharding to the batch slices of the contract, and from received
+Arrow record batches to sharded jax.Arrays without host copies."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+from typing import Any
+
+import jax
+import ml_dtypes
+import numpy as np
+import pyarrow as pa
+
+from .errors import InvalidRequestError, MeshfeedError
+
+# XLA's CPU client aliases host memory passed to device_put (no copy) only
+# when it is aligned to this many bytes; otherwise it copies.
+CPU_ALIAS_ALIGNMENT = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How the batch dimension of ``sharding`` maps onto the contract's slices.
+
+    Attributes:
+        B: global batch size.
+        b: rows per slice.
+        D: number of distinct slices (data-parallel degree).
+        slices: the distinct slices this process's devices hold, ascending.
+        devices: (device, k) for every addressable device, k being the position
+            of the device's slice in ``slices``.
+    """
+
+    B: int
+    b: int
+    D: int
+    slices: tuple[int, ...]
+    devices: tuple[tuple[Any, int], ...]
+
+
+def layout_of(sharding: jax.sharding.Sharding, B: int) -> Layout:
+    """Derives the Layout of dimension 0 of a (B, ...) array laid out as ``sharding``."""
+    try:
+        idx = sharding.devices_indices_map((B,))
+    except Exception as e:  # noqa: BLE001 - jax raises various types here
+        raise InvalidRequestError(
+            f"sharding {sharding} cannot lay out a batch dimension of {B} rows ({type(e).__name__}: {e}); "
+            "the sharding must describe dimension 0 only, e.g. PartitionSpec('data'), and divide B") from e
+    starts: dict[Any, int] = {}
+    b = None
+    for dev, index in idx.items():
+        start, stop, step = index[0].indices(B)
+        if step != 1:
+            raise InvalidRequestError(f"sharding {sharding}: device {dev} holds rows {index[0]} with a step")
+        n = stop - start
+        if b is None:
+            b = n
+        elif n != b:
+            raise InvalidRequestError(f"sharding {sharding}: devices hold batch slices of different sizes ({b} and {n} rows of {B})")
+        starts[dev] = start
+    if not b or B % b:
+        raise InvalidRequestError(f"sharding {sharding}: slices of {b} rows do not divide the global batch of {B}")
+    for dev, start in starts.items():
+        if start % b:
+            raise InvalidRequestError(f"sharding {sharding}: device {dev} starts at row {start}, not a multiple of {b}")
+    me = jax.process_index()
+    local = [(dev, start // b) for dev, start in starts.items() if dev.process_index == me]
+    if not local:
+        raise InvalidRequestError(f"sharding {sharding} has no device of this process (process_index {me})")
+    slices = tuple(sorted({d for _, d in local}))
+    pos = {d: k for k, d in enumerate(slices)}
+    return Layout(B=B, b=b, D=B // b, slices=slices, devices=tuple((dev, pos[d]) for dev, d in local))
+
+
+@dataclasses.dataclass(frozen=True)
+class ColumnSpec:
+    """How one schema field becomes an output array."""
+
+    name: str
+    kind: str  # "dense" (numpy view), "bool" (bit-unpacked), "arrow" (pyarrow array)
+    dtype: Any = None  # numpy dtype of the dense view
+    trailing: tuple[int, ...] = ()  # dimensions after the batch dimension
+    depth: int = 0  # fixed_size_list levels above the values
+
+
+def _meta(field: pa.Field) -> dict[bytes, bytes]:
+    return dict(field.metadata or {})
+
+
+def column_spec(field: pa.Field) -> ColumnSpec:
+    """Derives the ColumnSpec of a schema field (see docs/PROTOCOL.md, "Schema conventions")."""
+    meta = _meta(field)
+    t = field.type
+    shape: tuple[int, ...] | None = None
+    if isinstance(t, pa.FixedShapeTensorType):
+        if t.permutation is not None and list(t.permutation) != list(range(len(t.shape))):
+            raise MeshfeedError(f"column {field.name!r}: fixed_shape_tensor permutation {t.permutation} is not supported")
+        shape = tuple(t.shape)
+        t = t.storage_type
+    elif isinstance(t, pa.ExtensionType):
+        return ColumnSpec(field.name, "arrow")
+    elif meta.get(b"ARROW:extension:name") == b"arrow.fixed_shape_tensor":
+        try:
+            shape = tuple(int(x) for x in json.loads(meta.get(b"ARROW:extension:metadata", b"{}"))["shape"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise MeshfeedError(f"column {field.name!r}: bad fixed_shape_tensor metadata {meta!r}: {e}") from e
+    dims: list[int] = []
+    while pa.types.is_fixed_size_list(t):
+        dims.append(t.list_size)
+        t = t.value_type
+    depth = len(dims)
+    if pa.types.is_boolean(t):
+        return ColumnSpec(field.name, "bool" if depth == 0 else "arrow")
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        return ColumnSpec(field.name, "arrow")
+    dtype = np.dtype(t.to_pandas_dtype())
+    if meta.get(b"meshfeed.dtype") == b"bfloat16":
+        if not pa.types.is_uint16(t):
+            raise MeshfeedError(f"column {field.name!r}: meshfeed.dtype=bfloat16 on {t}, want uint16")
+        dtype = np.dtype(ml_dtypes.bfloat16)
+    trailing = tuple(dims)
+    if shape is not None:
+        if int(np.prod(shape)) != int(np.prod(dims)) or depth == 0:
+            raise MeshfeedError(f"column {field.name!r}: tensor shape {list(shape)} does not match {field.type}")
+        trailing = shape
+    return ColumnSpec(field.name, "dense", dtype, trailing, depth)
+
+
+def dense_view(arr: pa.Array, spec: ColumnSpec) -> tuple[np.ndarray, pa.Buffer]:
+    """A numpy view (no copy) of the values of ``arr``, shaped (rows, *trailing),
+    and the Arrow buffer it points into. Validity bitmaps are ignored: the
+    server writes fill values, not nulls."""
+    if isinstance(arr, pa.ExtensionArray):
+        arr = arr.storage
+    n = len(arr)
+    start = arr.offset
+    per_row = 1
+    a = arr
+    for _ in range(spec.depth):
+        size = a.type.list_size
+        child = a.values  # does not apply a's offset
+        start = child.offset + start * size
+        per_row *= size
+        a = child
+    buf = a.buffers()[1]
+    item = spec.dtype.itemsize
+    view = np.frombuffer(buf, dtype=spec.dtype, count=n * per_row, offset=start * item)
+    return view.reshape((n, *spec.trailing)), buf
+
+
+def unpack_bool(arr: pa.Array) -> np.ndarray:
+    """The boolean values of ``arr`` unpacked from Arrow's bitmap (a copy)."""
+    n, off = len(arr), arr.offset
+    bits = np.frombuffer(arr.buffers()[1], dtype=np.uint8)
+    return np.unpackbits(bits, count=off + n, bitorder="little")[off:].view(np.bool_)
+
+
+class Materializer:
+    """Turns one record (this process's slices, concatenated in ascending slice
+    order) into a dict of global jax.Arrays laid out as ``sharding``."""
+
+    def __init__(self, schema: pa.Schema, sharding: jax.sharding.Sharding, layout: Layout, mask_key: str | None):
+        self.sharding = sharding
+        self.layout = layout
+        self.mask_key = mask_key
+        self.specs = [column_spec(f) for f in schema]
+        self.schema = schema
+        L = layout
+        for s in self.specs:
+            if s.kind == "arrow":
+                continue
+            shape = (L.B, *s.trailing)
+            want = (L.b, *s.trailing)
+            try:
+                got = tuple(sharding.shard_shape(shape))
+            except Exception as e:  # noqa: BLE001
+                raise InvalidRequestError(f"column {s.name!r} of shape {shape}: sharding {sharding} cannot lay it out: {e}") from e
+            if got != want:
+                raise InvalidRequestError(
+                    f"column {s.name!r} of shape {shape}: sharding {sharding} gives shards of {got}, "
+                    f"want {want} (only the batch dimension may be split)")
+        # Without jax_enable_x64, device_put converts 64-bit values to 32 bits:
+        # a host copy (and a narrowing). Ask the server for the narrow dtype
+        # instead (Column(dtype="int32")) or enable x64.
+        self.narrowed = {s.name for s in self.specs
+                         if s.kind == "dense" and jax.dtypes.canonicalize_dtype(s.dtype) != s.dtype}
+        if self.narrowed:
+            warnings.warn(
+                f"meshfeed: columns {sorted(self.narrowed)} are 64-bit but jax_enable_x64 is off: jax converts "
+                "them to 32 bits with a host copy; ask for Column(dtype=...) or enable x64", stacklevel=3)
+        # Counters of the last call; for tests, its (numpy view, Arrow buffer)
+        # pairs (buffer None for unpacked booleans).
+        self.counts = {"host_copies": 0, "mask_unpacks": 0, "unaligned_transfers": 0}
+        self.last_views: dict[str, tuple[np.ndarray, pa.Buffer | None]] = {}
+
+    def __call__(self, rb: pa.RecordBatch) -> dict[str, Any]:
+        """Materializes one record; its counters are in ``counts`` afterwards."""
+        L = self.layout
+        copies = unpacks = unaligned = 0
+        want_rows = len(L.slices) * L.b
+        if rb.num_rows != want_rows:
+            raise MeshfeedError(f"record of {rb.num_rows} rows, want {want_rows} ({len(L.slices)} slices of {L.b} rows)")
+        out: dict[str, Any] = {}
+        views: dict[str, tuple[np.ndarray, pa.Buffer | None]] = {}
+        for i, spec in enumerate(self.specs):
+            col = rb.column(i)
+            if spec.kind == "arrow":
+                out[spec.name] = col
+                continue
+            if spec.kind == "bool":
+                view, buf = unpack_bool(col), None
+                if spec.name == self.mask_key:
+                    unpacks += 1
+                else:
+                    copies += 1
+            else:
+                view, buf = dense_view(col, spec)
+            views[spec.name] = (view, buf)
+            arrays = []
+            for dev, k in L.devices:
+                rows = view[k * L.b:(k + 1) * L.b]
+                if spec.name in self.narrowed:
+                    copies += 1
+                elif buf is not None and rows.ctypes.data % CPU_ALIAS_ALIGNMENT:
+                    unaligned += 1
+                arrays.append(jax.device_put(rows, dev))
+            out[spec.name] = jax.make_array_from_single_device_arrays((L.B, *spec.trailing), self.sharding, arrays)
+        self.last_views = views
+        self.counts = {"host_copies": copies, "mask_unpacks": unpacks, "unaligned_transfers": unaligned}
+        return out

@@ -1,0 +1,170 @@
+"""Finding the meshfeed binary and running a local server process."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import weakref
+from typing import Sequence
+
+from .errors import BinaryNotFoundError, MeshfeedError, UnavailableError
+
+ENV_BIN = "MESHFEED_BIN"
+BIN_NAME = "meshfeed"
+_PKG_DIR = pathlib.Path(__file__).resolve().parent.parent  # .../meshfeed
+READY_PREFIX = "meshfeed: listening on "
+
+
+def _candidates(explicit: str | os.PathLike | None) -> list[tuple[str, str | None]]:
+    """The places searched, in order: (description, path or None)."""
+    out: list[tuple[str, str | None]] = []
+    out.append(("binary= argument", os.fspath(explicit) if explicit is not None else None))
+    out.append((f"${ENV_BIN}", os.environ.get(ENV_BIN) or None))
+    out.append(("bundled in the package", str(_PKG_DIR / "_bin" / BIN_NAME)))
+    out.append(("repository bin/", str(_PKG_DIR.parent.parent / "bin" / BIN_NAME)))
+    out.append(("PATH", shutil.which(BIN_NAME)))
+    return out
+
+
+def find_binary(explicit: str | os.PathLike | None = None) -> str:
+    """Returns the meshfeed binary: the explicit path, $MESHFEED_BIN, the
+    binary bundled in the package, the repository's bin/meshfeed, then PATH.
+    Raises BinaryNotFoundError listing every place tried."""
+    tried = []
+    for what, path in _candidates(explicit):
+        if path is None:
+            tried.append(f"{what}: not set" if what != "PATH" else f"PATH: no {BIN_NAME} on PATH")
+            continue
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+        tried.append(f"{what}: {path} ({'not executable' if os.path.exists(path) else 'does not exist'})")
+    raise BinaryNotFoundError(
+        "meshfeed binary not found; tried, in order:\n  " + "\n  ".join(tried)
+        + f"\n(build it with `go build -o bin/meshfeed ./cmd/meshfeed`, or pass binary= or set ${ENV_BIN})")
+
+
+_GLOB_CHARS = set("*?[")
+
+
+def allowed_root(uri: str) -> str:
+    """The root a local server must allow for dataset ``uri``: ``gs://bucket``
+    for GCS; for a local path, the directories before the first glob
+    component, or the parent directory of a plain file."""
+    if uri.startswith("gs://"):
+        bucket = uri[len("gs://"):].split("/", 1)[0]
+        return "gs://" + bucket
+    path = uri[len("file://"):] if uri.startswith("file://") else uri
+    parts = pathlib.PurePosixPath(path).parts
+    kept = []
+    for p in parts:
+        if _GLOB_CHARS & set(p):
+            return str(pathlib.PurePosixPath(*kept)) if kept else "/"
+        kept.append(p)
+    full = pathlib.Path(path)
+    return str(full if full.is_dir() else full.parent)
+
+
+class LocalServer:
+    """A ``meshfeed serve`` process on a Unix socket in a private temporary
+    directory, stopped by stop(), on garbage collection, or at exit."""
+
+    def __init__(self, binary: str, roots: Sequence[str], *, backend: str = "pipeline",
+                 extra_args: Sequence[str] = (), start_timeout: float = 30.0, stop_timeout: float = 10.0):
+        self._tmpdir = tempfile.mkdtemp(prefix="meshfeed-")
+        sock = os.path.join(self._tmpdir, "meshfeed.sock")
+        args = [binary, "serve", "--addr", "unix://" + sock, "--backend", backend, "--drain-timeout", "2s"]
+        for r in dict.fromkeys(roots):
+            args += ["--allow", r]
+        args += list(extra_args)
+        self.args = args
+        self._stderr_path = os.path.join(self._tmpdir, "stderr.log")
+        # stderr goes to a file: a pipe nobody reads would block the server once full.
+        with open(self._stderr_path, "wb") as err:
+            try:
+                self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                             stderr=err, start_new_session=True)
+            except OSError as e:
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
+                raise MeshfeedError(f"cannot start {args!r}: {e}") from e
+        self._finalizer = weakref.finalize(self, _stop, self.proc, self._tmpdir, stop_timeout)
+        try:
+            self.address = self._wait_ready(start_timeout)
+        except BaseException:
+            self._finalizer()
+            raise
+
+    @property
+    def pid(self) -> int:
+        """The server's process id."""
+        return self.proc.pid
+
+    def _stderr(self) -> str:
+        try:
+            with open(self._stderr_path, "rb") as f:
+                return f.read()[-8000:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def _wait_ready(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        buf = b""
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise UnavailableError(
+                        f"meshfeed server did not report ready within {timeout:g}s: {self.args!r}\nstderr:\n{self._stderr()}")
+                if not sel.select(min(left, 0.5)):
+                    if self.proc.poll() is not None:
+                        break
+                    continue
+                chunk = os.read(self.proc.stdout.fileno(), 4096)
+                if not chunk:
+                    break
+                buf += chunk
+                if b"\n" in buf:
+                    line = buf.split(b"\n", 1)[0].decode("utf-8", "replace")
+                    if line.startswith(READY_PREFIX):
+                        return line[len(READY_PREFIX):].strip()
+                    raise MeshfeedError(f"meshfeed server printed {line!r}, want {READY_PREFIX!r}...; "
+                                        f"stderr:\n{self._stderr()}")
+        finally:
+            sel.close()
+        rc = self.proc.wait(timeout=5)
+        raise MeshfeedError(f"meshfeed server exited with status {rc} before it was ready: {self.args!r}\n"
+                            f"stderr:\n{self._stderr()}")
+
+    def alive(self) -> bool:
+        """Whether the server process still runs."""
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        """Stops the server (SIGTERM, then SIGKILL after a timeout) and removes
+        its temporary directory. Idempotent."""
+        self._finalizer()
+
+
+def _stop(proc: subprocess.Popen, tmpdir: str, timeout: float) -> None:
+    try:
+        if proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=timeout)
+    except ProcessLookupError:
+        pass
+    finally:
+        if proc.stdout is not None:
+            proc.stdout.close()
+        shutil.rmtree(tmpdir, ignore_errors=True)

@@ -1,0 +1,241 @@
+"""meshfeed.Loader against a real pipeline server over generated Parquet files."""
+
+import json
+import os
+import threading
+import time
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import meshfeed
+from conftest import FEATURES, IMAGE, ROWS
+from contract import expected_ids, features, label, pixels, steps_per_epoch
+
+LAYOUTS = [((4, 2), ("data", "model"), P("data"), 4),
+           ((8,), ("data",), P("data"), 8),
+           ((4, 2), ("data", "model"), P(("data", "model")), 8)]
+
+
+def sharding(shape, names, spec):
+    return NamedSharding(jax.make_mesh(shape, names), spec)
+
+
+@pytest.mark.parametrize("policy", ["pad", "drop"])
+@pytest.mark.parametrize("shape,names,spec,D", LAYOUTS, ids=["4x2-data", "8-data", "4x2-data+model"])
+def test_batches_follow_the_contract(server, glob, shape, names, spec, D, policy):
+    B = 64
+    sh = sharding(shape, names, spec)
+    with meshfeed.Loader(glob, global_batch_size=B, sharding=sh, server=server.address, last_batch=policy) as ld:
+        assert ld.num_rows == ROWS
+        want_steps = steps_per_epoch(ROWS, B, policy)
+        assert ld.steps_per_epoch == want_steps
+        batches = list(ld)
+        stats = ld.stats()
+    assert len(batches) == want_steps
+    names_want = ["id", "label", "features", "image"] + (["valid"] if policy == "pad" else [])
+    delivered = []
+    for s, batch in enumerate(batches):
+        assert list(batch) == names_want
+        for name, arr in batch.items():
+            assert isinstance(arr, jax.Array), name
+            assert arr.sharding.is_equivalent_to(sh, arr.ndim), (name, arr.sharding, sh)
+        assert batch["id"].shape == (B,) and batch["id"].dtype == np.int64
+        assert batch["features"].shape == (B, FEATURES) and batch["features"].dtype == np.float32
+        assert batch["image"].shape == (B, *IMAGE) and batch["image"].dtype == np.uint8
+        ids, mask = expected_ids(ROWS, B, D, s)
+        got = np.asarray(batch["id"])
+        np.testing.assert_array_equal(got, ids, err_msg=f"step {s} ids")
+        if policy == "pad":
+            np.testing.assert_array_equal(np.asarray(batch["valid"]), mask, err_msg=f"step {s} mask")
+        else:
+            assert mask.all()
+        real = ids[mask]
+        delivered += real.tolist()
+        np.testing.assert_array_equal(np.asarray(batch["label"])[mask], [label(i) for i in real])
+        for j in np.flatnonzero(mask)[:: max(1, B // 8)]:
+            np.testing.assert_array_equal(np.asarray(batch["features"])[j], features(int(ids[j]), FEATURES))
+            np.testing.assert_array_equal(np.asarray(batch["image"])[j].reshape(-1),
+                                          pixels(int(ids[j]), int(np.prod(IMAGE))))
+        if policy == "pad":  # padding rows hold zeros
+            assert not np.asarray(batch["features"])[~mask].any()
+        # every device holds exactly its slice of the global batch
+        for shard in batch["id"].addressable_shards:
+            np.testing.assert_array_equal(np.asarray(shard.data), got[shard.index])
+    # invariant 4: every row exactly once (pad), all but the remainder (drop)
+    assert len(delivered) == len(set(delivered))
+    assert len(delivered) == (ROWS if policy == "pad" else (ROWS // B) * B)
+    assert stats["steps"] == want_steps and stats["rows"] == len(delivered)
+    assert stats["padded_rows"] == (want_steps * B - ROWS if policy == "pad" else 0)
+    assert stats["mask_unpacks"] == (want_steps if policy == "pad" else 0)
+    assert stats["host_copies"] == 0
+
+
+def test_raise_fails_at_construction(server, glob):
+    sh = sharding((8,), ("data",), P("data"))
+    with pytest.raises(meshfeed.PlanError, match=r"(?s)N=1000.*B=64.*40"):
+        meshfeed.Loader(glob, global_batch_size=64, sharding=sh, server=server.address, last_batch="raise")
+    # B dividing N: fine
+    with meshfeed.Loader(glob, global_batch_size=200, sharding=sh, server=server.address, last_batch="raise") as ld:
+        assert ld.steps_per_epoch == 5
+
+
+def test_resume_equals_tail_of_uninterrupted_run(server, glob):
+    sh = sharding((4, 2), ("data", "model"), P("data"))
+    kw = dict(global_batch_size=128, sharding=sh, server=server.address, last_batch="pad", num_epochs=2,
+              columns=["id", "features"])
+    with meshfeed.Loader(glob, **kw) as ld:
+        full = [np.asarray(b["id"]) for b in ld]
+        assert ld.state()["position"] == {"epoch": 2, "step": 0}
+    assert len(full) == 16
+    for k in (3, 8, 11):  # inside epoch 0, at the epoch boundary, inside epoch 1
+        with meshfeed.Loader(glob, **kw) as ld:
+            it = iter(ld)
+            for _ in range(k):
+                next(it)
+            saved = json.loads(json.dumps(ld.state()))
+        assert saved["position"] == {"epoch": k // 8, "step": k % 8}
+        with meshfeed.Loader(glob, state=saved, **kw) as ld:
+            tail = [np.asarray(b["id"]) for b in ld]
+        assert len(tail) == len(full) - k
+        for got, want in zip(tail, full[k:]):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_state_from_other_config_is_refused(server, glob):
+    sh = sharding((8,), ("data",), P("data"))
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sh, server=server.address) as ld:
+        saved = ld.state()
+    with pytest.raises(meshfeed.StateMismatchError, match=r"global_batch_size: state has 64, this loader has 128"):
+        meshfeed.Loader(glob, global_batch_size=128, sharding=sh, server=server.address, state=saved)
+    with pytest.raises(meshfeed.StateMismatchError, match=r"num_slices: state has 8, this loader has 4"):
+        meshfeed.Loader(glob, global_batch_size=64, sharding=sharding((4, 2), ("data", "model"), P("data")),
+                        server=server.address, state=saved)
+
+
+def test_server_errors_are_typed(server, dataset, glob):
+    sh = sharding((8,), ("data",), P("data"))
+    with pytest.raises(meshfeed.NotFoundError, match="nothere") as e:
+        meshfeed.Loader(str(dataset / "nothere*.parquet"), global_batch_size=64, sharding=sh, server=server.address)
+    assert e.value.code == "NOT_FOUND" and "nothere" in e.value.server_message
+    with pytest.raises(meshfeed.PermissionDeniedError, match="not under an allowed root"):
+        meshfeed.Loader("/etc/*.parquet", global_batch_size=64, sharding=sh, server=server.address)
+    with pytest.raises(meshfeed.InvalidRequestError, match="no_such_column"):
+        meshfeed.Loader(glob, global_batch_size=64, sharding=sh, server=server.address, columns=["no_such_column"])
+    with pytest.raises(meshfeed.InvalidRequestError, match="batch dimension of 63 rows"):
+        meshfeed.Loader(glob, global_batch_size=63, sharding=sh, server=server.address)  # client side: 63 % 8
+
+
+def test_zero_copy_views_on_the_wire(server, glob, monkeypatch):
+    """Every column's numpy view handed to device_put points into the received
+    Arrow buffer (no host copy). Where a device's rows are 64-byte aligned, the
+    CPU jax array must alias that memory too."""
+    from meshfeed._src import layout as layout_mod
+    real_call = layout_mod.Materializer.__call__
+    seen = []
+
+    def recording(self, rb):
+        out = real_call(self, rb)
+        seen.append(self.last_views)
+        return out
+
+    monkeypatch.setattr(layout_mod.Materializer, "__call__", recording)
+    sh = sharding((4, 2), ("data", "model"), P("data"))
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sh, server=server.address, last_batch="pad") as ld:
+        batch = next(iter(ld))
+        views = seen[0]  # the views of step 0 (the thread may have materialized more since)
+        layout = ld._layout
+        stats = ld.stats()
+    assert set(views) == {"id", "label", "features", "image", "valid"}
+    checked = 0
+    for name, (view, buf) in views.items():
+        if name == "valid":
+            assert buf is None  # bit-packed: unpacked, counted in mask_unpacks
+            continue
+        lo, hi = buf.address, buf.address + buf.size
+        assert lo <= view.ctypes.data and view.ctypes.data + view.nbytes <= hi, name
+        for dev, k in layout.devices:
+            rows = view[k * layout.b:(k + 1) * layout.b]
+            shard = next(s for s in batch[name].addressable_shards if s.device == dev)
+            if rows.ctypes.data % 64 == 0:
+                p = shard.data.unsafe_buffer_pointer()
+                assert lo <= p < hi, f"{name} on {dev}: jax copied aligned rows"
+                checked += 1
+    assert stats["host_copies"] == 0 and stats["mask_unpacks"] == 1
+    assert stats["unaligned_transfers"] == 4 * len(layout.devices) - checked
+
+
+def test_prefetch_stats_and_thread_errors(server, glob, monkeypatch):
+    sh = sharding((8,), ("data",), P("data"))
+    with meshfeed.Loader(glob, global_batch_size=200, sharding=sh, server=server.address, prefetch=3,
+                         columns=["id"]) as ld:
+        time.sleep(0.01)
+        n = sum(1 for _ in ld)
+        st = ld.stats()
+    assert n == 5 and st["steps"] == 5 and st["rows"] == 1000 and st["bytes"] >= 1000 * 8
+    assert 0 <= st["wait_ms"]["p50"] <= st["wait_ms"]["p90"] <= st["wait_ms"]["p99"] <= st["wait_ms"]["max"]
+    assert st["wait_ms"]["max"] > 0 and st["rows_per_s"] > 0
+
+    from meshfeed._src import layout as layout_mod
+    real_call = layout_mod.Materializer.__call__
+    calls = []
+
+    def failing(self, rb):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("boom in step 2")
+        return real_call(self, rb)
+
+    monkeypatch.setattr(layout_mod.Materializer, "__call__", failing)
+    with meshfeed.Loader(glob, global_batch_size=200, sharding=sh, server=server.address, columns=["id"]) as ld:
+        it = iter(ld)
+        next(it), next(it)
+        with pytest.raises(RuntimeError, match="boom in step 2"):
+            next(it)
+        assert ld.state()["position"] == {"epoch": 0, "step": 2}
+
+
+def test_close_stops_server_and_thread(dataset, glob):
+    sh = sharding((8,), ("data",), P("data"))
+    ld = meshfeed.Loader(glob, global_batch_size=64, sharding=sh, num_epochs=None, prefetch=2)  # local server
+    proc = ld._server.proc
+    assert proc.poll() is None
+    next(iter(ld))
+    time.sleep(0.2)  # the thread is now blocked on a full queue of an unbounded stream
+    t0 = time.monotonic()
+    ld.close()
+    assert time.monotonic() - t0 < 10
+    assert proc.poll() is not None, "server still running after close()"
+    with pytest.raises(ProcessLookupError):
+        os.kill(proc.pid, 0)
+    assert not [t for t in threading.enumerate() if t.name == "meshfeed-prefetch"]
+    with pytest.raises(meshfeed.MeshfeedError, match="closed"):
+        next(iter(ld))
+    ld.close()  # idempotent
+
+
+def test_local_server_stopped_on_garbage_collection(glob):
+    import gc
+    sh = sharding((8,), ("data",), P("data"))
+    ld = meshfeed.Loader(glob, global_batch_size=64, sharding=sh)
+    proc = ld._server.proc
+    next(iter(ld))
+    del ld
+    gc.collect()
+    assert proc.wait(timeout=15) is not None
+
+
+def test_shuffle_delivers_every_row_once_in_another_order(server, glob):
+    sh = sharding((8,), ("data",), P("data"))
+    kw = dict(global_batch_size=200, sharding=sh, server=server.address, columns=["id"], last_batch="raise")
+    runs = []
+    for seed in (1, 1, 2):
+        with meshfeed.Loader(glob, shuffle=meshfeed.Shuffle(seed=seed, window=50), **kw) as ld:
+            runs.append(np.concatenate([np.asarray(b["id"]) for b in ld]))
+    assert sorted(runs[0].tolist()) == list(range(ROWS))
+    np.testing.assert_array_equal(runs[0], runs[1])  # deterministic
+    assert (runs[0] != runs[2]).any() and (runs[0] != np.concatenate(
+        [expected_ids(ROWS, 200, 8, s)[0] for s in range(5)])).any()

@@ -1,0 +1,244 @@
+"""Unit tests of the client's parts that need no server."""
+
+
+import jax
+import ml_dtypes
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import meshfeed
+from meshfeed._src import server as server_mod
+from meshfeed._src.errors import from_flight
+from meshfeed._src.layout import Materializer, layout_of
+
+
+def named(shape, names, spec):
+    return NamedSharding(jax.make_mesh(shape, names), spec)
+
+
+@pytest.mark.parametrize("shape,names,spec,B,b,D", [
+    ((4, 2), ("data", "model"), P("data"), 64, 16, 4),
+    ((8,), ("data",), P("data"), 64, 8, 8),
+    ((4, 2), ("data", "model"), P(("data", "model")), 64, 8, 8),
+    ((4, 2), ("data", "model"), P("model"), 64, 32, 2),
+    ((4, 2), ("data", "model"), P(), 64, 64, 1),
+])
+def test_layout_of(shape, names, spec, B, b, D):
+    sh = named(shape, names, spec)
+    L = layout_of(sh, B)
+    assert (L.B, L.b, L.D) == (B, b, D), f"layout_of({spec}) = {(L.B, L.b, L.D)}, want {(B, b, D)}"
+    assert L.slices == tuple(range(D))  # one process holds every device
+    assert len(L.devices) == 8
+    # independent check: the device's rows per jax equal slice k of the layout
+    for dev, k in L.devices:
+        start = sh.devices_indices_map((B,))[dev][0].start or 0
+        assert L.slices[k] * b == start
+
+
+def test_layout_of_other_sharding_kinds():
+    devs = jax.devices()
+    sd = jax.sharding.SingleDeviceSharding(devs[3])
+    L = layout_of(sd, 16)
+    assert (L.b, L.D, L.slices) == (16, 1, (0,)) and L.devices[0][0] == devs[3]
+
+
+def _abuf(values):
+    """A primitive Arrow array whose values live in a 64-byte aligned Arrow buffer."""
+    buf = pa.allocate_buffer(values.nbytes)
+    np.frombuffer(buf, dtype=values.dtype)[:] = values
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, buf])
+
+
+def _aligned_batch(n_rows):
+    """A record built in this process, every values buffer 64-byte aligned."""
+    ids = _abuf(np.arange(n_rows, dtype=np.int64))
+    feats = pa.FixedSizeListArray.from_arrays(_abuf(np.arange(n_rows * 4, dtype=np.float32)), 4)
+    bf = np.arange(n_rows * 2, dtype=np.float32).astype(ml_dtypes.bfloat16)
+    bf_col = pa.FixedSizeListArray.from_arrays(_abuf(bf.view(np.uint16)), 2)
+    img = pa.FixedSizeListArray.from_arrays(_abuf((np.arange(n_rows * 8) % 251).astype(np.uint8)), 8)
+    mask = pa.array(np.arange(n_rows) % 3 != 0)
+    names = pa.array([f"r{i}" for i in range(n_rows)])
+    schema = pa.schema([
+        pa.field("id", pa.int64()),
+        pa.field("x", feats.type),
+        pa.field("bf", bf_col.type, metadata={"meshfeed.dtype": "bfloat16"}),
+        pa.field("img", img.type, metadata={"ARROW:extension:name": "arrow.fixed_shape_tensor",
+                                            "ARROW:extension:metadata": '{"shape": [2, 4]}'}),
+        pa.field("name", pa.string()),
+        pa.field("valid", pa.bool_()),
+    ])
+    return pa.record_batch([ids, feats, bf_col, img, names, mask], schema=schema)
+
+
+def test_materialize_aliases_arrow_memory():
+    """device_put on the CPU backend aliases 64-byte aligned host memory; the
+    materializer must hand it views of the Arrow buffers, never copies. A copy
+    anywhere (numpy or jax) puts the jax buffer outside the Arrow buffer."""
+    B = 64
+    sh = named((4, 2), ("data", "model"), P("data"))
+    L = layout_of(sh, B)
+    rb = _aligned_batch(B)
+    mat = Materializer(rb.schema, sh, L, "valid")
+    out = mat(rb)
+    assert out["x"].shape == (B, 4) and out["bf"].dtype == jax.numpy.bfloat16 and out["bf"].shape == (B, 2)
+    assert out["img"].shape == (B, 2, 4) and out["img"].dtype == np.uint8
+    assert isinstance(out["name"], pa.Array) and out["name"].to_pylist()[:2] == ["r0", "r1"]
+    np.testing.assert_array_equal(np.asarray(out["id"]), np.arange(B))
+    np.testing.assert_array_equal(np.asarray(out["x"]).reshape(-1), np.arange(B * 4, dtype=np.float32))
+    np.testing.assert_array_equal(np.asarray(out["bf"]).astype(np.float32).reshape(-1), np.arange(B * 2))
+    np.testing.assert_array_equal(np.asarray(out["img"]).reshape(-1), np.arange(B * 8) % 251)
+    np.testing.assert_array_equal(np.asarray(out["valid"]), np.arange(B) % 3 != 0)
+    bufs = {"id": rb.column(0).buffers()[1], "x": rb.column(1).values.buffers()[1],
+            "bf": rb.column(2).values.buffers()[1], "img": rb.column(3).values.buffers()[1]}
+    for name, buf in bufs.items():
+        assert buf.address % 64 == 0
+        for shard in out[name].addressable_shards:
+            p = shard.data.unsafe_buffer_pointer()
+            assert buf.address <= p < buf.address + buf.size, f"{name} on {shard.device}: copied"
+            assert p == buf.address + shard.index[0].start * out[name].dtype.itemsize * int(np.prod(out[name].shape[1:]))
+    assert mat.counts == {"host_copies": 0, "mask_unpacks": 1, "unaligned_transfers": 0}
+
+
+def test_materialize_sliced_record_offsets():
+    """A record that is a slice of a larger one (non-zero Arrow offsets)."""
+    sh = named((8,), ("data",), P("data"))
+    L = layout_of(sh, 16)
+    rb = _aligned_batch(40).slice(8, 16)
+    out = Materializer(rb.schema, sh, L, "valid")(rb)
+    np.testing.assert_array_equal(np.asarray(out["id"]), np.arange(8, 24))
+    np.testing.assert_array_equal(np.asarray(out["x"])[0], [32, 33, 34, 35])
+    np.testing.assert_array_equal(np.asarray(out["valid"]), np.arange(8, 24) % 3 != 0)
+
+
+def test_trailing_dims_cannot_be_sharded():
+    sh = named((4, 2), ("data", "model"), P("data", "model"))
+    with pytest.raises(meshfeed.InvalidRequestError, match="dimension 0 only"):
+        layout_of(sh, 64)
+    # a sharding valid for (B,) whose trailing dims would be split: refused per column
+    sh = named((4, 2), ("data", "model"), P("data"))
+    L = layout_of(sh, 64)
+    rb = _aligned_batch(64)
+
+    two_d = NamedSharding(sh.mesh, P("data", "model"))
+    with pytest.raises(meshfeed.InvalidRequestError, match="column 'x'"):
+        Materializer(rb.schema.remove(0), two_d, L, "valid")
+
+
+@pytest.mark.parametrize("exc,cls,code", [
+    (pa.ArrowInvalid("gRPC returned precondition failed error, with message: plan: N=10. Detail: x"),
+     meshfeed.PlanError, "FAILED_PRECONDITION"),
+    (pa.ArrowInvalid("Flight returned invalid argument error, with message: bad B"),
+     meshfeed.InvalidRequestError, "INVALID_ARGUMENT"),
+    (pa.ArrowInvalid("gRPC returned resource exhausted error, with message: too many streams"),
+     meshfeed.ResourceExhaustedError, "RESOURCE_EXHAUSTED"),
+    (pa.ArrowKeyError("gRPC returned not found error, with message: no file"), meshfeed.NotFoundError, "NOT_FOUND"),
+    (flight.FlightUnavailableError("Flight returned unavailable error, with message: down"),
+     meshfeed.UnavailableError, "UNAVAILABLE"),
+    (flight.FlightUnauthorizedError("Flight returned unauthorized error, with message: /etc"),
+     meshfeed.PermissionDeniedError, "PERMISSION_DENIED"),
+    (flight.FlightUnauthenticatedError("Flight returned unauthenticated error, with message: token"),
+     meshfeed.PermissionDeniedError, "UNAUTHENTICATED"),
+    (flight.FlightInternalError("Flight returned internal error, with message: bug"), meshfeed.MeshfeedError, "INTERNAL"),
+])
+def test_from_flight(exc, cls, code):
+    got = from_flight(exc)
+    assert type(got) is cls, f"from_flight({exc!r}) = {type(got).__name__}, want {cls.__name__}"
+    assert got.code == code and got.__cause__ is exc
+    server_msg = str(exc).split("with message: ")[1].split(". Detail")[0]
+    assert got.server_message == server_msg and server_msg in str(got)
+
+
+def test_from_flight_passes_other_errors():
+    e = KeyboardInterrupt()
+    assert from_flight(e) is e
+
+
+@pytest.mark.parametrize("uri,root", [
+    ("/data/train/*.parquet", "/data/train"),
+    ("/data/**/x*.parquet", "/data"),
+    ("file:///data/a/b?.parquet", "/data/a"),
+    ("gs://bucket/train/*.parquet", "gs://bucket"),
+    ("/*.parquet", "/"),
+])
+def test_allowed_root(uri, root):
+    assert server_mod.allowed_root(uri) == root, f"allowed_root({uri!r}) = {server_mod.allowed_root(uri)!r}, want {root!r}"
+
+
+def test_allowed_root_of_file_and_dir(tmp_path):
+    f = tmp_path / "a.parquet"
+    f.write_bytes(b"")
+    assert server_mod.allowed_root(str(f)) == str(tmp_path)
+    assert server_mod.allowed_root(str(tmp_path)) == str(tmp_path)
+
+
+def test_binary_not_found_lists_every_place(tmp_path, monkeypatch):
+    monkeypatch.setenv("MESHFEED_BIN", str(tmp_path / "env-bin"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(server_mod, "_PKG_DIR", tmp_path / "pkg" / "meshfeed")
+    with pytest.raises(meshfeed.BinaryNotFoundError) as e:
+        server_mod.find_binary(tmp_path / "explicit")
+    msg = str(e.value)
+    for want in ["binary= argument: " + str(tmp_path / "explicit"), "$MESHFEED_BIN: " + str(tmp_path / "env-bin"),
+                 str(tmp_path / "pkg" / "meshfeed" / "_bin" / "meshfeed"), str(tmp_path / "bin" / "meshfeed"),
+                 "PATH: no meshfeed on PATH"]:
+        assert want in msg, f"{want!r} not in {msg!r}"
+    # and through the public API: server=None needs the binary
+    with pytest.raises(meshfeed.BinaryNotFoundError):
+        meshfeed.Loader(str(tmp_path / "*.parquet"), global_batch_size=8, binary=tmp_path / "explicit",
+                        sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]))
+
+
+def test_binary_search_order(tmp_path, monkeypatch):
+    exe = []
+    for name in ("explicit", "env"):
+        p = tmp_path / name
+        p.write_text("#!/bin/sh\n")
+        p.chmod(0o755)
+        exe.append(str(p))
+    monkeypatch.setenv("MESHFEED_BIN", exe[1])
+    assert server_mod.find_binary(exe[0]) == exe[0]
+    assert server_mod.find_binary(None) == exe[1]
+    assert server_mod.find_binary(tmp_path / "missing") == exe[1]
+
+
+def test_local_server_start_failure_shows_stderr(binary, tmp_path):
+    with pytest.raises(meshfeed.MeshfeedError, match="(?s)exited with status.*backend"):
+        server_mod.LocalServer(binary, [str(tmp_path)], backend="no-such-backend")
+
+
+@pytest.mark.parametrize("make,msg", [
+    (lambda: meshfeed.Shuffle(seed=-1), "Shuffle(seed=-1)"),
+    (lambda: meshfeed.Shuffle(window=1.5), "Shuffle(window=1.5)"),
+    (lambda: meshfeed.Column(dtype="float8"), "Column(dtype='float8')"),
+    (lambda: meshfeed.Column(length=-2), "Column(length=-2)"),
+    (lambda: meshfeed.Column(fill="zero"), "Column(fill='zero')"),
+    (lambda: meshfeed.Column(overflow="wrap"), "Column(overflow='wrap')"),
+    (lambda: meshfeed.Column(pack_ratio=1.0), "packing needs length"),
+])
+def test_config_validation(make, msg):
+    with pytest.raises(ValueError) as e:
+        make()
+    assert msg in str(e.value)
+
+
+def test_config_is_keyword_only_and_frozen():
+    with pytest.raises(TypeError):
+        meshfeed.Shuffle(1, 2)  # noqa
+    s = meshfeed.Shuffle(seed=1, window=8)
+    with pytest.raises(AttributeError):
+        s.seed = 2
+    assert meshfeed.Column(dtype="bfloat16", length=16, fill="nan").to_wire("t") == \
+        {"name": "t", "dtype": "bfloat16", "length": 16, "fill": "nan"}
+
+
+def test_public_surface():
+    assert set(meshfeed.__all__) == {
+        "Loader", "Shuffle", "Column", "MeshfeedError", "NotFoundError", "PermissionDeniedError",
+        "InvalidRequestError", "PlanError", "UnavailableError", "ResourceExhaustedError",
+        "BinaryNotFoundError", "StateMismatchError"}
+    assert meshfeed.PlanError.__module__ == "meshfeed"
+    assert [n for n in dir(meshfeed) if not n.startswith("_")] == sorted(meshfeed.__all__)
