@@ -78,7 +78,11 @@ func readIPCFooter(ctx context.Context, store Store, obj Object, cfg *config) (f
 	}
 	// Schema: let arrow-go parse the footer's schema by handing it the whole
 	// footer region through a ReaderAt that serves only the trailer.
-	fr, err := ipc.NewFileReader(&tailReader{size: obj.Size, off: fstart, data: append(append([]byte(nil), fb...), tail[len(tail)-trailer:]...)})
+	region := append(append([]byte(nil), fb...), tail[len(tail)-trailer:]...)
+	fr, err := ipc.NewFileReader(&readerAtSeeker{
+		ReaderAt: &tailReaderAt{ReaderAt: outsideFooter{fstart, obj.Size}, off: fstart, tail: region},
+		size:     obj.Size,
+	})
 	if err != nil {
 		return nil, bad("%v", err)
 	}
@@ -137,35 +141,12 @@ func readIPCFooter(ctx context.Context, store Store, obj Object, cfg *config) (f
 	return &ipcFooter{uri: obj.URI, sch: sch, schemaMsg: msg, blocks: blocks}, nil
 }
 
-// tailReader serves the footer region of an IPC file at its true offsets.
-type tailReader struct {
-	size int64
-	off  int64
-	data []byte
-	pos  int64
-}
+// outsideFooter refuses reads outside the footer region that arrow-go's
+// FileReader is handed (it must only read the footer and schema).
+type outsideFooter struct{ off, size int64 }
 
-func (t *tailReader) ReadAt(p []byte, off int64) (int, error) {
-	if off < t.off || off+int64(len(p)) > t.size {
-		return 0, fmt.Errorf("read [%d, %d) outside the footer region [%d, %d)", off, off+int64(len(p)), t.off, t.size)
-	}
-	return copy(p, t.data[off-t.off:]), nil
-}
-func (t *tailReader) Read(p []byte) (int, error) {
-	n, err := t.ReadAt(p, t.pos)
-	t.pos += int64(n)
-	return n, err
-}
-func (t *tailReader) Seek(off int64, whence int) (int64, error) {
-	switch whence {
-	case io.SeekStart:
-		t.pos = off
-	case io.SeekCurrent:
-		t.pos += off
-	case io.SeekEnd:
-		t.pos = t.size + off
-	}
-	return t.pos, nil
+func (o outsideFooter) ReadAt(p []byte, off int64) (int, error) {
+	return 0, fmt.Errorf("read [%d, %d) outside the footer region [%d, %d)", off, off+int64(len(p)), o.off, o.size)
 }
 
 // ipcBlocks reads Footer.recordBatches (field 3: a vector of Block structs of

@@ -61,11 +61,21 @@ type arrowFooter struct {
 	err  error
 }
 
-// readerAtSeeker gives arrow-go's file reader a Seek over an io.ReaderAt.
+// readerAtSeeker gives arrow-go's readers Read and Seek over an io.ReaderAt.
 type readerAtSeeker struct {
 	io.ReaderAt
 	size int64
 	pos  int64
+}
+
+func (r *readerAtSeeker) Read(p []byte) (int, error) {
+	if r.pos >= r.size {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), r.size-r.pos)]
+	n, err := r.ReadAt(p, r.pos)
+	r.pos += int64(n)
+	return n, err
 }
 
 func (r *readerAtSeeker) Seek(off int64, whence int) (int64, error) {

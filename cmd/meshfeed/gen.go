@@ -183,24 +183,7 @@ func runGen(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	m := genManifest{Version: genManifestVersion, Spec: g.spec.Canonical(), Rows: res.Rows, Bytes: res.Bytes}
-	for _, f := range res.Files {
-		m.Files = append(m.Files, genFile{Name: filepath.Base(f.URI), Rows: f.Rows, Bytes: f.Bytes})
-		fmt.Fprintf(genStdout, "  %s  %d rows  %d row groups  %d bytes\n", f.URI, f.Rows, len(f.RowGroups), f.Bytes)
-	}
-	b, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return err
-	}
-	w, err := datagen.LocalCreator{}.Create(ctx, manifestPath)
-	if err != nil {
-		return err
-	}
-	if _, err := w.Write(append(b, '\n')); err != nil {
-		w.(interface{ Abort() error }).Abort()
-		return fmt.Errorf("write %s: %w", manifestPath, err)
-	}
-	if err := w.Close(); err != nil {
+	if err := genWriteManifest(ctx, datagen.LocalCreator{}, manifestPath, g.spec, res); err != nil {
 		return err
 	}
 	secs := res.Elapsed.Seconds()
@@ -302,7 +285,18 @@ func runGenGCS(ctx context.Context, g genArgs) error {
 	if err != nil {
 		return err
 	}
-	m := genManifest{Version: genManifestVersion, Spec: g.spec.Canonical(), Rows: res.Rows, Bytes: res.Bytes}
+	if err := genWriteManifest(ctx, store, manifestURI, g.spec, res); err != nil {
+		return err
+	}
+	fmt.Fprintf(genStdout, "wrote %d files, %d rows, %d bytes (%.1f MB) in %.2fs to %s\n",
+		len(res.Files), res.Rows, res.Bytes, float64(res.Bytes)/1e6, res.Elapsed.Seconds(), out)
+	return nil
+}
+
+// genWriteManifest prints what was written and writes the manifest last, so a
+// dataset without one is known to be incomplete.
+func genWriteManifest(ctx context.Context, c datagen.Creator, uri string, spec datagen.Spec, res datagen.Result) error {
+	m := genManifest{Version: genManifestVersion, Spec: spec.Canonical(), Rows: res.Rows, Bytes: res.Bytes}
 	for _, f := range res.Files {
 		m.Files = append(m.Files, genFile{Name: path.Base(f.URI), Rows: f.Rows, Bytes: f.Bytes})
 		fmt.Fprintf(genStdout, "  %s  %d rows  %d row groups  %d bytes\n", f.URI, f.Rows, len(f.RowGroups), f.Bytes)
@@ -311,18 +305,17 @@ func runGenGCS(ctx context.Context, g genArgs) error {
 	if err != nil {
 		return err
 	}
-	w, err := store.Create(ctx, manifestURI)
+	w, err := c.Create(ctx, uri)
 	if err != nil {
 		return err
 	}
 	if _, err := w.Write(append(b, '\n')); err != nil {
-		w.Close()
-		return fmt.Errorf("write %s: %w", manifestURI, err)
+		if a, ok := w.(interface{ Abort() error }); ok {
+			a.Abort()
+		} else {
+			w.Close()
+		}
+		return fmt.Errorf("write %s: %w", uri, err)
 	}
-	if err := w.Close(); err != nil {
-		return err
-	}
-	fmt.Fprintf(genStdout, "wrote %d files, %d rows, %d bytes (%.1f MB) in %.2fs to %s\n",
-		len(res.Files), res.Rows, res.Bytes, float64(res.Bytes)/1e6, res.Elapsed.Seconds(), out)
-	return nil
+	return w.Close()
 }
