@@ -43,12 +43,16 @@ go-test:
 py-test: build
 	PATH="$(CURDIR)/bin:$$PATH" MESHFEED_BIN="$(CURDIR)/$(BIN)" $(VENV)/bin/python -m pytest -q testdata $(wildcard pyclient/tests)
 
-# Main job: generate a dataset, read it back through the loader, print throughput.
+# Main job: generate a dataset, show its files, plan and raw read speed, then
+# train a small MLP on an 8-device CPU mesh fed by meshfeed (examples/demo_train.py):
+# live progress on stderr, then a report (rows/s, time waiting for data, loss).
+DEMO_STEPS ?= 300
 demo: setup
 	./$(BIN) gen --out .cache/demo --rows 2000000 --files 4 --row-group-rows 65536 --features 64 --compression snappy --if-absent
 	./$(BIN) inspect .cache/demo
 	./$(BIN) plan --data .cache/demo --global-batch-size 1024 --mesh data=4,model=2 --batch-axes data --processes 2 --last-batch pad --seed 0 --shuffle-window 65536
 	./$(BIN) read .cache/demo
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 MESHFEED_BIN="$(CURDIR)/$(BIN)" $(VENV)/bin/python examples/demo_train.py --data .cache/demo --steps $(DEMO_STEPS)
 
 # Benchmarks: each BENCH_COUNT times into bench.txt; BENCHMARKS.md quotes
 # medians from such a run. MESHFEED_BENCH_ROWS sets the loader's dataset size.

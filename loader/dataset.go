@@ -221,9 +221,13 @@ func (ds *Dataset) project() error {
 		proj := make([]int, len(cols))
 		for i, name := range cols {
 			idx := f.Schema.FieldIndices(name)
+			if len(idx) == 0 && fi == 0 {
+				return fmt.Errorf("loader: %s: column %q not found (columns: %s); drop it from the projection: %w",
+					f.Object.URI, name, fieldNames(f.Schema), ErrColumnNotFound)
+			}
 			if len(idx) == 0 {
-				return fmt.Errorf("loader: %s: column %q not found (columns: %s); drop it from the projection or fix the file: %w",
-					f.Object.URI, name, fieldNames(f.Schema), ErrSchemaMismatch)
+				return fmt.Errorf("loader: %s: column %q not found (columns: %s), but %s has it; drop it from the projection or fix the file: %w",
+					f.Object.URI, name, fieldNames(f.Schema), first.Object.URI, ErrSchemaMismatch)
 			}
 			proj[i] = idx[0]
 		}

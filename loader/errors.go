@@ -12,8 +12,12 @@ var (
 	ErrCorrupt = errors.New("corrupt file")
 	// ErrUnsupported: a column type or encoding meshfeed does not decode.
 	ErrUnsupported = errors.New("unsupported")
-	// ErrSchemaMismatch: two files disagree on a projected column.
+	// ErrSchemaMismatch: two files disagree on a projected column (its type,
+	// or a later file lacks it).
 	ErrSchemaMismatch = errors.New("schema mismatch")
+	// ErrColumnNotFound: a requested column is not in the dataset (the first
+	// file, whose schema the projection follows, lacks it).
+	ErrColumnNotFound = errors.New("column not found")
 	// ErrNull: a null in a numeric column that has no fill value.
 	ErrNull = errors.New("null value")
 	// ErrUnavailable: storage kept failing until the retry budget ran out, or a
