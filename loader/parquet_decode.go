@@ -395,6 +395,13 @@ func (d *parquetDecoder) decode(ctx context.Context, rg int, ra io.ReaderAt, mem
 				if err := checkPages(b, cm, d.maxBytes); err != nil {
 					return nil, fmt.Errorf("loader: %s row group %d column %q: %w", d.f.Object.URI, rg, c.name, err)
 				}
+				if a, ok, err := c.decodeFast(b, cm, rows, mem, d.maxBytes); ok {
+					if err != nil {
+						return nil, fmt.Errorf("loader: %s row group %d column %q: %w", d.f.Object.URI, rg, c.name, err)
+					}
+					arrs = append(arrs, a)
+					continue
+				}
 			}
 		}
 		fcc, ok := chunks[c.leaf].(*parquet.FileColumnChunk)

@@ -1,0 +1,369 @@
+package loader
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/snappy"
+	"github.com/klauspost/compress/zstd"
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/encoding/thrift"
+	"github.com/parquet-go/parquet-go/format"
+)
+
+// Fast path: fixed-width columns without nulls in PLAIN pages are decoded
+// straight from the fetched chunk bytes into the Arrow buffer, without
+// parquet-go's page machinery (which expands every repetition and definition
+// level to a byte and copies each page through two intermediate buffers).
+//
+// A chunk takes the fast path when all of these hold, else it falls back to
+// decodeChunk, which decodes everything:
+//
+//   - the column is a fixed-width primitive (not bool) or a fixed_size_list
+//     of one, stored in a physical type of the element's exact width (no
+//     narrowing of INT32 to 8 or 16 bits);
+//   - the codec is UNCOMPRESSED, SNAPPY, ZSTD or GZIP;
+//   - there is no dictionary page and every data page is PLAIN;
+//   - no page holds a null or an empty list: v2 pages say num_nulls == 0;
+//     v1 pages' definition levels are RLE runs all equal to the max level.
+//
+// The repetition levels of a fixed_size_list are skipped, not checked: the
+// slow path does not check them either (it counts values only). Counts are
+// checked: every page's values must be num_values elements, and the chunk's
+// values rows x list size; a mismatch is ErrCorrupt.
+
+// fastChunks counts column chunks decoded by the fast path; tests read it.
+var fastChunks atomic.Int64
+
+// errFallback is returned inside the fast path when a chunk turns out not to
+// qualify after decoding started (v1 definition levels that are not all at
+// the max level); the caller then decodes the chunk with decodeChunk.
+var errFallback = errors.New("fast path does not apply")
+
+// fastPage is one data page of a fast-path chunk, located in the chunk.
+type fastPage struct {
+	body      []byte // compressed_page_size bytes following the header
+	v2        bool
+	nvals     int  // num_values: levels, and values since there are no nulls
+	size      int  // uncompressed_page_size
+	levels    int  // v2: bytes of repetition and definition levels (never compressed)
+	valuesRaw bool // v2: values stored uncompressed (codec none or is_compressed false)
+}
+
+// fastCodec reports whether the fast path decodes codec.
+func fastCodec(codec format.CompressionCodec) bool {
+	switch codec {
+	case format.Uncompressed, format.Snappy, format.Zstd, format.Gzip:
+		return true
+	}
+	return false
+}
+
+// fastEligible reports whether c's layout qualifies for the fast path; the
+// chunk's metadata and pages are checked by decodeFast.
+func (c *colDecoder) fastEligible() bool {
+	if c.kind != kindPrimitive && c.kind != kindFixedList {
+		return false
+	}
+	return c.elemSize > 0 && physWidth(c.phys) == c.elemSize
+}
+
+// decodeFast decodes one column chunk whose bytes are chunk (the whole
+// chunk, from its first page header) when it qualifies for the fast path.
+// ok is false when it does not (nothing was allocated: decode it with
+// decodeChunk); err is set, and ok true, when it qualifies but is corrupt.
+func (c *colDecoder) decodeFast(chunk []byte, md *format.ColumnMetaData, rows int64, mem memory.Allocator, maxBytes int64) (a arrow.Array, ok bool, err error) {
+	if !c.fastEligible() || !fastCodec(md.Codec) || rows < 0 || rows > math.MaxInt32 {
+		return nil, false, nil
+	}
+	per := int64(1)
+	if c.kind == kindFixedList {
+		per = int64(c.listSize)
+	}
+	want := rows * per // values
+	if want*int64(c.elemSize) > maxBytes || want > math.MaxInt32 {
+		return nil, false, nil // decodeChunk reports the limit
+	}
+	pages, ok := c.fastPages(chunk, md.Codec)
+	if !ok {
+		return nil, false, nil
+	}
+	var total int64
+	for i := range pages {
+		total += int64(pages[i].nvals)
+	}
+	if total != want {
+		return nil, true, fmt.Errorf("pages hold %d values, want %d rows x %d: %w", total, rows, per, ErrCorrupt)
+	}
+	values := newBuf(mem, int(want)*c.elemSize)
+	defer values.Release() // the array holds its own reference
+	dst := values.Bytes()
+	var scratch []byte
+	defer func() {
+		if scratch != nil {
+			putBuf(scratch)
+		}
+	}()
+	pos := 0
+	for i := range pages {
+		p := &pages[i]
+		n := p.nvals * c.elemSize
+		out := dst[pos : pos+n : pos+n]
+		if p.v2 {
+			err = fastPageV2(p, md.Codec, out)
+		} else {
+			err = c.fastPageV1(p, md.Codec, out, &scratch)
+		}
+		if errors.Is(err, errFallback) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, true, fmt.Errorf("page %d: %w", i, err)
+		}
+		pos += n
+	}
+	st := &colState{c: c, mem: mem, values: values, nvals: int(want)}
+	a, err = st.finish(rows)
+	if err != nil {
+		return nil, true, err
+	}
+	fastChunks.Add(1)
+	return a, true, nil
+}
+
+// fastPages walks the page headers of chunk and returns its data pages, or
+// ok false if any page keeps the chunk off the fast path (dictionary, non
+// PLAIN encoding, nulls, a header that does not parse: decodeChunk and
+// checkPages report what is wrong with it).
+func (c *colDecoder) fastPages(chunk []byte, codec format.CompressionCodec) (pages []fastPage, ok bool) {
+	var proto thrift.CompactProtocol
+	br := bytes.NewReader(chunk)
+	dec := thrift.NewDecoder(proto.NewReader(br))
+	for br.Len() > 0 {
+		var h format.PageHeader
+		if err := dec.Decode(&h); err != nil {
+			return nil, false
+		}
+		start := len(chunk) - br.Len()
+		if h.CompressedPageSize < 0 || int(h.CompressedPageSize) > br.Len() || h.UncompressedPageSize < 0 {
+			return nil, false
+		}
+		body := chunk[start : start+int(h.CompressedPageSize)]
+		br.Seek(int64(h.CompressedPageSize), 1)
+		p := fastPage{body: body, size: int(h.UncompressedPageSize)}
+		switch {
+		case h.Type == format.DataPage && h.DataPageHeader.Valid:
+			dh := &h.DataPageHeader.V
+			if dh.Encoding != format.Plain || dh.NumValues < 0 ||
+				(c.maxDef > 0 && dh.DefinitionLevelEncoding != format.RLE) ||
+				(c.kind == kindFixedList && dh.RepetitionLevelEncoding != format.RLE) {
+				return nil, false
+			}
+			p.nvals = int(dh.NumValues)
+			if codec == format.Uncompressed && p.size != len(body) {
+				return nil, false
+			}
+		case h.Type == format.DataPageV2 && h.DataPageHeaderV2.Valid:
+			dh := &h.DataPageHeaderV2.V
+			if dh.Encoding != format.Plain || dh.NumNulls != 0 || dh.NumValues < 0 ||
+				dh.RepetitionLevelsByteLength < 0 || dh.DefinitionLevelsByteLength < 0 {
+				return nil, false
+			}
+			p.v2, p.nvals = true, int(dh.NumValues)
+			p.levels = int(dh.RepetitionLevelsByteLength) + int(dh.DefinitionLevelsByteLength)
+			p.valuesRaw = codec == format.Uncompressed || (dh.IsCompressed.Valid && !dh.IsCompressed.V)
+			if p.levels > len(body) || p.levels > p.size {
+				return nil, false
+			}
+		case h.Type == format.IndexPage:
+			continue
+		default: // dictionary pages, unknown page types
+			return nil, false
+		}
+		if int64(p.nvals)*int64(c.elemSize) > math.MaxInt32 {
+			return nil, false
+		}
+		pages = append(pages, p)
+	}
+	return pages, true
+}
+
+// fastPageV2 writes a v2 page's values into out (exactly its size). The
+// levels are skipped: num_nulls is 0, so every level is at the maximum.
+func fastPageV2(p *fastPage, codec format.CompressionCodec, out []byte) error {
+	src := p.body[p.levels:]
+	if p.size-p.levels != len(out) {
+		return fmt.Errorf("%d bytes of values for %d values: %w", p.size-p.levels, len(out), ErrCorrupt)
+	}
+	if p.valuesRaw {
+		if len(src) != len(out) {
+			return fmt.Errorf("%d bytes of values for %d value bytes: %w", len(src), len(out), ErrCorrupt)
+		}
+		copy(out, src)
+		return nil
+	}
+	return decompressInto(codec, out, src)
+}
+
+// fastPageV1 writes a v1 page's values into out (exactly its size) after
+// checking that its definition levels hold no null. A compressed page is
+// decompressed whole into *scratch (from the fetch buffer pool) first.
+func (c *colDecoder) fastPageV1(p *fastPage, codec format.CompressionCodec, out []byte, scratch *[]byte) error {
+	page := p.body
+	if codec != format.Uncompressed {
+		if cap(*scratch) < p.size {
+			if *scratch != nil {
+				putBuf(*scratch)
+			}
+			*scratch = getBuf(int64(p.size))
+		}
+		buf := (*scratch)[:p.size:p.size]
+		if err := decompressInto(codec, buf, page); err != nil {
+			return err
+		}
+		page = buf
+	}
+	if c.kind == kindFixedList { // repetition levels: skipped
+		var err error
+		if _, page, err = levelSection(page); err != nil {
+			return err
+		}
+	}
+	if c.maxDef > 0 {
+		def, rest, err := levelSection(page)
+		if err != nil {
+			return err
+		}
+		if !allRunsAt(def, c.maxDef, p.nvals) {
+			return errFallback
+		}
+		page = rest
+	}
+	if len(page) != len(out) {
+		return fmt.Errorf("%d bytes of values for %d values of %d bytes: %w", len(page), p.nvals, len(out)/max(p.nvals, 1), ErrCorrupt)
+	}
+	copy(out, page)
+	return nil
+}
+
+// levelSection splits a v1 page's level section (4-byte little-endian length,
+// then RLE/bit-packed hybrid data) from the rest of the page.
+func levelSection(page []byte) (levels, rest []byte, err error) {
+	if len(page) < 4 {
+		return nil, nil, fmt.Errorf("page of %d bytes has no level section: %w", len(page), ErrCorrupt)
+	}
+	n := binary.LittleEndian.Uint32(page)
+	if uint64(n) > uint64(len(page)-4) {
+		return nil, nil, fmt.Errorf("level section of %d bytes in a page of %d: %w", n, len(page), ErrCorrupt)
+	}
+	return page[4 : 4+n], page[4+n:], nil
+}
+
+// allRunsAt reports whether the RLE/bit-packed hybrid levels encode at least
+// n levels in RLE runs that all repeat the value max (work per run, not per
+// level). Bit-packed runs report false: the caller falls back.
+func allRunsAt(levels []byte, max, n int) bool {
+	width := (bits.Len(uint(max)) + 7) / 8
+	count := 0
+	for count < n {
+		h, k := binary.Uvarint(levels)
+		if k <= 0 || h&1 != 0 || len(levels)-k < width {
+			return false
+		}
+		v := 0
+		for i := 0; i < width; i++ {
+			v |= int(levels[k+i]) << (8 * i)
+		}
+		if v != max {
+			return false
+		}
+		count += int(min(h>>1, uint64(n)))
+		levels = levels[k+width:]
+	}
+	return true
+}
+
+// zstdDecoder decodes every fast-path ZSTD page (DecodeAll is safe for
+// concurrent use). The cap limit makes a frame that claims more than the
+// page's uncompressed size an error instead of an allocation of that size.
+var zstdDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
+	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecodeAllCapLimit(true))
+})
+
+// gzipReaders are reset onto each page.
+var gzipReaders sync.Pool
+
+// gunzipInto decodes a gzip stream that must hold exactly len(out) bytes.
+func gunzipInto(out, src []byte) error {
+	br := bytes.NewReader(src)
+	z, _ := gzipReaders.Get().(*gzip.Reader)
+	var err error
+	if z == nil {
+		z, err = gzip.NewReader(br)
+	} else {
+		err = z.Reset(br)
+	}
+	if err != nil {
+		return fmt.Errorf("GZIP: %w: %w", err, ErrCorrupt)
+	}
+	defer gzipReaders.Put(z)
+	if _, err := io.ReadFull(z, out); err != nil {
+		return fmt.Errorf("GZIP data shorter than %d bytes: %w: %w", len(out), err, ErrCorrupt)
+	}
+	var one [1]byte
+	if n, err := z.Read(one[:]); n != 0 || err != io.EOF {
+		return fmt.Errorf("GZIP data longer than %d bytes, or a corrupt end (%v): %w", len(out), err, ErrCorrupt)
+	}
+	return nil
+}
+
+// decompressInto decodes src into out, which must be exactly the decoded
+// size. Every codec of fastCodec decodes into out; another (not reached)
+// would go through parquet-go's codec and a copy.
+func decompressInto(codec format.CompressionCodec, out, src []byte) error {
+	out = out[:len(out):len(out)]
+	var got []byte
+	var err error
+	switch codec {
+	case format.Snappy:
+		// Check the stated length first: Decode allocates it when out is
+		// smaller.
+		var n int
+		if n, err = snappy.DecodedLen(src); err == nil && n != len(out) {
+			return fmt.Errorf("%s data decodes to %d bytes, want %d: %w", codec, n, len(out), ErrCorrupt)
+		}
+		if err == nil {
+			got, err = snappy.Decode(out, src)
+		}
+	case format.Zstd:
+		var d *zstd.Decoder
+		if d, err = zstdDecoder(); err == nil {
+			got, err = d.DecodeAll(src, out[:0])
+		}
+	case format.Gzip:
+		return gunzipInto(out, src)
+	default:
+		got, err = parquet.LookupCompressionCodec(codec).Decode(out, src)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w: %w", codec, err, ErrCorrupt)
+	}
+	if len(got) != len(out) {
+		return fmt.Errorf("%s data decodes to %d bytes, want %d: %w", codec, len(got), len(out), ErrCorrupt)
+	}
+	if len(got) > 0 && unsafe.SliceData(got) != unsafe.SliceData(out) {
+		copy(out, got)
+	}
+	return nil
+}

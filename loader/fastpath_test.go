@@ -1,0 +1,548 @@
+package loader
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	pq "github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/klauspost/compress/snappy"
+	"github.com/klauspost/compress/zstd"
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/encoding/thrift"
+	"github.com/parquet-go/parquet-go/format"
+)
+
+// The fast path (fastpath.go) must be taken for the benchmark's layout
+// (int64, int32 and fixed_size_list<float32> without nulls, PLAIN pages)
+// under every codec it handles and both page versions, must leave every other
+// chunk to decodeChunk, and must turn corrupt pages into ErrCorrupt. Values
+// are checked against the formulas that generated them, not against either
+// decoder.
+
+// fastSeed returns the seed of a randomized test: -loader.seed (registered by
+// the external test package of the same binary), MESHFEED_SEED, or the time.
+func fastSeed(t *testing.T) uint64 {
+	t.Helper()
+	var seed uint64
+	if f := flag.Lookup("loader.seed"); f != nil {
+		seed, _ = strconv.ParseUint(f.Value.String(), 10, 64)
+	}
+	if seed == 0 {
+		seed, _ = strconv.ParseUint(os.Getenv("MESHFEED_SEED"), 10, 64)
+	}
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (replay with -loader.seed=%d)", seed, seed)
+	return seed
+}
+
+const fastListSize = 8
+
+// Generators of the test columns; expected values come from these.
+func genID(i int) int64            { return int64(i)*1_000_003 - 7 }
+func genLabel(i int) int32         { return int32(i%97) - 40 }
+func genFeat(i, j int) float32     { return float32(i) + float32(j)/16 }
+func genMaybe(i int) (int32, bool) { return int32(i) * 3, i%9 != 4 }
+
+// fastRecord holds rows [first, first+n) of the benchmark's column types
+// (both required and nullable without nulls) and of columns the fast path
+// must leave alone.
+func fastRecord(first, n int) arrow.RecordBatch {
+	mem := memory.NewGoAllocator()
+	fields := []arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "label", Type: arrow.PrimitiveTypes.Int32, Nullable: true}, // max def 1, no nulls
+		{Name: "features", Type: arrow.FixedSizeListOfNonNullable(fastListSize, arrow.PrimitiveTypes.Float32)},
+		{Name: "nfeatures", Type: arrow.FixedSizeListOf(fastListSize, arrow.PrimitiveTypes.Float32), Nullable: true},
+		{Name: "flag", Type: arrow.FixedWidthTypes.Boolean},
+		{Name: "small", Type: arrow.PrimitiveTypes.Int8},
+		{Name: "maybe", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+	}
+	b := array.NewRecordBuilder(mem, arrow.NewSchema(fields, nil))
+	defer b.Release()
+	for i := first; i < first+n; i++ {
+		b.Field(0).(*array.Int64Builder).Append(genID(i))
+		b.Field(1).(*array.Int32Builder).Append(genLabel(i))
+		for _, k := range []int{2, 3} {
+			fl := b.Field(k).(*array.FixedSizeListBuilder)
+			fl.Append(true)
+			for j := 0; j < fastListSize; j++ {
+				fl.ValueBuilder().(*array.Float32Builder).Append(genFeat(i, j))
+			}
+		}
+		b.Field(4).(*array.BooleanBuilder).Append(i%3 == 0)
+		b.Field(5).(*array.Int8Builder).Append(int8(i))
+		if v, ok := genMaybe(i); ok {
+			b.Field(6).(*array.Int32Builder).Append(v)
+		} else {
+			b.Field(6).AppendNull()
+		}
+	}
+	return b.NewRecordBatch()
+}
+
+// writeFastFile writes recs with arrow-go's writer, one row group per record
+// when each record fills the writer's max row group length. Records are
+// written whole: arrow-go v18.8.0's writer writes a sliced fixed_size_list
+// from the start of its child values, so a record split into row groups
+// by the writer stores the wrong features after the first row group.
+func writeFastFile(t *testing.T, path string, recs []arrow.RecordBatch, props ...pq.WriterProperty) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w, err := pqarrow.NewFileWriter(recs[0].Schema(), f, pq.NewWriterProperties(props...), pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range recs {
+		if err := w.Write(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkColumn compares a decoded column with the generators, rows from first.
+func checkColumn(t *testing.T, name string, a arrow.Array, first int) {
+	t.Helper()
+	bad := func(i int, got, want any) {
+		t.Helper()
+		t.Fatalf("column %q row %d = %v, want %v", name, first+i, got, want)
+	}
+	switch name {
+	case "id":
+		for i, v := range a.(*array.Int64).Int64Values() {
+			if w := genID(first + i); v != w {
+				bad(i, v, w)
+			}
+		}
+	case "label":
+		for i, v := range a.(*array.Int32).Int32Values() {
+			if w := genLabel(first + i); v != w {
+				bad(i, v, w)
+			}
+		}
+	case "features", "nfeatures":
+		vals := a.(*array.FixedSizeList).ListValues().(*array.Float32).Float32Values()
+		if len(vals) != a.Len()*fastListSize {
+			t.Fatalf("column %q: %d values for %d rows", name, len(vals), a.Len())
+		}
+		for k, v := range vals {
+			if w := genFeat(first+k/fastListSize, k%fastListSize); v != w {
+				bad(k/fastListSize, v, w)
+			}
+		}
+	case "flag":
+		for i := 0; i < a.Len(); i++ {
+			if v, w := a.(*array.Boolean).Value(i), (first+i)%3 == 0; v != w {
+				bad(i, v, w)
+			}
+		}
+	case "small":
+		for i, v := range a.(*array.Int8).Int8Values() {
+			if w := int8(first + i); v != w {
+				bad(i, v, w)
+			}
+		}
+	case "maybe":
+		for i, v := range a.(*array.Int32).Int32Values() {
+			w, ok := genMaybe(first + i)
+			if !ok {
+				w = -1 // the fill value
+			}
+			if v != w {
+				bad(i, v, w)
+			}
+		}
+	default:
+		t.Fatalf("no generator for column %q", name)
+	}
+}
+
+// readColumn decodes every row group of path's column col, checks the values
+// and returns how many chunks the fast path decoded.
+func readColumn(t *testing.T, path, col string) (fast int64, rowGroups int) {
+	t.Helper()
+	ctx := context.Background()
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	store := NewLocalStore()
+	defer store.Close()
+	ds, err := Open(ctx, store, []string{path}, WithColumns(col), WithFill(map[string]float64{"maybe": -1}), WithFooterCache(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := fastChunks.Load()
+	first := 0
+	for rg, meta := range ds.Files[0].RowGroups {
+		rec, err := ds.ReadRowGroup(ctx, 0, rg, mem)
+		if err != nil {
+			t.Fatalf("column %q row group %d: %v", col, rg, err)
+		}
+		defer rec.Release()
+		if rec.NumRows() != meta.Rows {
+			t.Fatalf("column %q row group %d: %d rows, want %d", col, rg, rec.NumRows(), meta.Rows)
+		}
+		checkColumn(t, col, rec.Column(0), first)
+		first += int(meta.Rows)
+	}
+	return fastChunks.Load() - before, len(ds.Files[0].RowGroups)
+}
+
+func TestFastPathTaken(t *testing.T) {
+	// Row groups of 1000, 1000 and 500 rows (uneven last one).
+	var recs []arrow.RecordBatch
+	for first := 0; first < 2500; first += 1000 {
+		rec := fastRecord(first, min(1000, 2500-first))
+		defer rec.Release()
+		recs = append(recs, rec)
+	}
+	dir := t.TempDir()
+	codecs := []struct {
+		name  string
+		codec compress.Compression
+		fast  bool
+	}{
+		{"none", compress.Codecs.Uncompressed, true},
+		{"snappy", compress.Codecs.Snappy, true},
+		{"zstd", compress.Codecs.Zstd, true},
+		{"gzip", compress.Codecs.Gzip, true},
+		{"lz4raw", compress.Codecs.Lz4Raw, false}, // arrow-go fallback path
+	}
+	// Columns and whether the fast path takes them in a plain file.
+	cols := []struct {
+		name string
+		fast bool
+	}{
+		{"id", true}, {"label", true}, {"features", true}, {"nfeatures", true},
+		{"flag", false},  // bool: bit-packed
+		{"small", false}, // int8 narrowed from INT32
+		{"maybe", false}, // nulls
+	}
+	for _, c := range codecs {
+		for _, dict := range []bool{false, true} {
+			for _, v2 := range []bool{false, true} {
+				label := fmt.Sprintf("%s_dict%v_v2%v", c.name, dict, v2)
+				t.Run(label, func(t *testing.T) {
+					path := filepath.Join(dir, label+".parquet")
+					version := pq.DataPageV1
+					if v2 {
+						version = pq.DataPageV2
+					}
+					writeFastFile(t, path, recs,
+						pq.WithCompression(c.codec),
+						pq.WithDictionaryDefault(dict),
+						pq.WithDataPageVersion(version),
+						pq.WithMaxRowGroupLength(1000),
+						pq.WithDataPageSize(2<<10), // several pages per chunk
+					)
+					for _, col := range cols {
+						got, rgs := readColumn(t, path, col.name)
+						want := int64(0)
+						if col.fast && c.fast && !dict {
+							want = int64(rgs)
+						}
+						if got != want {
+							t.Errorf("%s column %q: fast path decoded %d of %d chunks, want %d", label, col.name, got, rgs, want)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// Hand-built chunks for the unit tests of decodeFast.
+
+func pageHeader(t *testing.T, h format.PageHeader) []byte {
+	t.Helper()
+	b, err := thrift.Marshal(new(thrift.CompactProtocol), &h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// rleRun is one RLE run of count copies of a level (bit width 1).
+func rleRun(count int, level byte) []byte {
+	var b []byte
+	b = appendUvarint(b, uint64(count)<<1)
+	return append(b, level)
+}
+
+func appendUvarint(b []byte, v uint64) []byte {
+	for v >= 0x80 {
+		b = append(b, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(b, byte(v))
+}
+
+func levelSectionOf(levels []byte) []byte {
+	n := len(levels)
+	return append([]byte{byte(n), byte(n >> 8), byte(n >> 16), byte(n >> 24)}, levels...)
+}
+
+func int64Plain(vals ...int64) []byte {
+	var b []byte
+	for _, v := range vals {
+		for k := 0; k < 8; k++ {
+			b = append(b, byte(uint64(v)>>(8*k)))
+		}
+	}
+	return b
+}
+
+// v1Page builds a v1 data page of an optional INT64 column (max def 1) from
+// its uncompressed body.
+func v1Page(t *testing.T, codec format.CompressionCodec, nvals int, body []byte) []byte {
+	t.Helper()
+	data := compressFor(t, codec, body)
+	h := format.PageHeader{Type: format.DataPage, UncompressedPageSize: int32(len(body)), CompressedPageSize: int32(len(data))}
+	h.DataPageHeader = thrift.New(format.DataPageHeader{NumValues: int32(nvals), Encoding: format.Plain, DefinitionLevelEncoding: format.RLE, RepetitionLevelEncoding: format.RLE})
+	return append(pageHeader(t, h), data...)
+}
+
+// v2Page builds a v2 data page with the given levels and values.
+func v2Page(t *testing.T, codec format.CompressionCodec, nvals, nulls int, levels, values []byte) []byte {
+	t.Helper()
+	data := compressFor(t, codec, values)
+	h := format.PageHeader{Type: format.DataPageV2, UncompressedPageSize: int32(len(levels) + len(values)), CompressedPageSize: int32(len(levels) + len(data))}
+	h.DataPageHeaderV2 = thrift.New(format.DataPageHeaderV2{NumValues: int32(nvals), NumNulls: int32(nulls), NumRows: int32(nvals), Encoding: format.Plain, DefinitionLevelsByteLength: int32(len(levels))})
+	return append(append(pageHeader(t, h), levels...), data...)
+}
+
+func compressFor(t *testing.T, codec format.CompressionCodec, b []byte) []byte {
+	t.Helper()
+	switch codec {
+	case format.Uncompressed:
+		return b
+	case format.Snappy:
+		return snappy.Encode(nil, b)
+	case format.Zstd:
+		e, err := zstd.NewWriter(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		return e.EncodeAll(b, nil)
+	}
+	t.Fatalf("no test encoder for %s", codec)
+	return nil
+}
+
+// optInt64 is the decoder of an optional INT64 column (max def 1).
+func optInt64() *colDecoder {
+	return &colDecoder{name: "x", field: arrow.Field{Name: "x", Type: arrow.PrimitiveTypes.Int64}, elem: arrow.PrimitiveTypes.Int64,
+		elemSize: 8, kind: kindPrimitive, phys: parquet.Int64, maxDef: 1}
+}
+
+type fastResult int
+
+const (
+	resDecoded  fastResult = iota // fast path, values as expected
+	resFallback                   // not taken
+	resCorrupt                    // ErrCorrupt
+)
+
+func (r fastResult) String() string {
+	return [...]string{"decoded", "fallback", "ErrCorrupt"}[r]
+}
+
+func runFast(t *testing.T, c *colDecoder, chunk []byte, codec format.CompressionCodec, rows int64) (fastResult, arrow.Array, error) {
+	t.Helper()
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	md := &format.ColumnMetaData{Codec: codec, NumValues: rows}
+	a, ok, err := c.decodeFast(chunk, md, rows, mem, 1<<30)
+	switch {
+	case !ok:
+		if a != nil || err != nil {
+			t.Fatalf("fallback with array %v, error %v", a, err)
+		}
+		return resFallback, nil, nil
+	case err != nil:
+		if a != nil {
+			t.Fatalf("error %v with an array", err)
+		}
+		if errors.Is(err, ErrCorrupt) {
+			return resCorrupt, nil, err
+		}
+		t.Fatalf("unclassified error: %v", err)
+	}
+	// Copy the values out so that the checked allocator balances.
+	vals := append([]int64(nil), a.(*array.Int64).Int64Values()...)
+	a.Release()
+	return resDecoded, array.NewInt64Data(array.NewData(arrow.PrimitiveTypes.Int64, len(vals), []*memory.Buffer{nil, memory.NewBufferBytes(int64Plain(vals...))}, nil, 0, 0)), nil
+}
+
+func TestDecodeFastPages(t *testing.T) {
+	allDef := func(n int) []byte { return levelSectionOf(rleRun(n, 1)) }
+	codecs := []format.CompressionCodec{format.Uncompressed, format.Snappy, format.Zstd}
+	type tc struct {
+		name  string
+		chunk func(codec format.CompressionCodec) []byte
+		rows  int64
+		want  fastResult
+	}
+	var cases []tc
+	cases = append(cases,
+		tc{"v1 two pages", func(cd format.CompressionCodec) []byte {
+			return append(v1Page(t, cd, 2, append(allDef(2), int64Plain(1, 2)...)), v1Page(t, cd, 1, append(allDef(1), int64Plain(3)...))...)
+		}, 3, resDecoded},
+		tc{"v2 two pages", func(cd format.CompressionCodec) []byte {
+			return append(v2Page(t, cd, 2, 0, rleRun(2, 1), int64Plain(1, 2)), v2Page(t, cd, 1, 0, rleRun(1, 1), int64Plain(3))...)
+		}, 3, resDecoded},
+		tc{"v1 then v2", func(cd format.CompressionCodec) []byte {
+			return append(v1Page(t, cd, 2, append(allDef(2), int64Plain(1, 2)...)), v2Page(t, cd, 1, 0, nil, int64Plain(3))...)
+		}, 3, resDecoded},
+		tc{"v1 def runs split", func(cd format.CompressionCodec) []byte {
+			return v1Page(t, cd, 3, append(levelSectionOf(append(rleRun(1, 1), rleRun(2, 1)...)), int64Plain(1, 2, 3)...))
+		}, 3, resDecoded},
+		// Nulls: decodeChunk handles them (fill values, ErrNull).
+		tc{"v1 null level", func(cd format.CompressionCodec) []byte {
+			return v1Page(t, cd, 3, append(levelSectionOf(append(rleRun(2, 1), rleRun(1, 0)...)), int64Plain(1, 2)...))
+		}, 3, resFallback},
+		tc{"v1 bit-packed levels", func(cd format.CompressionCodec) []byte {
+			return v1Page(t, cd, 3, append(levelSectionOf([]byte{0x03, 0x07}), int64Plain(1, 2, 3)...))
+		}, 3, resFallback},
+		tc{"v2 nulls", func(cd format.CompressionCodec) []byte {
+			return v2Page(t, cd, 3, 1, []byte{0x03, 0x03}, int64Plain(1, 2))
+		}, 3, resFallback},
+		tc{"dictionary page", func(cd format.CompressionCodec) []byte {
+			h := format.PageHeader{Type: format.DictionaryPage, UncompressedPageSize: 8, CompressedPageSize: 8}
+			h.DictionaryPageHeader = thrift.New(format.DictionaryPageHeader{NumValues: 1, Encoding: format.Plain})
+			return append(append(pageHeader(t, h), int64Plain(1)...), v2Page(t, format.Uncompressed, 1, 0, nil, int64Plain(3))...)
+		}, 1, resFallback},
+		tc{"unparsable header", func(cd format.CompressionCodec) []byte { return []byte{0xff, 0xff, 0xff} }, 3, resFallback},
+		// Corrupt counts and lengths.
+		tc{"v1 values short of num_values", func(cd format.CompressionCodec) []byte {
+			return v1Page(t, cd, 3, append(allDef(3), int64Plain(1, 2)...))
+		}, 3, resCorrupt},
+		tc{"v1 values not a multiple", func(cd format.CompressionCodec) []byte {
+			return v1Page(t, cd, 2, append(allDef(2), append(int64Plain(1, 2), 9)...))
+		}, 2, resCorrupt},
+		tc{"v1 level length past page", func(cd format.CompressionCodec) []byte {
+			return v1Page(t, cd, 1, append([]byte{0xff, 0, 0, 0, 2, 1}, int64Plain(1)...))
+		}, 1, resCorrupt},
+		tc{"v1 no level section", func(cd format.CompressionCodec) []byte { return v1Page(t, cd, 0, []byte{1}) }, 0, resCorrupt},
+		tc{"v2 values longer than num_values", func(cd format.CompressionCodec) []byte {
+			return v2Page(t, cd, 2, 0, nil, int64Plain(1, 2, 3))
+		}, 2, resCorrupt},
+		tc{"pages fewer than rows", func(cd format.CompressionCodec) []byte {
+			return v2Page(t, cd, 2, 0, nil, int64Plain(1, 2))
+		}, 3, resCorrupt},
+		tc{"pages more than rows", func(cd format.CompressionCodec) []byte {
+			return v2Page(t, cd, 2, 0, nil, int64Plain(1, 2))
+		}, 1, resCorrupt},
+	)
+	for _, cd := range codecs {
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("%s/%s", cd, c.name), func(t *testing.T) {
+				got, a, err := runFast(t, optInt64(), c.chunk(cd), cd, c.rows)
+				if got != c.want {
+					t.Fatalf("decodeFast(%q) = %v (%v), want %v", c.name, got, err, c.want)
+				}
+				if a != nil {
+					defer a.Release()
+					want := []int64{1, 2, 3}[:c.rows]
+					if v := a.(*array.Int64).Int64Values(); fmt.Sprint(v) != fmt.Sprint(want) {
+						t.Fatalf("decodeFast(%q) values = %v, want %v", c.name, v, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestDecodeFastCorruptCompressed(t *testing.T) {
+	body := int64Plain(1, 2, 3, 4)
+	cases := []struct {
+		name  string
+		codec format.CompressionCodec
+		data  []byte
+	}{
+		{"snappy garbage", format.Snappy, []byte{0x20, 0xff, 0xff, 0xff}},
+		{"snappy claims 4 GB", format.Snappy, append(appendUvarint(nil, 0xfffffff0), 0)},
+		{"snappy short", format.Snappy, snappy.Encode(nil, body[:24])},
+		{"zstd garbage", format.Zstd, []byte{0x28, 0xb5, 0x2f, 0xfd, 1, 2, 3}},
+		{"zstd long", format.Zstd, compressFor(t, format.Zstd, append(body, body...))},
+		{"gzip garbage", format.Gzip, []byte{0x1f, 0x8b, 8, 0, 0, 0}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// The header states the right sizes; the compressed values lie.
+			h := format.PageHeader{Type: format.DataPageV2, UncompressedPageSize: int32(len(body)), CompressedPageSize: int32(len(c.data))}
+			h.DataPageHeaderV2 = thrift.New(format.DataPageHeaderV2{NumValues: 4, NumRows: 4, Encoding: format.Plain})
+			chunk := append(pageHeader(t, h), c.data...)
+			if got, _, err := runFast(t, optInt64(), chunk, c.codec, 4); got != resCorrupt {
+				t.Fatalf("decodeFast(%q) = %v (%v), want %v", c.name, got, err, resCorrupt)
+			}
+		})
+	}
+}
+
+// TestDecodeFastMutations corrupts valid chunks at random: every outcome must
+// be a fallback, ErrCorrupt, or a decode of the right length; never a panic.
+func TestDecodeFastMutations(t *testing.T) {
+	rng := rand.New(rand.NewPCG(fastSeed(t), 3))
+	vals := make([]int64, 300)
+	for i := range vals {
+		vals[i] = rng.Int64()
+	}
+	var seeds [][]byte
+	var codecs []format.CompressionCodec
+	for _, cd := range []format.CompressionCodec{format.Uncompressed, format.Snappy, format.Zstd} {
+		v1 := append(v1Page(t, cd, 200, append(levelSectionOf(rleRun(200, 1)), int64Plain(vals[:200]...)...)),
+			v1Page(t, cd, 100, append(levelSectionOf(rleRun(100, 1)), int64Plain(vals[200:]...)...))...)
+		v2 := append(v2Page(t, cd, 200, 0, rleRun(200, 1), int64Plain(vals[:200]...)), v2Page(t, cd, 100, 0, rleRun(100, 1), int64Plain(vals[200:]...))...)
+		seeds = append(seeds, v1, v2)
+		codecs = append(codecs, cd, cd)
+	}
+	n := 3000
+	if testing.Short() {
+		n = 500
+	}
+	for i := 0; i < n; i++ {
+		k := rng.IntN(len(seeds))
+		b := bytes.Clone(seeds[k])
+		for m := rng.IntN(4) + 1; m > 0 && len(b) > 0; m-- {
+			switch rng.IntN(3) {
+			case 0:
+				b[rng.IntN(len(b))] = byte(rng.IntN(256))
+			case 1:
+				b = b[:rng.IntN(len(b))]
+			default:
+				b[rng.IntN(len(b))] ^= 1 << rng.IntN(8)
+			}
+		}
+		got, a, err := runFast(t, optInt64(), b, codecs[k], int64(len(vals)))
+		if got == resDecoded {
+			if a.Len() != len(vals) {
+				t.Fatalf("mutation %d: decoded %d values, want %d", i, a.Len(), len(vals))
+			}
+			a.Release()
+		}
+		_ = err
+	}
+}
