@@ -6,18 +6,32 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
+
+	"github.com/meshfeed/meshfeed/loader"
 )
 
-// Metrics are the server's counters. They are served as one JSON object at
-// /debug/vars on the metrics address (expvar style; Prometheus is not a
-// dependency yet).
+// Metrics are the server's counters. On the metrics address they are served
+// in the Prometheus text format at /metrics (metric names in
+// docs/PROTOCOL.md) and as one JSON object at /debug/vars.
+//
+// The hot path adds to atomics (and observes two histograms) once per step,
+// never per row; everything else is read when scraped.
 type Metrics struct {
 	streamsActive atomic.Int64
 	streamsTotal  atomic.Int64
 	steps         atomic.Int64
 	rows          atomic.Int64
 	bytes         atomic.Int64
+	queued        atomic.Int64
+
+	// sendSeconds observes how long each step took to hand to gRPC; waitSeconds
+	// how long the send loop waited for each step from the backend.
+	sendSeconds prometheus.Histogram
+	waitSeconds prometheus.Histogram
 
 	mu     sync.Mutex
 	errors map[string]int64
@@ -36,11 +50,50 @@ type MetricsSnapshot struct {
 	// Bytes counts the Arrow buffer bytes of the records sent, before IPC
 	// framing and compression.
 	Bytes int64 `json:"record_bytes_sent"`
+	// QueuedSteps is the steps read from the backend and not yet sent (queued
+	// for the send loop, or handed to gRPC and not yet written), summed over
+	// streams.
+	QueuedSteps int64 `json:"queued_steps"`
 	// Errors counts calls that ended in an error, by gRPC code name.
 	Errors map[string]int64 `json:"errors_by_code"`
 	// BudgetInUse is the bytes of records queued across streams now.
 	BudgetInUse int64 `json:"memory_budget_in_use"`
 }
+
+// stepSecondsBuckets are the buckets of the per-step histograms: 100µs to
+// about 26s, by factors of 4 (an 8 MiB step takes a few ms on loopback).
+var stepSecondsBuckets = prometheus.ExponentialBuckets(0.0001, 4, 10)
+
+// initMetrics sets up the histograms and the server's own Prometheus
+// registry (not the global one, so that one process can run several
+// servers).
+func (s *Server) initMetrics() {
+	s.metrics.sendSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "meshfeed_step_send_seconds",
+		Help: "Seconds each step took to hand to gRPC, over all streams. gRPC blocks while the client's " +
+			"flow-control window is full, so high values mean the client (or network) is slower than the server.",
+		Buckets: stepSecondsBuckets,
+	})
+	s.metrics.waitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "meshfeed_step_wait_seconds",
+		Help: "Seconds the send loop waited for each step from the backend (reading, decoding, cutting), over all " +
+			"streams. High values mean the client is starved: the server, not the client, is the bottleneck.",
+		Buckets: stepSecondsBuckets,
+	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		&serverCollector{s: s},
+		s.metrics.sendSeconds,
+		s.metrics.waitSeconds,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	s.registry = reg
+}
+
+// Gatherer returns the server's Prometheus registry: what /metrics serves.
+// Programs that serve metrics elsewhere can gather from it.
+func (s *Server) Gatherer() prometheus.Gatherer { return s.registry }
 
 func (m *Metrics) countError(c codes.Code) {
 	m.mu.Lock()
@@ -58,6 +111,7 @@ func (m *Metrics) snapshot() MetricsSnapshot {
 		Steps:         m.steps.Load(),
 		Rows:          m.rows.Load(),
 		Bytes:         m.bytes.Load(),
+		QueuedSteps:   m.queued.Load(),
 		Errors:        map[string]int64{},
 	}
 	m.mu.Lock()
@@ -68,14 +122,97 @@ func (m *Metrics) snapshot() MetricsSnapshot {
 	return s
 }
 
-// metricsHandler serves the snapshot returned by snap as JSON.
-func metricsHandler(snap func() MetricsSnapshot) http.Handler {
+// Descriptions of the metrics that serverCollector reads at scrape time.
+var (
+	descStreamsActive = prometheus.NewDesc("meshfeed_streams_active",
+		"DoGet streams being served.", nil, nil)
+	descStreamsTotal = prometheus.NewDesc("meshfeed_streams_total",
+		"DoGet streams opened.", nil, nil)
+	descSteps = prometheus.NewDesc("meshfeed_sent_steps_total",
+		"Step messages sent.", nil, nil)
+	descRows = prometheus.NewDesc("meshfeed_sent_rows_total",
+		"Rows sent, padding rows included.", nil, nil)
+	descBytes = prometheus.NewDesc("meshfeed_sent_bytes_total",
+		"Arrow buffer bytes of the step records sent, before IPC framing and compression.", nil, nil)
+	descQueue = prometheus.NewDesc("meshfeed_queue_steps",
+		"Steps read from the backend and not yet sent (queued for the send loop, or handed to gRPC and not yet "+
+			"written), summed over streams.", nil, nil)
+	descBudget = prometheus.NewDesc("meshfeed_memory_budget_in_use_bytes",
+		"Bytes of step records queued across streams, held against the memory budget.", nil, nil)
+	descErrors = prometheus.NewDesc("meshfeed_errors_total",
+		"Calls that ended in an error, by gRPC status code name.", []string{"code"}, nil)
+	descStorageBytes = prometheus.NewDesc("meshfeed_storage_read_bytes_total",
+		"Bytes returned by reads from the backend's storage (row group data and footers). Counted by the "+
+			"store, so shared by every server over the same store; absent when the backend reports none.", nil, nil)
+	descStorageReads = prometheus.NewDesc("meshfeed_storage_reads_total",
+		"Successful ranged reads from the backend's storage; absent when the backend reports none.", nil, nil)
+	descStorageRetries = prometheus.NewDesc("meshfeed_storage_retries_total",
+		"Storage requests re-issued after a failed one (an error status, a broken or stalled connection), "+
+			"resumes included; absent when the backend reports none.", nil, nil)
+	descStorageResumes = prometheus.NewDesc("meshfeed_storage_resumes_total",
+		"Storage retries that continued a ranged read past the bytes already received; absent when the "+
+			"backend reports none.", nil, nil)
+)
+
+// serverCollector reads the server's atomics, and its backend's storage
+// counters (when the backend is a loader.StatsReporter), at scrape time.
+type serverCollector struct{ s *Server }
+
+// Describe implements prometheus.Collector.
+func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descStreamsActive, descStreamsTotal, descSteps, descRows, descBytes,
+		descQueue, descBudget, descErrors, descStorageBytes, descStorageReads, descStorageRetries, descStorageResumes} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	m := s.metrics.snapshot()
+	gauge := func(d *prometheus.Desc, v int64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v))
+	}
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge(descStreamsActive, m.StreamsActive)
+	counter(descStreamsTotal, m.StreamsTotal)
+	counter(descSteps, m.Steps)
+	counter(descRows, m.Rows)
+	counter(descBytes, m.Bytes)
+	gauge(descQueue, m.QueuedSteps)
+	gauge(descBudget, s.budget.inUse())
+	for code, n := range m.Errors {
+		counter(descErrors, n, code)
+	}
+	if st := s.storageStats(); st != nil {
+		counter(descStorageBytes, st.BytesRead.Load())
+		counter(descStorageReads, st.Reads.Load())
+		counter(descStorageRetries, st.Retries.Load())
+		counter(descStorageResumes, st.Resumes.Load())
+	}
+}
+
+// storageStats returns the storage counters of the backend, or nil when it
+// reports none.
+func (s *Server) storageStats() *loader.StoreStats {
+	if r, ok := s.backend.(loader.StatsReporter); ok {
+		return r.Stats()
+	}
+	return nil
+}
+
+// metricsHandler serves the server's registry at /metrics (Prometheus text
+// format) and its snapshot as JSON at /debug/vars.
+func (s *Server) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	mux.HandleFunc("/debug/vars", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json; charset=utf-8")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(snap())
+		_ = enc.Encode(s.Metrics())
 	})
 	return mux
 }

@@ -145,6 +145,20 @@ func (p *Pipeline) Close() error {
 	return nil
 }
 
+var _ loader.StatsReporter = (*Pipeline)(nil)
+
+// Stats implements loader.StatsReporter: the counters of the Pipeline's store
+// (bytes read, reads, retries, resumes), which the server exports as
+// meshfeed_storage_* metrics; nil when the store does not count its work (is
+// not a loader.StatsReporter). A store shared with others counts their reads
+// too.
+func (p *Pipeline) Stats() *loader.StoreStats {
+	if r, ok := p.cfg.store.(loader.StatsReporter); ok {
+		return r.Stats()
+	}
+	return nil
+}
+
 // pipelinePlan is a request planned on its dataset.
 type pipelinePlan struct {
 	req    *Request
@@ -392,14 +406,8 @@ func fillKey(fills map[string]float64) map[string]string {
 // lacks as a bad request (InvalidArgument, as docs/PROTOCOL.md says) rather
 // than a schema mismatch between files.
 func columnError(err error, cols []string) error {
-	if !errors.Is(err, loader.ErrSchemaMismatch) {
-		return err
-	}
-	msg := err.Error()
-	for _, c := range cols {
-		if strings.Contains(msg, fmt.Sprintf("column %q not found", c)) {
-			return fmt.Errorf("%w: %w", ErrBadRequest, err)
-		}
+	if errors.Is(err, loader.ErrColumnNotFound) {
+		return fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	return err
 }

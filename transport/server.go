@@ -20,6 +20,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -46,6 +47,8 @@ type Server struct {
 	slots   chan struct{}
 	budget  *budget
 	metrics Metrics
+	// registry holds the Prometheus collectors served at /metrics.
+	registry *prometheus.Registry
 
 	mu         sync.Mutex
 	metricsSrv *http.Server
@@ -70,6 +73,7 @@ func New(backend Backend, opts ...Option) (*Server, error) {
 		slots:   make(chan struct{}, cfg.maxStreams),
 		budget:  newBudget(cfg.budget),
 	}
+	s.initMetrics()
 	codec, err := newFlightCodec()
 	if err != nil {
 		return nil, err
@@ -130,12 +134,12 @@ func (s *Server) Serve(lis net.Listener) error {
 		if err != nil {
 			return fmt.Errorf("transport: metrics listen %s: %w", s.cfg.metrics, err)
 		}
-		srv := &http.Server{Handler: metricsHandler(s.Metrics), ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: s.metricsHandler(), ReadHeaderTimeout: 10 * time.Second}
 		s.mu.Lock()
 		s.metricsSrv, s.metricsLis = srv, mlis
 		s.mu.Unlock()
 		go func() { _ = srv.Serve(mlis) }()
-		s.log.Info("metrics serving", "addr", mlis.Addr().String(), "path", "/debug/vars")
+		s.log.Info("metrics serving", "addr", mlis.Addr().String(), "paths", "/metrics /debug/vars")
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus("arrow.flight.protocol.FlightService", healthpb.HealthCheckResponse_SERVING)
@@ -416,6 +420,7 @@ func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWrit
 	for {
 		var it item
 		var ok bool
+		waited := time.Now()
 		select {
 		case <-ctx.Done():
 			return n, ctx.Err()
@@ -436,6 +441,8 @@ func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWrit
 			return n, fmt.Errorf("transport: encode step metadata: %w", err)
 		}
 		rows := it.rec.NumRows()
+		sending := time.Now()
+		s.metrics.waitSeconds.Observe(sending.Sub(waited).Seconds())
 		if zw != nil {
 			// The record and its budget share are held until gRPC has
 			// written (or dropped) its buffers.
@@ -447,6 +454,7 @@ func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWrit
 		if err != nil {
 			return n, fmt.Errorf("transport: send epoch %d step %d: %w", it.meta.Epoch, it.meta.Step, err)
 		}
+		s.metrics.sendSeconds.Observe(time.Since(sending).Seconds())
 		n.steps++
 		n.rows += rows
 		n.bytes += it.size
@@ -484,21 +492,24 @@ func (s *Server) produce(ctx context.Context, st Stream, items chan<- item) {
 			rec.Release()
 			return
 		}
+		it := item{rec: rec, meta: meta, size: size}
+		s.metrics.queued.Add(1)
 		select {
-		case items <- item{rec: rec, meta: meta, size: size}:
+		case items <- it:
 		case <-ctx.Done():
-			rec.Release()
-			s.budget.release(size)
+			s.drop(it)
 			return
 		}
 	}
 }
 
-// drop releases an item's record and its share of the budget.
+// drop releases an item's record and its share of the budget, and takes it
+// off the queue-depth gauge.
 func (s *Server) drop(it item) {
 	if it.rec != nil {
 		it.rec.Release()
 		s.budget.release(it.size)
+		s.metrics.queued.Add(-1)
 	}
 }
 
