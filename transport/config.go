@@ -132,7 +132,8 @@ func WithMemoryBudget(bytes int64) Option { return func(c *Config) { c.budget = 
 // than this fails with ResourceExhausted.
 func WithMaxMessageSize(bytes int) Option { return func(c *Config) { c.maxMsg = bytes } }
 
-// WithMetricsAddress serves counters as JSON at http://addr/debug/vars
+// WithMetricsAddress serves Prometheus metrics at http://addr/metrics and
+// the same counters as JSON at http://addr/debug/vars
 // (default "": off). The same loopback rule as the listen address applies
 // (there is no TLS for metrics).
 func WithMetricsAddress(addr string) Option { return func(c *Config) { c.metrics = addr } }

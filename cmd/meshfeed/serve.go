@@ -42,7 +42,7 @@ func runServe(ctx context.Context, args []string) error {
 	prefetch := fs.Int("prefetch", transport.DefaultPrefetch, "steps each stream reads ahead of the one being sent")
 	budget := fs.Int64("memory-budget", transport.DefaultMemoryBudget, "bytes of records queued across all streams (0: unbounded)")
 	maxMsg := fs.Int("max-message-size", transport.DefaultMaxMessageSize, "largest gRPC message sent, bytes (clients must accept at least this)")
-	metrics := fs.String("metrics-addr", "", "serve counters as JSON at http://ADDR/debug/vars (off when empty)")
+	metrics := fs.String("metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (and JSON counters at /debug/vars); off when empty")
 	zstd := fs.Bool("zstd", false, "compress IPC bodies with zstd")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long streams in flight may finish before they are cancelled")
 	backend := fs.String("backend", "pipeline", "pipeline (loader+batching) or demo (synthetic rows, for tests)")
