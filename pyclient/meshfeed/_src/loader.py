@@ -15,7 +15,8 @@ import numpy as np
 import pyarrow.flight as flight
 
 from .config import Column, Shuffle
-from .errors import InvalidRequestError, MeshfeedError, PlanError, StateMismatchError, from_flight
+from .errors import (InvalidRequestError, MeshfeedError, PlanError, StateMismatchError, UnavailableError,
+                     from_flight)
 from .layout import Layout, Materializer, layout_of
 from .server import LocalServer, allowed_root, find_binary
 
@@ -126,15 +127,34 @@ class _Prefetcher:
             self.thread.join(timeout)
 
 
-def _close_all(prefetcher_box: list, client: flight.FlightClient, server: LocalServer | None) -> None:
+def _close_all(prefetcher_box: list, res: list) -> None:
+    """Stops the prefetcher, closes the client res[0] and stops the local
+    server res[1] (if any). The lists are the Loader's own: recovery replaces
+    their entries, so the finalizer always closes the current ones."""
     if prefetcher_box and prefetcher_box[0] is not None:
         prefetcher_box[0].stop()
-    try:
-        client.close()
-    except Exception:  # noqa: BLE001
-        pass
+    client, server = res
+    if client is not None:
+        try:
+            client.close()
+        except Exception:  # noqa: BLE001
+            pass
     if server is not None:
         server.stop()
+
+
+def _recoverable(exc: BaseException) -> bool:
+    """Whether a stream error means the server (or its storage) went away for
+    now: UNAVAILABLE or DEADLINE_EXCEEDED, a broken connection (a killed server
+    ends the call with UNAVAILABLE, or with INTERNAL/CANCELLED and a message
+    about the closed connection)."""
+    if isinstance(exc, UnavailableError) or isinstance(exc, (ConnectionError, flight.FlightUnavailableError)):
+        return True
+    if isinstance(exc, MeshfeedError) and exc.code in ("INTERNAL", "CANCELLED", None) and exc.__cause__ is not None:
+        msg = str(exc).lower()
+        return any(w in msg for w in ("socket closed", "connection reset", "broken pipe", "rst_stream",
+                                      "connection refused", "failed to connect", "goaway", "eof"))
+    return False
 
 
 class Loader:
@@ -164,6 +184,15 @@ class Loader:
             starts a local one (stopped by :meth:`close`).
         mask_key: name of the mask with ``last_batch="pad"``.
         binary: path of the meshfeed binary (searched first).
+        recovery_timeout: seconds the loader keeps trying to get its stream
+            back when the server goes away mid-epoch (killed, restarted, or
+            UNAVAILABLE): a local server (``server=None``) that died is
+            restarted; a given ``server`` address is reconnected to, with
+            backoff, until it answers again. The stream resumes at the first
+            step not yet returned by ``next``, so the sequence of steps seen
+            has no gap and no duplicate. The budget covers consecutive failed
+            attempts without a step delivered in between; when it runs out
+            the error is an :class:`UnavailableError`. 0 disables recovery.
 
     Iterating yields the steps from the start (or ``state``) position through
     the last epoch, once; the loader is also a context manager.
@@ -173,11 +202,15 @@ class Loader:
                  sharding: jax.sharding.Sharding, columns: Sequence[str] | Mapping[str, Column | None] | None = None,
                  last_batch: str = "drop", shuffle: Shuffle | None = None, num_epochs: int | None = 1,
                  state: Mapping[str, Any] | None = None, prefetch: int = 2, server: str | None = None,
-                 mask_key: str = "valid", binary: str | os.PathLike | None = None):
+                 mask_key: str = "valid", binary: str | os.PathLike | None = None,
+                 recovery_timeout: float = 60.0):
         self._box: list = [None]
+        self._res: list = [None, None]  # [client, local server]: what the finalizer closes
         self._closed = False
         self._server: LocalServer | None = None
         self._client = None
+        self._recoveries = 0
+        self._recover_deadline: float | None = None
         uris = [data] if isinstance(data, str) else list(data)
         if not uris:
             raise InvalidRequestError("data: name at least one dataset URI")
@@ -196,6 +229,9 @@ class Loader:
             raise InvalidRequestError(f"prefetch={prefetch!r}: want an int >= 1")
         if not isinstance(mask_key, str) or not mask_key:
             raise InvalidRequestError(f"mask_key={mask_key!r}: want a non-empty string")
+        if isinstance(recovery_timeout, bool) or not isinstance(recovery_timeout, (int, float)) or recovery_timeout < 0:
+            raise InvalidRequestError(f"recovery_timeout={recovery_timeout!r}: want a number of seconds >= 0")
+        self._recovery_timeout = float(recovery_timeout)
         self._columns = self._wire_columns(columns)
         self._B = global_batch_size
         self._sharding = sharding
@@ -206,20 +242,89 @@ class Loader:
         self._mask_key = mask_key
         self._layout = layout_of(sharding, global_batch_size)
 
+        self._binary = None
         if server is None:
-            roots = [allowed_root(u) for u in self._uris]
-            self._server = LocalServer(find_binary(binary), roots)
+            self._roots = [allowed_root(u) for u in self._uris]
+            self._binary = find_binary(binary)
+            self._server = LocalServer(self._binary, self._roots)
             server = self._server.address
         self._address = server
+        self._res[1] = self._server
+        self._finalizer = weakref.finalize(self, _close_all, self._box, self._res)
         try:
-            self._client = flight.FlightClient(
-                _location(server), generic_options=[("grpc.max_receive_message_length", -1)])
-            self._finalizer = weakref.finalize(self, _close_all, self._box, self._client, self._server)
+            self._client = self._connect(server)
             self._plan(state)
         except BaseException:
             self.close()
             raise
         self._stats_init()
+
+    def _connect(self, address: str) -> flight.FlightClient:
+        client = flight.FlightClient(_location(address), generic_options=[("grpc.max_receive_message_length", -1)])
+        self._res[0] = client
+        return client
+
+    # -- recovery ----------------------------------------------------------
+
+    def _recover(self, cause: BaseException) -> None:
+        """Gets a working server back after ``cause`` broke the stream: drops
+        the prefetcher (and the steps it staged but did not hand out),
+        restarts the local server if it died, reconnects, and checks that the
+        server plans the same dataset. The next ``__next__`` reopens the
+        stream at ``self._pos``, the first step not yet returned. Raises
+        UnavailableError when the recovery budget is spent."""
+        pf = self._box[0]
+        self._box[0] = None
+        if pf is not None:
+            pf.stop()
+        now = time.monotonic()
+        if self._recover_deadline is None:
+            self._recover_deadline = now + self._recovery_timeout
+        wait, attempts, last = 0.05, 0, cause
+        while True:
+            attempts += 1
+            try:
+                self._reconnect()
+                self._recoveries += 1
+                return
+            except PlanError:
+                raise
+            except BaseException as e:  # noqa: BLE001 - retried below, re-raised when the budget is spent
+                e = from_flight(e)
+                if not (_recoverable(e) or isinstance(e, MeshfeedError)):
+                    raise
+                last = e
+            if time.monotonic() + wait > self._recover_deadline:
+                raise UnavailableError(
+                    f"meshfeed server at {self._address} did not come back within recovery_timeout="
+                    f"{self._recovery_timeout:g}s ({attempts} attempts; the stream broke at epoch {self._pos[0]} "
+                    f"step {self._pos[1]} with: {cause}); last error: {last}", code="UNAVAILABLE") from cause
+            time.sleep(wait)
+            wait = min(wait * 2, 2.0)
+
+    def _reconnect(self) -> None:
+        old = self._client
+        self._client = None
+        self._res[0] = None
+        if old is not None:
+            try:
+                old.close()
+            except Exception:  # noqa: BLE001
+                pass
+        if self._server is not None and not self._server.alive():
+            self._server.stop()
+            self._server = self._res[1] = None
+            self._server = LocalServer(self._binary, self._roots)
+            self._res[1] = self._server
+            self._address = self._server.address
+        client = self._connect(self._address)
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(json.dumps(self._request((0, 0))).encode()))
+        plan = json.loads(info.app_metadata)
+        if int(plan["num_rows"]) != self._num_rows or int(plan["steps_per_epoch"]) != self._spe:
+            raise PlanError(f"after reconnecting, the server at {self._address} plans N={plan['num_rows']} rows "
+                            f"and {plan['steps_per_epoch']} steps per epoch; before it planned N={self._num_rows} "
+                            f"and {self._spe}: the dataset changed, the stream cannot resume")
+        self._client = client
 
     # -- configuration ---------------------------------------------------
 
@@ -335,8 +440,15 @@ class Loader:
 
     @property
     def address(self) -> str:
-        """The server's address (``unix:///...`` or ``host:port``)."""
+        """The server's address (``unix:///...`` or ``host:port``); a restarted
+        local server has a new one."""
         return self._address
+
+    @property
+    def server_pid(self) -> int | None:
+        """The process id of the local server this loader started (the current
+        one, after a restart), or None when it connects to ``server=``."""
+        return self._server.pid if self._server is not None else None
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return self
@@ -347,6 +459,17 @@ class Loader:
     def __next__(self) -> dict[str, Any]:
         if self._closed:
             raise MeshfeedError("loader is closed")
+        while True:
+            try:
+                return self._next_step()
+            except BaseException as e:  # noqa: BLE001 - recovered or re-raised
+                if self._recovery_timeout <= 0 or not _recoverable(e) or self._closed:
+                    raise
+                self._recover(e)
+
+    def _next_step(self) -> dict[str, Any]:
+        if self._client is None:
+            raise MeshfeedError("loader has no connection (an earlier recovery failed)")
         if self._box[0] is None:
             if self._finished():
                 raise StopIteration
@@ -370,6 +493,8 @@ class Loader:
             pf.queue.put(_END)  # keep answering StopIteration
             raise StopIteration
         if isinstance(item, _Failure):
+            if _recoverable(item.exc) and self._recovery_timeout > 0:
+                raise item.exc  # __next__ recovers; a new prefetcher starts at self._pos
             pf.queue.put(item)
             raise item.exc
         (ep, st, real, padded, nbytes, counts), batch = item
@@ -381,6 +506,7 @@ class Loader:
         self._padded += padded
         self._bytes += nbytes
         self._pos = (ep + 1, 0) if st + 1 >= self._spe else (ep, st + 1)
+        self._recover_deadline = None  # a step arrived: the next failure gets a fresh budget
         return batch
 
     def state(self) -> dict[str, Any]:
@@ -399,7 +525,8 @@ class Loader:
         first step was requested, ``host_copies`` (copies meshfeed made: 0 on
         the standard path), ``mask_unpacks`` (mask bitmaps unpacked) and
         ``unaligned_transfers`` (per-device views not 64-byte aligned: XLA's
-        CPU client copies those instead of aliasing them).
+        CPU client copies those instead of aliasing them), ``recoveries``
+        (times the stream was resumed after the server went away).
         """
         el = time.perf_counter() - self._t0 if self._t0 is not None else 0.0
         w = self._waits
@@ -408,7 +535,7 @@ class Loader:
                             "max": max(w, default=0.0), "mean": float(np.mean(w)) if w else 0.0},
                 "rows_per_s": self._rows / el if el > 0 else 0.0,
                 "bytes_per_s": self._bytes / el if el > 0 else 0.0,
-                **self._counts}
+                "recoveries": self._recoveries, **self._counts}
 
     def close(self) -> None:
         """Stops the prefetch thread, closes the connection and stops the local
@@ -418,13 +545,7 @@ class Loader:
         if fin is not None:
             fin()
         else:
-            if self._client is not None:
-                try:
-                    self._client.close()
-                except Exception:  # noqa: BLE001
-                    pass
-            if self._server is not None:
-                self._server.stop()
+            _close_all(self._box, self._res)
 
     def __enter__(self) -> "Loader":
         return self

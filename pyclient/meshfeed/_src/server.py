@@ -75,9 +75,14 @@ class LocalServer:
     directory, stopped by stop(), on garbage collection, or at exit."""
 
     def __init__(self, binary: str, roots: Sequence[str], *, backend: str = "pipeline",
-                 extra_args: Sequence[str] = (), start_timeout: float = 30.0, stop_timeout: float = 10.0):
+                 extra_args: Sequence[str] = (), start_timeout: float = 30.0, stop_timeout: float = 10.0,
+                 socket: str | os.PathLike | None = None):
+        """Starts ``meshfeed serve`` allowed to read ``roots`` and waits until
+        it accepts calls. ``socket``: the Unix socket path to listen on
+        (default: one in a new private temporary directory); a server
+        restarted on the same path is reachable at the same address."""
         self._tmpdir = tempfile.mkdtemp(prefix="meshfeed-")
-        sock = os.path.join(self._tmpdir, "meshfeed.sock")
+        sock = os.fspath(socket) if socket is not None else os.path.join(self._tmpdir, "meshfeed.sock")
         args = [binary, "serve", "--addr", "unix://" + sock, "--backend", backend, "--drain-timeout", "2s"]
         for r in dict.fromkeys(roots):
             args += ["--allow", r]
