@@ -572,32 +572,21 @@ func (s *pipelineStream) next() (arrow.RecordBatch, StepMeta, error) {
 		}
 	}
 	meta := StepMeta{Epoch: s.pos.Epoch, Step: s.pos.Step, Slices: slices.Clone(pl.req.Slices), RealRows: make([]int, len(s.slices))}
-	recs := make([]arrow.RecordBatch, 0, len(s.slices))
+	recs := make([]arrow.RecordBatch, len(s.slices))
 	defer func() {
 		for _, r := range recs {
-			r.Release()
+			if r != nil {
+				r.Release()
+			}
 		}
 	}()
-	for i, sc := range s.slices {
-		rec, real, err := s.cutSlice(sc)
-		if err != nil {
-			return nil, StepMeta{}, pipelineError(fmt.Errorf("transport: pipeline: epoch %d step %d slice %d: %w", s.pos.Epoch, s.pos.Step, sc.d, err))
-		}
-		if pl.shaper != nil {
-			shaped, err := pl.shaper.Apply(rec, s.mem)
-			rec.Release()
-			if err != nil {
-				b := pl.plan.SliceRows()
-				return nil, StepMeta{}, pipelineError(fmt.Errorf("transport: pipeline: epoch %d step %d slice %d (rows %d..%d of stream %d; the row named below counts from the slice's first row): %w",
-					s.pos.Epoch, s.pos.Step, sc.d, s.pos.Step*b, (s.pos.Step+1)*b-1, sc.d, err))
-			}
-			rec = shaped
-			if pl.packed {
-				real = int(rec.NumRows()) // packed rows; drop and raise deliver full slices
-			}
-		}
-		recs = append(recs, rec)
-		meta.RealRows[i] = real
+	if err := s.cutStep(recs, meta.RealRows); err != nil {
+		return nil, StepMeta{}, err
+	}
+	if m := newMultiRecord(pl.schema, recs, s.mem); m != nil {
+		recs = nil // m holds them now
+		s.pos.Step++
+		return m, meta, nil
 	}
 	out, err := concatRecords(pl.schema, recs, s.mem)
 	if err != nil {
@@ -605,6 +594,47 @@ func (s *pipelineStream) next() (arrow.RecordBatch, StepMeta, error) {
 	}
 	s.pos.Step++
 	return out, meta, nil
+}
+
+// cutStep cuts (and shapes) the slices of step s.pos into recs and their
+// real rows into real, one slice after the other. (Cutting them on one
+// goroutine each was measured on 2 cores with BenchmarkServePipeline and
+// did not help: the readers already decode ahead in the background and
+// cutting views of decoded row groups is cheap.) On error, the records cut
+// so far are left in recs for the caller to release.
+func (s *pipelineStream) cutStep(recs []arrow.RecordBatch, real []int) error {
+	for i, sc := range s.slices {
+		var err error
+		if recs[i], real[i], err = s.cutShaped(sc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cutShaped returns the next slice of sc's stream, shaped, and its real
+// rows. Errors are wrapped with the step and slice and mapped to this
+// package's sentinels.
+func (s *pipelineStream) cutShaped(sc *sliceCut) (arrow.RecordBatch, int, error) {
+	pl := s.pl
+	rec, real, err := s.cutSlice(sc)
+	if err != nil {
+		return nil, 0, pipelineError(fmt.Errorf("transport: pipeline: epoch %d step %d slice %d: %w", s.pos.Epoch, s.pos.Step, sc.d, err))
+	}
+	if pl.shaper != nil {
+		shaped, err := pl.shaper.Apply(rec, s.mem)
+		rec.Release()
+		if err != nil {
+			b := pl.plan.SliceRows()
+			return nil, 0, pipelineError(fmt.Errorf("transport: pipeline: epoch %d step %d slice %d (rows %d..%d of stream %d; the row named below counts from the slice's first row): %w",
+				s.pos.Epoch, s.pos.Step, sc.d, s.pos.Step*b, (s.pos.Step+1)*b-1, sc.d, err))
+		}
+		rec = shaped
+		if pl.packed {
+			real = int(rec.NumRows()) // packed rows; drop and raise deliver full slices
+		}
+	}
+	return rec, real, nil
 }
 
 // cutSlice returns the next slice of sc's stream, pushing the row groups its

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -98,7 +99,9 @@ func benchDataset(b *testing.B) string {
 // first step of the pipeline, repeated): the transport alone. bytes/op is
 // the step record's size, so MB/s compare directly; the target is
 // pipeline within 15% of prebuilt. Each run times b.N steps after the first
-// (which opens the dataset and starts the readers).
+// (which opens the dataset and starts the readers). D = 4 runs twice: as
+// served, and with every step's slices concatenated into a new record
+// (/concat).
 //
 //	go test ./transport -run '^$' -bench ServePipeline -benchtime 100x -count 3
 func BenchmarkServePipeline(b *testing.B) {
@@ -136,14 +139,30 @@ func BenchmarkServePipeline(b *testing.B) {
 		be.steps.Store(int64(b.N) + 1)
 		benchServe(b, be, req(1), dir, stepBytes)
 	})
-	for _, d := range []int{1, 4} {
-		b.Run(fmt.Sprintf("pipeline/D=%d", d), func(b *testing.B) {
+	// D = 4 also runs with the slices concatenated into a new record
+	// ("concat": the path before virtual concatenation), to measure the
+	// change in the same run.
+	variants := []struct {
+		name string
+		d    int
+		flag *atomic.Bool
+	}{
+		{"pipeline/D=1", 1, nil},
+		{"pipeline/D=4", 4, nil},
+		{"pipeline/D=4/concat", 4, &forceConcat},
+	}
+	for _, v := range variants {
+		b.Run(v.name, func(b *testing.B) {
+			if v.flag != nil {
+				v.flag.Store(true)
+				defer v.flag.Store(false)
+			}
 			p, err := NewPipeline(context.Background())
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer p.Close()
-			benchServe(b, p, req(d), dir, stepBytes)
+			benchServe(b, p, req(v.d), dir, stepBytes)
 		})
 	}
 }

@@ -448,7 +448,11 @@ func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWrit
 			// written (or dropped) its buffers.
 			err = zw.write(it.rec, meta, func() { s.drop(it) })
 		} else {
-			err = w.WriteWithAppMetadata(it.rec, meta)
+			// A step sent as its slices (multiRecord) is concatenated here.
+			var rec arrow.RecordBatch
+			if rec, err = flatRecord(it.rec); err == nil {
+				err = w.WriteWithAppMetadata(rec, meta)
+			}
 			s.drop(it)
 		}
 		if err != nil {
@@ -530,6 +534,9 @@ func (s *skipFirst) Send(fd *flight.FlightData) error {
 // recordBytes returns the bytes of the buffers of rec's columns (children and
 // dictionaries included): what a queued record holds in memory.
 func recordBytes(rec arrow.RecordBatch) int64 {
+	if m, ok := rec.(*multiRecord); ok {
+		return m.size // what its concatenation holds, without building it
+	}
 	var n int64
 	for _, col := range rec.Columns() {
 		n += dataBytes(col.Data())
