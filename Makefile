@@ -66,6 +66,25 @@ fuzz:
 	$(GO) test ./loader -run '^$$' -fuzz '^FuzzArrowIPCFooter$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./shard -run '^$$' -fuzz '^FuzzParseTopology$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./batching -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin .cache
+
+# Optional benchmark dependencies (Ray Data, Grain, matplotlib) live in their own
+# environment, .venv-bench, so that `make test` and .venv stay lean.
+VENV_BENCH := .venv-bench
+bench-setup: $(VENV_BENCH)/.stamp
+$(VENV_BENCH)/.stamp: requirements-bench.txt
+	test -x $(VENV_BENCH)/bin/python || $(PY) -m venv $(VENV_BENCH)
+	$(VENV_BENCH)/bin/pip install --quiet --disable-pip-version-check -r requirements-bench.txt
+	touch $@
+
+# meshfeed beside a plain pyarrow loop, Ray Data and Grain on one 2,000,000-row
+# dataset and one 8-device CPU mesh: one table, written into BENCHMARKS.md.
+bench-compare: build bench-setup
+	$(GO) build -o bin/fakegcs ./benchmarks/fakegcs
+	PYTHONPATH="$(CURDIR)/pyclient" MESHFEED_BIN="$(CURDIR)/$(BIN)" $(VENV_BENCH)/bin/python benchmarks/compare.py \
+		--write BENCHMARKS.md --json benchmarks/out/compare.json
+.PHONY: bench-setup bench-compare
+bench: bench-compare
