@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -514,5 +515,51 @@ func TestGCSSameAsLocal(t *testing.T) {
 		}
 		a.Release()
 		b.Release()
+	}
+}
+
+// TestReaderOwnBudget: a reader's own budget overrides the dataset's.
+func TestReaderOwnBudget(t *testing.T) {
+	dir := t.TempDir()
+	writeIDFiles(t, dir, 1, 2000, 100)
+	store := loader.NewLocalStore()
+	defer store.Close()
+	ctx := context.Background()
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	ds, err := loader.Open(ctx, store, []string{dir}, loader.WithReadAhead(1<<30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var one int64 // the largest row group's cost: one always fits
+	for _, rg := range ds.Files[0].RowGroups {
+		one = max(one, rg.Bytes+rg.DecodedBytes)
+	}
+	for _, budget := range []int64{0, one, 3 * one} {
+		r := ds.NewReader(ctx, ds.RowGroups(), mem, loader.WithReaderReadAhead(budget), loader.WithReaderDecodeWorkers(2))
+		n := 0
+		for {
+			rec, _, err := r.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			n++
+			time.Sleep(time.Millisecond) // a slow consumer lets read-ahead fill up
+			rec.Release()
+		}
+		peak := r.PeakInFlight()
+		if peak > max(budget, one) {
+			t.Errorf("budget %d: peak in flight %d, want at most %d", budget, peak, max(budget, one))
+		}
+		if budget == 3*one && peak <= one {
+			t.Errorf("budget %d: peak in flight %d: no read-ahead happened", budget, peak)
+		}
+		if n != 20 {
+			t.Errorf("budget %d: read %d row groups, want 20", budget, n)
+		}
+		r.Close()
 	}
 }

@@ -21,12 +21,14 @@ import (
 // Close must be called (also after an error or io.EOF); it cancels work in
 // flight and releases every record not handed out.
 type RowGroupReader struct {
-	ds     *Dataset
-	ctx    context.Context
-	cancel context.CancelFunc
-	queue  chan *pending
-	wg     sync.WaitGroup
-	stats  ReadStats
+	budget  int64 // in-flight bytes
+	workers int   // concurrent decodes
+	ds      *Dataset
+	ctx     context.Context
+	cancel  context.CancelFunc
+	queue   chan *pending
+	wg      sync.WaitGroup
+	stats   ReadStats
 
 	mu       sync.Mutex
 	inflight int64
@@ -43,16 +45,38 @@ type pending struct {
 	err  error
 }
 
+// ReaderOption configures one RowGroupReader, overriding the Dataset's
+// settings for it.
+type ReaderOption func(*RowGroupReader)
+
+// WithReaderReadAhead sets this reader's in-flight byte budget (see
+// WithReadAhead), for example a stream's budget split among its slices.
+// Negative values are taken as 0.
+func WithReaderReadAhead(bytes int64) ReaderOption {
+	return func(r *RowGroupReader) { r.budget = max(bytes, 0) }
+}
+
+// WithReaderDecodeWorkers sets how many row groups this reader decodes at
+// once (see WithDecodeWorkers); values below 1 are taken as 1.
+func WithReaderDecodeWorkers(n int) ReaderOption {
+	return func(r *RowGroupReader) { r.workers = max(n, 1) }
+}
+
 // NewReader starts reading refs in order (typically a plan's read set for one
 // stream). Reading starts at once in the background.
-func (ds *Dataset) NewReader(ctx context.Context, refs []RowGroupRef, mem memory.Allocator) *RowGroupReader {
+func (ds *Dataset) NewReader(ctx context.Context, refs []RowGroupRef, mem memory.Allocator, opts ...ReaderOption) *RowGroupReader {
 	ctx, cancel := context.WithCancel(ctx)
 	r := &RowGroupReader{
-		ds:     ds,
-		ctx:    ctx,
-		cancel: cancel,
-		queue:  make(chan *pending, 64),
-		freed:  make(chan struct{}, 1),
+		budget:  ds.cfg.readAheadBytes,
+		workers: ds.cfg.decodeWorkers,
+		ds:      ds,
+		ctx:     ctx,
+		cancel:  cancel,
+		queue:   make(chan *pending, 64),
+		freed:   make(chan struct{}, 1),
+	}
+	for _, o := range opts {
+		o(r)
 	}
 	r.wg.Add(1)
 	go r.produce(append([]RowGroupRef(nil), refs...), mem)
@@ -81,7 +105,7 @@ func (r *RowGroupReader) cost(ref RowGroupRef) int64 {
 func (r *RowGroupReader) acquire(cost int64) error {
 	for {
 		r.mu.Lock()
-		if r.inflight == 0 || r.inflight+cost <= r.ds.cfg.readAheadBytes {
+		if r.inflight == 0 || r.inflight+cost <= r.budget {
 			r.inflight += cost
 			r.peak = max(r.peak, r.inflight)
 			r.mu.Unlock()
@@ -109,7 +133,7 @@ func (r *RowGroupReader) release(cost int64) {
 func (r *RowGroupReader) produce(refs []RowGroupRef, mem memory.Allocator) {
 	defer r.wg.Done()
 	defer close(r.queue)
-	workers := make(chan struct{}, r.ds.cfg.decodeWorkers)
+	workers := make(chan struct{}, r.workers)
 	for _, ref := range refs {
 		p := &pending{ref: ref, cost: r.cost(ref), done: make(chan struct{})}
 		if err := r.acquire(p.cost); err != nil {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,10 +36,24 @@ const pipelineCacheSize = 64
 // pipelineConfig holds the settings of a Pipeline; each PipelineOption
 // documents its own default.
 type pipelineConfig struct {
-	store    loader.Store
-	mem      memory.Allocator
-	loadOpts []loader.Option
-	cacheTTL time.Duration
+	store     loader.Store
+	mem       memory.Allocator
+	loadOpts  []loader.Option
+	cacheTTL  time.Duration
+	readAhead int64
+	workers   int
+}
+
+// DefaultStreamReadAhead is a stream's default read-ahead budget.
+const DefaultStreamReadAhead = 256 << 20
+
+// WithPipelineReadAhead sets each stream's read-ahead budget: compressed plus
+// decoded bytes of row groups fetched ahead of the cutters, split evenly among
+// the stream's slices (each slice reads its own rows). Default
+// DefaultStreamReadAhead; 0 reads one row group per slice at a time. So a
+// server's read-ahead memory is at most this times its concurrent streams.
+func WithPipelineReadAhead(bytes int64) PipelineOption {
+	return func(c *pipelineConfig) { c.readAhead = max(bytes, 0) }
 }
 
 // PipelineOption configures NewPipeline.
@@ -112,7 +127,7 @@ var _ Backend = (*Pipeline)(nil)
 
 // NewPipeline returns a Pipeline. ctx is not retained.
 func NewPipeline(ctx context.Context, opts ...PipelineOption) (*Pipeline, error) {
-	cfg := pipelineConfig{mem: memory.DefaultAllocator, cacheTTL: DefaultPipelineCacheTTL}
+	cfg := pipelineConfig{mem: memory.DefaultAllocator, cacheTTL: DefaultPipelineCacheTTL, readAhead: DefaultStreamReadAhead}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -203,6 +218,7 @@ func (p *Pipeline) Open(ctx context.Context, req *Request) (Stream, error) {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &pipelineStream{
 		pl:     pl,
+		cfg:    &p.cfg,
 		mem:    p.cfg.mem,
 		ctx:    sctx,
 		cancel: cancel,
@@ -464,6 +480,7 @@ var pipelineRules = []struct{ target, sentinel error }{
 // pipelineStream is one DoGet over a Pipeline.
 type pipelineStream struct {
 	pl     *pipelinePlan
+	cfg    *pipelineConfig
 	mem    memory.Allocator
 	ctx    context.Context // the readers' context
 	cancel context.CancelFunc
@@ -496,7 +513,10 @@ func (s *pipelineStream) openEpoch() error {
 		}
 		sc := &sliceCut{d: d, cut: cut, refs: s.readRefs(d)}
 		if len(sc.refs) > 0 {
-			sc.rd = pl.ds.NewReader(s.ctx, sc.refs, s.mem)
+			n := int64(len(pl.req.Slices))
+			sc.rd = pl.ds.NewReader(s.ctx, sc.refs, s.mem,
+				loader.WithReaderReadAhead(s.cfg.readAhead/n),
+				loader.WithReaderDecodeWorkers(max(runtime.GOMAXPROCS(0)/int(n), 1)))
 		}
 		s.slices = append(s.slices, sc)
 	}

@@ -10,7 +10,7 @@ import (
 // pipeline's errors wrap transport's sentinels (see transport.Pipeline), so no
 // extra transport.WithErrorCode rules are needed.
 func init() {
-	newPipelineBackend = func(ctx context.Context) (transport.Backend, error) {
-		return transport.NewPipeline(ctx)
+	newPipelineBackend = func(ctx context.Context, readAhead int64) (transport.Backend, error) {
+		return transport.NewPipeline(ctx, transport.WithPipelineReadAhead(readAhead))
 	}
 }
