@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -77,6 +78,13 @@ func runServe(ctx context.Context, args []string) error {
 		return fmt.Errorf("--backend %q: want pipeline or demo", *backend)
 	}
 
+	// Memory is bounded by configuration (DESIGN.md invariant 6): queued steps
+	// (--memory-budget) plus each stream's read-ahead, plus 128 MiB for the
+	// program. Tell the Go runtime, so that garbage-collector headroom does
+	// not double it. GOMEMLIMIT, when set, wins; so does an unbounded budget.
+	if os.Getenv("GOMEMLIMIT") == "" && *budget > 0 && *maxStreams > 0 {
+		debug.SetMemoryLimit(*budget + *readAhead*int64(*maxStreams) + 128<<20)
+	}
 	srv, err := transport.New(be,
 		transport.WithAddress(*addr),
 		transport.WithTLS(*cert, *key),

@@ -70,6 +70,12 @@ def allowed_root(uri: str) -> str:
     return str(full if full.is_dir() else full.parent)
 
 
+# Memory of a server started by a Loader: steps queued for sending, and each
+# stream's read-ahead (see `meshfeed serve -h`).
+LOCAL_MEMORY_BUDGET = 256 << 20
+LOCAL_READ_AHEAD = 128 << 20
+
+
 class LocalServer:
     """A ``meshfeed serve`` process on a Unix socket in a private temporary
     directory, stopped by stop(), on garbage collection, or at exit."""
@@ -83,7 +89,12 @@ class LocalServer:
         restarted on the same path is reachable at the same address."""
         self._tmpdir = tempfile.mkdtemp(prefix="meshfeed-")
         sock = os.fspath(socket) if socket is not None else os.path.join(self._tmpdir, "meshfeed.sock")
-        args = [binary, "serve", "--addr", "unix://" + sock, "--backend", backend, "--drain-timeout", "2s"]
+        # A local server feeds one Loader: a few streams (a reopen after a
+        # failure may overlap the old one), bounded memory (queued steps plus
+        # read-ahead, which serve also hands to the Go runtime as its limit).
+        args = [binary, "serve", "--addr", "unix://" + sock, "--backend", backend, "--drain-timeout", "2s",
+                "--max-streams", "2", "--memory-budget", str(LOCAL_MEMORY_BUDGET),
+                "--read-ahead", str(LOCAL_READ_AHEAD)]
         for r in dict.fromkeys(roots):
             args += ["--allow", r]
         args += list(extra_args)
