@@ -45,7 +45,10 @@ func reportRows(b *testing.B, rowsPerOp int64, ops int) {
 
 // BenchmarkDecode reads every row group of the dataset through
 // Dataset.NewReader (page cache warm), releasing each record, with one
-// decode worker or GOMAXPROCS of them.
+// decode worker or GOMAXPROCS of them, into memory.DefaultAllocator or (pool,)
+// a loader.PoolAllocator, which reuses the released records' memory without
+// clearing it. Local files are mapped (WithMmap); MESHFEED_BENCH_MMAP=0
+// reads them with ReadAt instead, for comparison.
 func BenchmarkDecode(b *testing.B) {
 	rows := benchRows(b)
 	for _, codec := range benchCodecs {
@@ -56,9 +59,13 @@ func BenchmarkDecode(b *testing.B) {
 					for _, w := range []struct {
 						name string
 						n    int
-					}{{"workers=1", 1}, {"workers=all", runtime.GOMAXPROCS(0)}} {
+						pool bool
+					}{
+						{"workers=1", 1, false}, {"workers=all", runtime.GOMAXPROCS(0), false},
+						{"pool,workers=1", 1, true}, {"pool,workers=all", runtime.GOMAXPROCS(0), true},
+					} {
 						b.Run(w.name, func(b *testing.B) {
-							benchDecode(b, dir, cs.cols, w.n, rows)
+							benchDecode(b, dir, cs.cols, w.n, rows, w.pool)
 						})
 					}
 				})
@@ -67,18 +74,25 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
-func benchDecode(b *testing.B, dir string, cols []string, workers int, rows int64) {
+func benchDecode(b *testing.B, dir string, cols []string, workers int, rows int64, pool bool) {
 	ctx := context.Background()
 	warmPageCache(b, dir)
 	size := measureDecoded(b, dir, cols, rows)
 	store := loader.NewLocalStore()
 	defer store.Close()
-	ds, err := loader.Open(ctx, store, []string{dir}, loader.WithColumns(cols...), loader.WithDecodeWorkers(workers))
+	opts := []loader.Option{loader.WithColumns(cols...), loader.WithDecodeWorkers(workers)}
+	if os.Getenv("MESHFEED_BENCH_MMAP") == "0" {
+		opts = append(opts, loader.WithMmap(false))
+	}
+	ds, err := loader.Open(ctx, store, []string{dir}, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
 	refs := ds.RowGroups()
-	mem := memory.DefaultAllocator
+	var mem memory.Allocator = memory.DefaultAllocator
+	if pool {
+		mem = loader.NewPoolAllocator()
+	}
 	b.SetBytes(size.Bytes)
 	b.ReportAllocs()
 	ops := 0

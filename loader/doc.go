@@ -17,4 +17,16 @@
 // Its buffers come from the allocator passed to the loader and stay valid until
 // that Release. Planning never reads a data page: row counts and column chunk
 // byte ranges come from the footers alone.
+//
+// Local files are mapped with mmap for decoding (see [WithMmap] and [Mapper]);
+// no decoded array points into a mapping, and every mapping is released once
+// its row group is decoded. A file truncated while mapped raises SIGBUS when
+// a lost page is touched: during decoding the loader turns it into an error
+// wrapping ErrNotFound, but files must be replaced by renaming new ones into
+// place, never truncated and rewritten while a dataset reads them.
+//
+// With a [PoolAllocator] (or any [UninitializedAllocator]) the values of
+// fixed-width columns are decoded into memory that is not cleared first; the
+// loader writes every byte of those buffers that an array exposes. A
+// PoolAllocator reuses a record's memory as soon as it is released.
 package loader

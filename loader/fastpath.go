@@ -106,7 +106,8 @@ func (c *colDecoder) decodeFast(chunk []byte, md *format.ColumnMetaData, rows in
 	if total != want {
 		return nil, true, fmt.Errorf("pages hold %d values, want %d rows x %d: %w", total, rows, per, ErrCorrupt)
 	}
-	values := newBuf(mem, int(want)*c.elemSize)
+	// Every page writes its part, and the pages' values add up to want.
+	values := newValuesBuf(mem, int(want)*c.elemSize)
 	defer values.Release() // the array holds its own reference
 	dst := values.Bytes()
 	var scratch []byte

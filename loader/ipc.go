@@ -267,7 +267,9 @@ func (d *ipcDecoder) decode(ctx context.Context, rg int, ra io.ReaderAt, outer m
 	defer func() {
 		if r := recover(); r != nil {
 			rec = nil
-			err = fmt.Errorf("loader: %s row group %d: undecodable record batch (%v): %w; the file is corrupt: rewrite it", d.f.Object.URI, rg, r, ErrCorrupt)
+			if err = faultErr(d.f.Object, rg, r); err == nil {
+				err = fmt.Errorf("loader: %s row group %d: undecodable record batch (%v): %w; the file is corrupt: rewrite it", d.f.Object.URI, rg, r, ErrCorrupt)
+			}
 		}
 		if err != nil {
 			mem.freeAll() // what a failed decode left allocated

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -62,8 +63,13 @@ func withLocalStats(s *StoreStats) LocalOption {
 // differ), ReadAt fails with an error wrapping ErrNotFound instead of
 // returning bytes of the new file. A handle opened before the replacement
 // keeps serving the old version while it stays cached.
+//
+// LocalStore is also a [Mapper]: Map maps file ranges with mmap (Linux), so
+// the loader decodes straight from the page cache (see [WithMmap]).
 type LocalStore struct {
 	cfg localConfig
+
+	liveMaps atomic.Int64 // mappings made by Map and not yet released
 
 	mu     sync.Mutex
 	files  map[string]*list.Element // of *openFile

@@ -25,6 +25,12 @@ type StoreStats struct {
 	// Resumes is the number of retries that continued a ranged read past
 	// the bytes already received instead of starting it over.
 	Resumes atomic.Int64
+	// Maps is the number of successful Map calls (local files read through
+	// mmap instead of ReadAt; see [Mapper]).
+	Maps atomic.Int64
+	// BytesMapped is the number of bytes those Map calls made available. They
+	// are not counted in BytesRead.
+	BytesMapped atomic.Int64
 }
 
 // StatsReporter is implemented by stores that count their work.

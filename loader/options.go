@@ -20,6 +20,7 @@ type config struct {
 	readBufferSize   int
 	footerReadLength int
 	maxRowGroupBytes int64
+	mmap             bool
 	store            Store // set by Open: the store the dataset reads from
 }
 
@@ -37,6 +38,7 @@ func newConfig(opts []Option) (config, error) {
 		readBufferSize:   64 << 10,
 		footerReadLength: 64 << 10,
 		maxRowGroupBytes: 4 << 30,
+		mmap:             true,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -135,3 +137,14 @@ func WithFooterReadLength(n int) Option {
 // rather than an allocation of that size: it protects against corrupt files.
 // Default 4 GiB; zero or negative is an error.
 func WithMaxRowGroupBytes(n int64) Option { return func(c *config) { c.maxRowGroupBytes = n } }
+
+// WithMmap lets the loader map the column chunks it decodes with mmap instead
+// of reading them, when the store implements [Mapper] (local files on Linux;
+// not GCS): the decoders then read the page cache directly, which saves one
+// copy of every byte. A range that cannot be mapped is read. Default true.
+//
+// A file truncated while mapped raises SIGBUS when its lost pages are
+// touched: the loader reports that as an error of the row group being
+// decoded, but a file must not be truncated and rewritten in place while a
+// dataset reads it (replace it by renaming a new file into place).
+func WithMmap(on bool) Option { return func(c *config) { c.mmap = on } }

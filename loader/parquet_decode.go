@@ -365,7 +365,9 @@ func (d *parquetDecoder) decode(ctx context.Context, rg int, ra io.ReaderAt, mem
 	arrs := make([]arrow.Array, 0, len(d.cols))
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("loader: %s row group %d: undecodable data (%v): %w; the file is corrupt: rewrite it", d.f.Object.URI, rg, r, ErrCorrupt)
+			if err = faultErr(d.f.Object, rg, r); err == nil {
+				err = fmt.Errorf("loader: %s row group %d: undecodable data (%v): %w; the file is corrupt: rewrite it", d.f.Object.URI, rg, r, ErrCorrupt)
+			}
 		}
 		if err != nil {
 			for _, a := range arrs {
@@ -453,11 +455,18 @@ func (c *colDecoder) decodeChunk(fcc *parquet.FileColumnChunk, ra io.ReaderAt, r
 	defer st.release()
 	// Size the buffers from metadata: rows, or the chunk's value count (which
 	// counts nulls and empty lists, so it is an upper bound for values).
+	// Fixed-width values are written whole before finish accepts them (it
+	// checks the count), so they need no clearing; a bitmap's last byte
+	// keeps bits no page writes, so booleans do.
+	values := newValuesBuf
+	if c.elemSize == 0 {
+		values = newBuf
+	}
 	switch c.kind {
 	case kindPrimitive:
-		st.values = newBuf(mem, elemBytes(c.elemSize, int(rows)))
+		st.values = values(mem, elemBytes(c.elemSize, int(rows)))
 	case kindFixedList:
-		st.values = newBuf(mem, elemBytes(c.elemSize, int(rows)*c.listSize))
+		st.values = values(mem, elemBytes(c.elemSize, int(rows)*c.listSize))
 	case kindList:
 		st.values = newBuf(mem, elemBytes(c.elemSize, int(fcc.NumValues())))
 		st.offsets = newBuf(mem, 4*(int(rows)+1))

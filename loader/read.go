@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"sync"
@@ -20,27 +21,35 @@ type ReadStats struct {
 	RowGroups atomic.Int64
 	// Fetches is the number of ranged reads issued (after coalescing).
 	Fetches atomic.Int64
-	// FetchedBytes is the bytes those reads returned.
+	// FetchedBytes is the bytes those reads made available: read into
+	// buffers, or mapped (MappedBytes).
 	FetchedBytes atomic.Int64
+	// MappedBytes is the part of FetchedBytes that was mapped with mmap
+	// (see WithMmap) rather than read.
+	MappedBytes atomic.Int64
 	// Misses counts decoder reads that fell outside the fetched ranges and
 	// went to storage directly; 0 when the footer's chunk ranges are right.
 	Misses atomic.Int64
 }
 
-// span is one fetched byte range of a file.
+// span is one fetched byte range of a file: n bytes at off, in data once
+// fetched (a pooled buffer, or a mapping that unmap releases).
 type span struct {
-	off  int64
-	data []byte
+	off   int64
+	n     int64
+	data  []byte
+	unmap func()
 }
 
 // spanReader serves a decoder's reads from the fetched ranges of one row
 // group. A read outside them goes to storage and counts as a miss.
 type spanReader struct {
-	ctx   context.Context
-	store Store
-	obj   Object
-	spans []span // sorted by off, disjoint
-	stats *ReadStats
+	ctx    context.Context
+	store  Store
+	obj    Object
+	spans  []span // sorted by off, disjoint
+	stats  *ReadStats
+	mapped bool // some spans are mappings of the file
 }
 
 func (r *spanReader) ReadAt(p []byte, off int64) (int, error) {
@@ -69,7 +78,8 @@ func (r *spanReader) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // coalesce merges chunk ranges separated by at most gap bytes, up to max bytes
-// per merged range (a single larger chunk stays whole).
+// per merged range (a single larger chunk stays whole). The spans have no
+// data yet.
 func coalesce(chunks []Chunk, gap, max int64) []span {
 	rs := make([]Chunk, len(chunks))
 	copy(rs, chunks)
@@ -97,12 +107,12 @@ func coalesce(chunks []Chunk, gap, max int64) []span {
 			continue
 		}
 		if have {
-			out = append(out, span{off: cur.off, data: getBuf(cur.end - cur.off)})
+			out = append(out, span{off: cur.off, n: cur.end - cur.off})
 		}
 		cur.off, cur.end, have = c.Offset, end, true
 	}
 	if have {
-		out = append(out, span{off: cur.off, data: getBuf(cur.end - cur.off)})
+		out = append(out, span{off: cur.off, n: cur.end - cur.off})
 	}
 	return out
 }
@@ -153,44 +163,68 @@ func (r *spanReader) bytesAt(off, n int64) ([]byte, bool) {
 	return nil, false
 }
 
-// release returns the fetched buffers to the pool; r must not be used after.
-func (r *spanReader) release() {
-	for i := range r.spans {
-		putBuf(r.spans[i].data)
-		r.spans[i].data = nil
+// release returns the fetched buffers to the pool and unmaps the mapped
+// spans; r must not be used after.
+func (r *spanReader) release() { releaseSpans(r.spans) }
+
+func releaseSpans(spans []span) {
+	for i := range spans {
+		s := &spans[i]
+		switch {
+		case s.unmap != nil:
+			s.unmap()
+		case s.data != nil:
+			putBuf(s.data)
+		}
+		s.data, s.unmap = nil, nil
 	}
 }
 
 // fetch reads the projected chunks of one row group with coalesced ranged
-// reads, concurrently.
+// reads, concurrently. When the store is a Mapper and WithMmap allows it, each
+// range is mapped instead; a range whose Map fails is read.
 func (ds *Dataset) fetch(ctx context.Context, fi, rg int, stats *ReadStats) (*spanReader, error) {
 	f := ds.Files[fi]
 	spans := coalesce(f.RowGroups[rg].Chunks, ds.cfg.coalesceGap, ds.cfg.maxCoalesced)
+	mapper, _ := ds.store.(Mapper)
+	if !ds.cfg.mmap {
+		mapper = nil
+	}
 	errs := make([]error, len(spans))
 	var wg sync.WaitGroup
 	for i := range spans {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = ds.store.ReadAt(ctx, f.Object, spans[i].data, spans[i].off)
+			s := &spans[i]
+			if mapper != nil {
+				if b, unmap, err := mapper.Map(ctx, f.Object, s.off, s.n); err == nil {
+					s.data, s.unmap = b, unmap
+					return
+				}
+			}
+			s.data = getBuf(s.n)
+			errs[i] = ds.store.ReadAt(ctx, f.Object, s.data, s.off)
 		}()
 	}
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			for _, s := range spans {
-				putBuf(s.data)
-			}
+			releaseSpans(spans)
 			return nil, fmt.Errorf("loader: %s row group %d: %w", f.Object.URI, rg, err)
 		}
 	}
-	var n int64
+	var n, mapped int64
 	for _, s := range spans {
-		n += int64(len(s.data))
+		n += s.n
+		if s.unmap != nil {
+			mapped += s.n
+		}
 	}
 	stats.Fetches.Add(int64(len(spans)))
 	stats.FetchedBytes.Add(n)
-	return &spanReader{ctx: ctx, store: ds.store, obj: f.Object, spans: spans, stats: stats}, nil
+	stats.MappedBytes.Add(mapped)
+	return &spanReader{ctx: ctx, store: ds.store, obj: f.Object, spans: spans, stats: stats, mapped: mapped > 0}, nil
 }
 
 // ReadRowGroup fetches and decodes one row group into a record of the
@@ -207,6 +241,15 @@ func (ds *Dataset) readRowGroup(ctx context.Context, file, rowGroup int, mem mem
 	if err != nil {
 		return nil, err
 	}
+	if ra.mapped {
+		// A file truncated while mapped faults (SIGBUS) when the decoder
+		// touches a lost page: make that a panic, which decode recovers
+		// into an error, instead of a crash.
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	}
+	if testHookFetched != nil {
+		testHookFetched(ds.Files[file].Object)
+	}
 	rec, err := ds.decoders[file].decode(ctx, rowGroup, ra, mem)
 	ra.release()
 	if err != nil {
@@ -214,4 +257,19 @@ func (ds *Dataset) readRowGroup(ctx context.Context, file, rowGroup int, mem mem
 	}
 	stats.RowGroups.Add(1)
 	return rec, nil
+}
+
+// testHookFetched, when set by a test, runs between fetching a row group and
+// decoding it.
+var testHookFetched func(obj Object)
+
+// faultErr returns the error for a recovered panic that is a memory fault
+// (with fetch's SetPanicOnFault, a mapped page of a file truncated while it
+// was read), or nil for any other panic.
+func faultErr(obj Object, rg int, r any) error {
+	if _, ok := r.(interface{ Addr() uintptr }); !ok {
+		return nil
+	}
+	return fmt.Errorf("loader: %s row group %d: memory fault reading the mapped file (%v): %w; it was truncated or rewritten in place while being read: replace files by renaming new ones into place",
+		obj.URI, rg, r, ErrNotFound)
 }

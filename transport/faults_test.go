@@ -217,7 +217,8 @@ func (e *faultEnv) serve(t *testing.T, endpoint string, opts ...loader.GCSOption
 		WithPipelineAllocator(checkedMem(t)),
 		WithPipelineStore(store),
 		WithPipelineCacheTTL(0),
-		WithPipelineLoaderOptions(loader.WithFooterCache(nil), loader.WithReadAhead(32<<10), loader.WithDecodeWorkers(2)))
+		WithPipelineReadAhead(4*32<<10), // 32 KiB per slice: reading spans the epoch
+		WithPipelineLoaderOptions(loader.WithFooterCache(nil)))
 	if err != nil {
 		t.Fatalf("NewPipeline: %v", err)
 	}

@@ -72,10 +72,12 @@ func WithPipelineAllocator(mem memory.Allocator) PipelineOption {
 	return func(c *pipelineConfig) { c.mem = mem }
 }
 
-// WithPipelineLoaderOptions adds loader options (read-ahead budget, decode
-// workers, footer cache, ...) to every dataset the Pipeline opens. Column
-// projection and fill values come from each request and must not be set here.
-// Default: the loader's defaults.
+// WithPipelineLoaderOptions adds loader options (footer cache, coalescing,
+// mmap, ...) to every dataset the Pipeline opens. Column projection and fill
+// values come from each request and must not be set here; read-ahead and
+// decode workers are per stream (WithPipelineReadAhead), so the loader's
+// WithReadAhead and WithDecodeWorkers have no effect here. Default: the
+// loader's defaults.
 func WithPipelineLoaderOptions(opts ...loader.Option) PipelineOption {
 	return func(c *pipelineConfig) { c.loadOpts = append(c.loadOpts, opts...) }
 }

@@ -1,0 +1,13 @@
+//go:build !linux
+
+package loader
+
+import "fmt"
+
+// mmapRange is only implemented on Linux; elsewhere LocalStore.Map fails
+// with ErrUnsupported and the loader reads with ReadAt.
+func mmapRange(fd uintptr, off int64, length int) ([]byte, error) {
+	return nil, fmt.Errorf("mmap: %w on this platform", ErrUnsupported)
+}
+
+func munmapRange(b []byte) error { return nil }

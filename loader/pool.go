@@ -1,0 +1,171 @@
+package loader
+
+import (
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+// UninitializedAllocator is a memory.Allocator that can also hand out memory
+// without clearing it. The loader allocates the values buffers it overwrites
+// whole (fixed-width columns and fixed_size_list values, not booleans) with
+// AllocateUninitialized when the allocator it is given implements this
+// interface, which saves writing every decoded byte twice; every other buffer
+// comes from Allocate. [PoolAllocator] implements it. An allocator that wraps
+// another (accounting, limits) implements it by forwarding.
+type UninitializedAllocator interface {
+	memory.Allocator
+	// AllocateUninitialized returns size bytes, 64-byte aligned, whose
+	// contents are unspecified; Free and Reallocate take it like the
+	// result of Allocate.
+	AllocateUninitialized(size int) []byte
+}
+
+// poolClasses bounds the pooled size classes: powers of two from 64 bytes
+// (class 6) to 2^(poolClasses-1). Larger allocations are not pooled.
+const (
+	poolMinClass = 6
+	poolClasses  = 41
+	poolAlign    = 64
+)
+
+// PoolAllocator is a memory.Allocator that recycles freed memory: sizes are
+// rounded up to a power of two (at least 64 bytes), and each size class keeps
+// the buffers freed in it in a sync.Pool, so a loop that decodes and releases
+// row groups of similar sizes reuses the same memory instead of having the
+// runtime allocate and clear it each time. Buffers not yet reused are
+// dropped at garbage collection like any sync.Pool content.
+//
+// Allocate and Reallocate clear the bytes they return, as arrow-go's own
+// allocators do (arrow-go's builders and readers rely on it), so the
+// allocator is safe for any Arrow code. AllocateUninitialized does not: the
+// loader uses it for the buffers it overwrites whole (see
+// [UninitializedAllocator]).
+//
+// # Caveats
+//
+// Memory is reused after Free: a slice of a released buffer kept past its
+// Release sees another record's bytes, where memory.GoAllocator would have
+// kept the old bytes alive. Release a record only when nothing uses its
+// buffers any more (including, in a server, writes still in flight).
+//
+// A PoolAllocator is safe for concurrent use.
+type PoolAllocator struct {
+	pools  [poolClasses]sync.Pool // of *[]byte, len 0, cap 1<<class
+	live   atomic.Int64           // bytes allocated and not freed (requested sizes)
+	reused atomic.Int64
+	poison func([]byte) // test hook: called on each freed buffer before it is pooled
+}
+
+var (
+	_ UninitializedAllocator = (*PoolAllocator)(nil)
+)
+
+// NewPoolAllocator returns an empty pool.
+func NewPoolAllocator() *PoolAllocator { return &PoolAllocator{} }
+
+// Allocated returns the bytes allocated and not yet freed (the sizes asked
+// for, not the rounded-up classes), like memory.CheckedAllocator.CurrentAlloc.
+func (p *PoolAllocator) Allocated() int64 { return p.live.Load() }
+
+// Reused returns how many allocations were served from freed memory.
+func (p *PoolAllocator) Reused() int64 { return p.reused.Load() }
+
+// poolClass returns the size class of n bytes.
+func poolClass(n int) int {
+	if n <= 1<<poolMinClass {
+		return poolMinClass
+	}
+	return bits.Len(uint(n - 1))
+}
+
+// get returns size bytes of class memory, dirty when reused.
+func (p *PoolAllocator) get(size int) (b []byte, dirty bool) {
+	if size < 0 {
+		panic("loader: PoolAllocator: negative size") // as memory.GoAllocator (make) does
+	}
+	p.live.Add(int64(size))
+	c := poolClass(size)
+	if c >= poolClasses {
+		return alignedBytes(size, size), false
+	}
+	if bp, ok := p.pools[c].Get().(*[]byte); ok {
+		p.reused.Add(1)
+		return (*bp)[:size], true
+	}
+	return alignedBytes(size, 1<<c), false
+}
+
+// alignedBytes returns a fresh, zeroed slice of len n and cap c starting at a
+// 64-byte boundary.
+func alignedBytes(n, c int) []byte {
+	buf := make([]byte, c+poolAlign)
+	shift := 0
+	if r := int(uintptr(unsafe.Pointer(unsafe.SliceData(buf))) % poolAlign); r != 0 {
+		shift = poolAlign - r
+	}
+	return buf[shift : shift+n : shift+c]
+}
+
+// Allocate implements memory.Allocator: size bytes, 64-byte aligned, zeroed.
+func (p *PoolAllocator) Allocate(size int) []byte {
+	b, dirty := p.get(size)
+	if dirty {
+		clear(b)
+	}
+	return b
+}
+
+// AllocateUninitialized implements UninitializedAllocator: like Allocate,
+// but the bytes of reused memory are left as they are.
+func (p *PoolAllocator) AllocateUninitialized(size int) []byte {
+	b, _ := p.get(size)
+	return b
+}
+
+// Reallocate implements memory.Allocator: b resized to size, its first
+// min(len(b), size) bytes kept and the rest zeroed. b must come from p.
+func (p *PoolAllocator) Reallocate(size int, b []byte) []byte {
+	if size < 0 {
+		panic("loader: PoolAllocator: negative size")
+	}
+	if size <= cap(b) {
+		p.live.Add(int64(size - len(b)))
+		if size > len(b) {
+			clear(b[len(b):size])
+		}
+		return b[:size]
+	}
+	nb := p.AllocateUninitialized(size)
+	n := copy(nb, b)
+	clear(nb[n:])
+	p.Free(b)
+	return nb
+}
+
+// Free implements memory.Allocator. b must come from p (Allocate,
+// AllocateUninitialized or Reallocate) and not be used afterwards.
+func (p *PoolAllocator) Free(b []byte) {
+	p.live.Add(-int64(len(b)))
+	c := poolClass(cap(b))
+	if cap(b) == 0 || c >= poolClasses || cap(b) != 1<<c {
+		return // not pooled (too large), or not from p
+	}
+	if p.poison != nil {
+		p.poison(b[:cap(b)])
+	}
+	b = b[:0]
+	p.pools[c].Put(&b)
+}
+
+// newValuesBuf returns a buffer of n bytes for values the caller overwrites
+// whole before exposing them: uninitialized when mem can do that.
+func newValuesBuf(mem memory.Allocator, n int) *memory.Buffer {
+	if u, ok := mem.(UninitializedAllocator); ok && n > 0 {
+		return memory.NewBufferWithAllocator(u.AllocateUninitialized(n), mem)
+	}
+	return newBuf(mem, n)
+}

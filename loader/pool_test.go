@@ -1,0 +1,165 @@
+package loader
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"unsafe"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	pq "github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+)
+
+// poisoned returns a pool whose freed buffers are filled with 0xAB before
+// they can be handed out again.
+func poisoned() *PoolAllocator {
+	p := NewPoolAllocator()
+	p.poison = func(b []byte) {
+		for i := range b {
+			b[i] = 0xAB
+		}
+	}
+	return p
+}
+
+func aligned(b []byte) bool { return uintptr(unsafe.Pointer(unsafe.SliceData(b)))%64 == 0 }
+
+func TestPoolAllocatorSizes(t *testing.T) {
+	p := NewPoolAllocator()
+	for _, tc := range []struct{ size, cap int }{
+		{0, 64}, {1, 64}, {64, 64}, {65, 128}, {1000, 1024}, {1 << 20, 1 << 20}, {1<<20 + 1, 2 << 20},
+	} {
+		b := p.Allocate(tc.size)
+		if len(b) != tc.size || cap(b) != tc.cap || !aligned(b) {
+			t.Errorf("Allocate(%d) = len %d cap %d aligned %v, want len %d cap %d aligned", tc.size, len(b), cap(b), aligned(b), tc.size, tc.cap)
+		}
+		p.Free(b)
+	}
+	if n := p.Allocated(); n != 0 {
+		t.Errorf("Allocated() = %d after freeing everything, want 0", n)
+	}
+}
+
+func TestPoolAllocatorReuse(t *testing.T) {
+	p := poisoned()
+	// sync.Pool may drop an item at a garbage collection: try a few times.
+	reusedSame := false
+	for i := 0; i < 20 && !reusedSame; i++ {
+		a := p.Allocate(3000)
+		for j := range a {
+			a[j] = 1
+		}
+		p.Free(a)
+		b := p.AllocateUninitialized(2500) // same class (4096)
+		reusedSame = unsafe.SliceData(a) == unsafe.SliceData(b)
+		if reusedSame && b[0] != 0xAB {
+			t.Errorf("reused uninitialized memory starts with %#x, want the poison 0xAB", b[0])
+		}
+		p.Free(b)
+		c := p.Allocate(4000)
+		if i := bytes.IndexFunc(c, func(r rune) bool { return r != 0 }); i >= 0 {
+			t.Fatalf("Allocate(4000) after reuse has byte %d = %#x, want zeroed memory", i, c[i])
+		}
+		p.Free(c)
+	}
+	if !reusedSame || p.Reused() == 0 {
+		t.Errorf("freed memory was never reused (Reused() = %d)", p.Reused())
+	}
+	if n := p.Allocated(); n != 0 {
+		t.Errorf("Allocated() = %d, want 0", n)
+	}
+}
+
+func TestPoolAllocatorReallocate(t *testing.T) {
+	p := poisoned()
+	mem := memory.NewCheckedAllocator(p) // accounting through a wrapper
+	defer mem.AssertSize(t, 0)
+	b := mem.Allocate(100)
+	for i := range b {
+		b[i] = byte(i + 1)
+	}
+	check := func(b []byte, size, kept int) {
+		t.Helper()
+		if len(b) != size || !aligned(b) {
+			t.Fatalf("Reallocate(%d) = len %d aligned %v", size, len(b), aligned(b))
+		}
+		for i := 0; i < kept; i++ {
+			if b[i] != byte(i+1) {
+				t.Fatalf("Reallocate(%d): byte %d = %d, want %d", size, i, b[i], byte(i+1))
+			}
+		}
+		for i := kept; i < size; i++ {
+			if b[i] != 0 {
+				t.Fatalf("Reallocate(%d): new byte %d = %#x, want 0", size, i, b[i])
+			}
+		}
+	}
+	b = mem.Reallocate(50, b) // shrink within the class
+	check(b, 50, 50)
+	b = mem.Reallocate(120, b) // grow within the class: bytes 50.. were 51.. before; must be zeroed
+	check(b, 120, 50)
+	b = mem.Reallocate(5000, b) // another class: copied
+	check(b, 5000, 50)
+	if got, want := p.Allocated(), int64(5000); got != want {
+		t.Errorf("Allocated() = %d, want %d", got, want)
+	}
+	mem.Free(b)
+	if n := p.Allocated(); n != 0 {
+		t.Errorf("Allocated() = %d after Free, want 0", n)
+	}
+}
+
+// Decoding into a pool that hands out dirty memory must give the same
+// values as the generators, for every decode path (fast path, decodeChunk
+// with dictionaries, fills, narrowing, booleans, the arrow-go fallback).
+func TestDecodeIntoDirtyPool(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		codec compress.Compression
+		dict  bool
+		v2    bool
+		fast  bool // the fast path decodes id, label, features, nfeatures
+	}{
+		{"none", compress.Codecs.Uncompressed, false, false, true},
+		{"snappy_v2", compress.Codecs.Snappy, false, true, true},
+		{"zstd_dict", compress.Codecs.Zstd, true, false, false},
+		{"lz4raw_fallback", compress.Codecs.Lz4Raw, false, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := mmapFile(t, c.codec)
+			if c.dict || c.v2 {
+				version := pq.DataPageV1
+				if c.v2 {
+					version = pq.DataPageV2
+				}
+				path = mmapFileWith(t, pq.WithCompression(c.codec), pq.WithDictionaryDefault(c.dict), pq.WithDataPageVersion(version))
+			}
+			pool := poisoned()
+			store := NewLocalStore()
+			defer store.Close()
+			// Several passes: from the second on, buffers come back dirty.
+			before := fastChunks.Load()
+			for pass := 0; pass < 3; pass++ {
+				readAllChecked(t, store, path, pool)
+			}
+			if fast := fastChunks.Load() - before; (fast > 0) != c.fast {
+				t.Errorf("fast path decoded %d chunks, want them %v", fast, map[bool]string{true: "> 0", false: "0"}[c.fast])
+			}
+			if pool.Reused() == 0 {
+				t.Errorf("the pool never reused memory")
+			}
+			if n := pool.Allocated(); n != 0 {
+				t.Errorf("pool Allocated() = %d after releasing every record, want 0", n)
+			}
+		})
+	}
+}
+
+func mmapFileWith(t *testing.T, props ...pq.WriterProperty) string {
+	t.Helper()
+	recs := fastRecordsOf(t)
+	path := fmt.Sprintf("%s/f.parquet", t.TempDir())
+	writeFastFile(t, path, recs, append(props, pq.WithMaxRowGroupLength(1000), pq.WithDataPageSize(2<<10))...)
+	return path
+}
