@@ -67,7 +67,10 @@ func WithPipelineStore(s loader.Store) PipelineOption {
 }
 
 // WithPipelineAllocator sets the allocator of decoded row groups, slices and
-// step records. Default memory.DefaultAllocator.
+// step records. Default: a loader.PoolAllocator (recycled buffers; values
+// buffers the decoder overwrites entirely are not zeroed). Memory returns to
+// the pool only when the last reference is released, which for a step sent
+// zero-copy is when gRPC has freed its buffers.
 func WithPipelineAllocator(mem memory.Allocator) PipelineOption {
 	return func(c *pipelineConfig) { c.mem = mem }
 }
@@ -129,7 +132,7 @@ var _ Backend = (*Pipeline)(nil)
 
 // NewPipeline returns a Pipeline. ctx is not retained.
 func NewPipeline(ctx context.Context, opts ...PipelineOption) (*Pipeline, error) {
-	cfg := pipelineConfig{mem: memory.DefaultAllocator, cacheTTL: DefaultPipelineCacheTTL, readAhead: DefaultStreamReadAhead}
+	cfg := pipelineConfig{mem: loader.NewPoolAllocator(), cacheTTL: DefaultPipelineCacheTTL, readAhead: DefaultStreamReadAhead}
 	for _, o := range opts {
 		o(&cfg)
 	}
