@@ -34,6 +34,7 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	var allow rootFlags
 	addr := fs.String("addr", transport.DefaultAddress, "listen address: unix:///path/to.sock or host:port (port 0 picks a free one)")
+	fs.StringVar(addr, "listen", transport.DefaultAddress, "same as --addr")
 	cert := fs.String("tls-cert", "", "PEM certificate chain file (TLS)")
 	key := fs.String("tls-key", "", "PEM private key file (TLS)")
 	token := fs.String("token-file", "", "file holding the bearer token every call must carry")
