@@ -116,7 +116,7 @@ def train_loop_per_worker(config: dict) -> None:
 
     def save(step, metrics):
         # The parameters are replicated: every process holds them whole. A sharded
-        # model would save with orbax (see meshfeed._src.orbax) instead.
+        # model would save with orbax (see meshfeed.orbax) instead.
         host = {k: np.asarray(v.addressable_data(0)) for k, v in params.items()}
         with tempfile.TemporaryDirectory() as d:
             checkpoint = None
