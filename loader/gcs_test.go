@@ -8,10 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,157 +16,15 @@ import (
 	"github.com/meshfeed/meshfeed/loader/loadertest"
 )
 
-// faultProxy is a reverse proxy on 127.0.0.1 in front of the fake GCS server
-// that injects faults into media (object data) requests, deterministically:
-// each fault applies to the next N media requests (N < 0: all of them).
-// Other requests (list, stat, upload) pass through untouched.
-type faultProxy struct {
-	upstream  *url.URL
-	transport *http.Transport
-	srv       *httptest.Server
-	closing   chan struct{}
-
-	mu       sync.Mutex
-	status   int   // respond with this status ...
-	statusN  int   // ... to this many media requests
-	cutAt    int64 // cut the body after cutAt bytes ...
-	cutN     int   // ... for this many media requests
-	stallAt  int64 // stall the body after stallAt bytes ...
-	stallN   int   // ... for this many media requests
-	ranges   []string
-	requests int // media requests seen
-}
-
-func newFaultProxy(t testing.TB, upstream string) *faultProxy {
-	t.Helper()
-	u, err := url.Parse(upstream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &faultProxy{
-		upstream:  u,
-		transport: &http.Transport{DisableCompression: true},
-		closing:   make(chan struct{}),
-	}
-	p.srv = httptest.NewServer(p) // listens on 127.0.0.1
-	t.Cleanup(func() {
-		close(p.closing) // release stalled handlers
-		p.srv.Close()
-		p.transport.CloseIdleConnections()
-	})
-	return p
-}
-
-func (p *faultProxy) URL() string { return p.srv.URL }
-
-// take decrements a fault counter and reports whether the fault applies.
-func take(n *int) bool {
-	switch {
-	case *n < 0:
-		return true
-	case *n > 0:
-		*n--
-		return true
-	}
-	return false
-}
-
-func (p *faultProxy) failWith(status, n int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.status, p.statusN = status, n
-}
-
-func (p *faultProxy) cutAfter(bytes int64, n int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cutAt, p.cutN = bytes, n
-}
-
-func (p *faultProxy) stallAfter(bytes int64, n int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.stallAt, p.stallN = bytes, n
-}
-
-// seen returns the media requests seen and their Range headers, and resets them.
-func (p *faultProxy) seen() (int, []string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n, r := p.requests, p.ranges
-	p.requests, p.ranges = 0, nil
-	return n, r
-}
-
-func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	media := r.URL.Query().Get("alt") == "media"
-	status, cut, stall := 0, int64(-1), int64(-1)
-	if media {
-		p.mu.Lock()
-		p.requests++
-		p.ranges = append(p.ranges, r.Header.Get("Range"))
-		switch {
-		case take(&p.statusN):
-			status = p.status
-		case take(&p.cutN):
-			cut = p.cutAt
-		case take(&p.stallN):
-			stall = p.stallAt
-		}
-		p.mu.Unlock()
-	}
-	if status != 0 {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		fmt.Fprintf(w, `{"error":{"code":%d,"message":"injected by faultProxy"}}`, status)
-		return
-	}
-
-	out := r.Clone(r.Context())
-	out.RequestURI = ""
-	out.URL.Scheme, out.URL.Host = p.upstream.Scheme, p.upstream.Host
-	out.Host = p.upstream.Host
-	out.Header.Del("Accept-Encoding") // byte counts below are on the identity body
-	resp, err := p.transport.RoundTrip(out)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	defer resp.Body.Close()
-	for k, v := range resp.Header {
-		w.Header()[k] = v
-	}
-	if resp.ContentLength >= 0 {
-		w.Header().Set("Content-Length", fmt.Sprint(resp.ContentLength))
-	}
-	w.WriteHeader(resp.StatusCode)
-	switch {
-	case cut >= 0:
-		io.CopyN(w, resp.Body, cut)
-		http.NewResponseController(w).Flush()
-		panic(http.ErrAbortHandler) // drop the connection mid-body
-	case stall >= 0:
-		io.CopyN(w, resp.Body, stall)
-		http.NewResponseController(w).Flush()
-		select {
-		case <-r.Context().Done():
-		case <-p.closing:
-		}
-		panic(http.ErrAbortHandler)
-	default:
-		io.Copy(w, resp.Body)
-	}
-}
-
 // faultSetup starts a fake GCS with one object of size bytes and a store that
-// reaches it through a fault proxy.
-func faultSetup(t *testing.T, size int, opts ...loader.GCSOption) (*faultProxy, *loader.GCSStore, loader.Object, []byte) {
+// reaches it through a loadertest.FaultFront.
+func faultSetup(t *testing.T, size int, opts ...loader.GCSOption) (*loadertest.FaultFront, *loader.GCSStore, loader.Object, []byte) {
 	t.Helper()
 	fake := loadertest.NewFakeGCS(t, "faults")
 	direct := fake.Store(t)
 	data := randBytes(newRand(t), size)
 	obj := loadertest.PutObject(t, direct, "gs://faults/obj.bin", data)
-	proxy := newFaultProxy(t, fake.URL)
+	proxy := loadertest.NewFaultFront(t, fake.URL)
 	store := loadertest.NewStore(t, proxy.URL(), opts...)
 	return proxy, store, obj, data
 }
@@ -198,9 +53,9 @@ func TestGCSRetriesTransientStatus(t *testing.T) {
 	for _, status := range []int{http.StatusServiceUnavailable, http.StatusTooManyRequests, http.StatusInternalServerError} {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			proxy, store, obj, data := faultSetup(t, 50_000, fastRetry(5)...)
-			proxy.failWith(status, 3)
+			proxy.Arm(loadertest.FaultStatus, status, 0, 3)
 			checkRead(t, store, obj, data, 1000, 40_000)
-			n, _ := proxy.seen()
+			n, _ := proxy.Seen()
 			st := store.Stats()
 			if n != 4 || st.Retries.Load() != 3 || st.Resumes.Load() != 0 {
 				t.Errorf("after 3 × %d: %d requests, %d retries, %d resumes; want 4, 3, 0", status, n, st.Retries.Load(), st.Resumes.Load())
@@ -212,9 +67,9 @@ func TestGCSRetriesTransientStatus(t *testing.T) {
 func TestGCSResumesBrokenBody(t *testing.T) {
 	const off, n, cut = 5000, 200_000, 1000
 	proxy, store, obj, data := faultSetup(t, 300_000, fastRetry(5)...)
-	proxy.cutAfter(cut, 3)
+	proxy.Arm(loadertest.FaultCut, 0, cut, 3)
 	checkRead(t, store, obj, data, off, n)
-	reqs, ranges := proxy.seen()
+	reqs, ranges := proxy.Seen()
 	// Each cut delivers exactly cut bytes, so attempt i starts at off+i*cut.
 	var want []string
 	for i := range 4 {
@@ -231,13 +86,13 @@ func TestGCSResumesBrokenBody(t *testing.T) {
 func TestGCSStallRecovers(t *testing.T) {
 	const off, n, stallAt = 100, 60_000, 500
 	proxy, store, obj, data := faultSetup(t, 100_000, fastRetry(5)...)
-	proxy.stallAfter(stallAt, 1)
+	proxy.Arm(loadertest.FaultStall, 0, stallAt, 1)
 	start := time.Now()
 	checkRead(t, store, obj, data, off, n)
 	if el := time.Since(start); el < 300*time.Millisecond {
 		t.Errorf("read took %v, shorter than the 300ms stall timeout: the stall was not injected", el)
 	}
-	_, ranges := proxy.seen()
+	_, ranges := proxy.Seen()
 	want := []string{fmt.Sprintf("bytes=%d-%d", off, off+n-1), fmt.Sprintf("bytes=%d-%d", off+stallAt, off+n-1)}
 	if !equalStrings(ranges, want) {
 		t.Errorf("ranges requested = %q, want %q", ranges, want)
@@ -254,15 +109,15 @@ func TestGCSGivesUp(t *testing.T) {
 	const attempts = 4
 	cases := []struct {
 		name   string
-		inject func(p *faultProxy)
+		inject func(p *loadertest.FaultFront)
 		opts   []loader.GCSOption
 		max    time.Duration // upper bound on the time to fail
 	}{
-		{"503", func(p *faultProxy) { p.failWith(503, -1) }, fastRetry(attempts), 2 * time.Second},
-		{"KillAtByte0", func(p *faultProxy) { p.cutAfter(0, -1) }, fastRetry(attempts), 2 * time.Second},
-		{"StallAtByte0", func(p *faultProxy) { p.stallAfter(0, -1) }, fastRetry(attempts), 2*time.Second + 300*time.Millisecond},
+		{"503", func(p *loadertest.FaultFront) { p.Arm(loadertest.FaultStatus, 503, 0, -1) }, fastRetry(attempts), 2 * time.Second},
+		{"KillAtByte0", func(p *loadertest.FaultFront) { p.Arm(loadertest.FaultCut, 0, 0, -1) }, fastRetry(attempts), 2 * time.Second},
+		{"StallAtByte0", func(p *loadertest.FaultFront) { p.Arm(loadertest.FaultStall, 0, 0, -1) }, fastRetry(attempts), 2*time.Second + 300*time.Millisecond},
 		// Only the time budget can stop this one: many attempts allowed, 1 s.
-		{"503TimeBudget", func(p *faultProxy) { p.failWith(503, -1) }, []loader.GCSOption{
+		{"503TimeBudget", func(p *loadertest.FaultFront) { p.Arm(loadertest.FaultStatus, 503, 0, -1) }, []loader.GCSOption{
 			loader.WithRetryBudget(1000, time.Second),
 			loader.WithRetryBackoff(20*time.Millisecond, 20*time.Millisecond),
 		}, time.Second},
@@ -274,7 +129,7 @@ func TestGCSGivesUp(t *testing.T) {
 			start := time.Now()
 			err := store.ReadAt(context.Background(), obj, make([]byte, 5000), 100)
 			el := time.Since(start)
-			reqs, _ := proxy.seen()
+			reqs, _ := proxy.Seen()
 			t.Logf("%v after %v, %d requests", err, el, reqs)
 			if !errors.Is(err, loader.ErrUnavailable) || !strings.Contains(err.Error(), obj.URI) {
 				t.Errorf("ReadAt = %v, want ErrUnavailable naming %s", err, obj.URI)
@@ -295,12 +150,12 @@ func TestGCSGivesUp(t *testing.T) {
 
 func TestGCSPermanentErrorsNotRetried(t *testing.T) {
 	proxy, store, obj, _ := faultSetup(t, 1000, fastRetry(5)...)
-	proxy.failWith(http.StatusForbidden, 1)
+	proxy.Arm(loadertest.FaultStatus, http.StatusForbidden, 0, 1)
 	err := store.ReadAt(context.Background(), obj, make([]byte, 10), 0)
 	if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), obj.URI) {
 		t.Errorf("ReadAt with 403 = %v, want fs.ErrPermission naming %s", err, obj.URI)
 	}
-	if n, _ := proxy.seen(); n != 1 {
+	if n, _ := proxy.Seen(); n != 1 {
 		t.Errorf("403: %d requests, want 1", n)
 	}
 
@@ -309,7 +164,7 @@ func TestGCSPermanentErrorsNotRetried(t *testing.T) {
 	if !errors.Is(err, loader.ErrNotFound) || !strings.Contains(err.Error(), missing.URI) {
 		t.Errorf("ReadAt(missing) = %v, want ErrNotFound naming %s", err, missing.URI)
 	}
-	if n, _ := proxy.seen(); n != 1 {
+	if n, _ := proxy.Seen(); n != 1 {
 		t.Errorf("404: %d requests, want 1", n)
 	}
 	if r := store.Stats().Retries.Load(); r != 0 {
@@ -321,7 +176,7 @@ func TestGCSPermanentErrorsNotRetried(t *testing.T) {
 // context ends, well before a long stall timeout.
 func TestGCSContextCancel(t *testing.T) {
 	proxy, store, obj, _ := faultSetup(t, 1000, loader.WithStallTimeout(time.Minute))
-	proxy.stallAfter(0, -1)
+	proxy.Arm(loadertest.FaultStall, 0, 0, -1)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()

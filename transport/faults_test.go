@@ -1,13 +1,14 @@
 package transport
 
 // End-to-end storage fault tests: a Pipeline reading a dataset from the
-// in-process GCS emulator through a fault-injecting HTTP front (connection
-// resets and clean cuts after exactly N body bytes, 429/503/500 bursts,
-// stalls, a connection that dies at byte 0 on every reopen) or through an
-// in-process toxiproxy (latency, bandwidth), all over real loopback TCP. Under
-// every transient fault an epoch's steps are byte-identical to a fault-free
-// run (a SHA-256 per step) and the store counts its retries; a permanent
-// outage or stall ends the stream with Unavailable within the retry budget.
+// in-process GCS emulator through a fault-injecting HTTP front
+// (loadertest.FaultFront: connection resets and clean cuts after exactly N
+// body bytes, 429/503/500 bursts, stalls, a connection that dies at byte 0 on
+// every reopen) or through an in-process toxiproxy (latency, bandwidth), all
+// over real loopback TCP. Under every transient fault an epoch's steps are
+// byte-identical to a fault-free run (a SHA-256 per step) and the store counts
+// its retries; a permanent outage or stall ends the stream with Unavailable
+// within the retry budget.
 
 import (
 	"context"
@@ -15,12 +16,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,141 +34,6 @@ import (
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/loader/loadertest"
 )
-
-// faultKind is a fault the front injects into media (object data) requests.
-type faultKind int
-
-const (
-	faultNone   faultKind = iota
-	faultStatus           // answer with an HTTP error status
-	faultCut              // send N body bytes, then close the connection cleanly (FIN)
-	faultReset            // send N body bytes, then reset the connection (RST)
-	faultStall            // send N body bytes, then send nothing more
-)
-
-// faultFront is a deterministic fault-injecting HTTP front on 127.0.0.1 in
-// front of the emulator (the approach of loader's gcs_test.go faultProxy):
-// the armed fault applies to the next n media requests (n < 0: to all of
-// them, a permanent outage). Listing, stat and upload requests pass through.
-type faultFront struct {
-	upstream  *url.URL
-	transport *http.Transport
-	srv       *httptest.Server
-	closing   chan struct{}
-
-	mu       sync.Mutex
-	kind     faultKind
-	status   int
-	at       int64 // body bytes sent before the cut, reset or stall
-	n        int   // media requests still to fault (< 0: all)
-	media    int   // media requests seen
-	injected int   // faults injected
-}
-
-func newFaultFront(t testing.TB, upstream string) *faultFront {
-	t.Helper()
-	u, err := url.Parse(upstream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &faultFront{upstream: u, transport: &http.Transport{DisableCompression: true}, closing: make(chan struct{})}
-	f.srv = httptest.NewServer(f)
-	t.Cleanup(func() {
-		close(f.closing)
-		f.srv.CloseClientConnections()
-		f.srv.Close()
-		f.transport.CloseIdleConnections()
-	})
-	return f
-}
-
-// arm sets the fault of the next n media requests (n < 0: all of them).
-func (f *faultFront) arm(kind faultKind, status int, at int64, n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.kind, f.status, f.at, f.n = kind, status, at, n
-}
-
-// counts returns the media requests seen and the faults injected.
-func (f *faultFront) counts() (media, injected int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.media, f.injected
-}
-
-func (f *faultFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	kind, code, at := faultNone, 0, int64(0)
-	if r.URL.Query().Get("alt") == "media" {
-		f.mu.Lock()
-		f.media++
-		if f.kind != faultNone && f.n != 0 {
-			if f.n > 0 {
-				f.n--
-			}
-			f.injected++
-			kind, code, at = f.kind, f.status, f.at
-		}
-		f.mu.Unlock()
-	}
-	if kind == faultStatus {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		fmt.Fprintf(w, `{"error":{"code":%d,"message":"injected by faultFront"}}`, code)
-		return
-	}
-	out := r.Clone(r.Context())
-	out.RequestURI = ""
-	out.URL.Scheme, out.URL.Host, out.Host = f.upstream.Scheme, f.upstream.Host, f.upstream.Host
-	out.Header.Del("Accept-Encoding") // byte counts are on the identity body
-	resp, err := f.transport.RoundTrip(out)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	defer resp.Body.Close()
-	if kind == faultReset {
-		f.reset(w, resp, at)
-		return
-	}
-	for k, v := range resp.Header {
-		w.Header()[k] = v
-	}
-	w.WriteHeader(resp.StatusCode)
-	switch kind {
-	case faultCut:
-		io.CopyN(w, resp.Body, at)
-		http.NewResponseController(w).Flush()
-		panic(http.ErrAbortHandler) // close the connection mid-body
-	case faultStall:
-		io.CopyN(w, resp.Body, at)
-		http.NewResponseController(w).Flush()
-		select {
-		case <-r.Context().Done():
-		case <-f.closing:
-		}
-		panic(http.ErrAbortHandler)
-	default:
-		io.Copy(w, resp.Body)
-	}
-}
-
-// reset writes the response head and at body bytes on the raw connection,
-// then resets it (SO_LINGER 0: the peer reads ECONNRESET, not a clean EOF).
-func (f *faultFront) reset(w http.ResponseWriter, resp *http.Response, at int64) {
-	conn, buf, err := http.NewResponseController(w).Hijack()
-	if err != nil {
-		panic(http.ErrAbortHandler)
-	}
-	defer conn.Close()
-	fmt.Fprintf(buf, "HTTP/1.1 %s\r\n", resp.Status)
-	resp.Header.Write(buf)
-	fmt.Fprintf(buf, "\r\n")
-	io.CopyN(buf, resp.Body, at)
-	buf.Flush()
-	if tc, ok := conn.(*net.TCPConn); ok {
-		tc.SetLinger(0)
-	}
-}
 
 // faultSpec is the dataset of the fault tests: 1200 rows in 2 files of
 // 100-row row groups with 32 features (about 13 KB per row group), so that
@@ -319,32 +181,32 @@ func TestFaultsTransient(t *testing.T) {
 	want := env.referenceSums(t)
 	cases := []struct {
 		name    string
-		kind    faultKind
+		kind    loadertest.FaultKind
 		status  int
 		at      int64
 		n       int
 		resumes bool // the retries resume after bytes arrived
 	}{
-		{"503 burst", faultStatus, http.StatusServiceUnavailable, 0, 3, false},
-		{"429 burst", faultStatus, http.StatusTooManyRequests, 0, 3, false},
-		{"500 burst", faultStatus, http.StatusInternalServerError, 0, 3, false},
-		{"clean cut after 1000 bytes", faultCut, 0, 1000, 6, true},
-		{"reset after 777 bytes", faultReset, 0, 777, 6, true},
-		{"reset at byte 0", faultReset, 0, 0, 3, false},
-		{"dies at byte 0 on 3 reopens", faultCut, 0, 0, 3, false},
-		{"stall after 500 bytes", faultStall, 0, 500, 1, true},
+		{"503 burst", loadertest.FaultStatus, http.StatusServiceUnavailable, 0, 3, false},
+		{"429 burst", loadertest.FaultStatus, http.StatusTooManyRequests, 0, 3, false},
+		{"500 burst", loadertest.FaultStatus, http.StatusInternalServerError, 0, 3, false},
+		{"clean cut after 1000 bytes", loadertest.FaultCut, 0, 1000, 6, true},
+		{"reset after 777 bytes", loadertest.FaultReset, 0, 777, 6, true},
+		{"reset at byte 0", loadertest.FaultReset, 0, 0, 3, false},
+		{"dies at byte 0 on 3 reopens", loadertest.FaultCut, 0, 0, 3, false},
+		{"stall after 500 bytes", loadertest.FaultStall, 0, 500, 1, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			front := newFaultFront(t, env.fake.URL)
-			ts, store := env.serve(t, front.srv.URL, faultRetry()...)
-			front.arm(c.kind, c.status, c.at, c.n)
+			front := loadertest.NewFaultFront(t, env.fake.URL)
+			ts, store := env.serve(t, front.URL(), faultRetry()...)
+			front.Arm(c.kind, c.status, c.at, c.n)
 			got, err := stepSums(context.Background(), ts.client, faultRequest(), 0, nil)
 			if err != nil {
 				t.Fatalf("DoGet under %s: %v", c.name, err)
 			}
 			compareSums(t, c.name, got, want)
-			media, injected := front.counts()
+			media, injected := front.Counts()
 			st := store.Stats()
 			t.Logf("%d media requests, %d faults, %d retries, %d resumes", media, injected, st.Retries.Load(), st.Resumes.Load())
 			if injected != c.n {
@@ -371,25 +233,25 @@ func TestFaultsPermanent(t *testing.T) {
 	const budget = 2 * time.Second // faultRetry's time budget
 	cases := []struct {
 		name   string
-		kind   faultKind
+		kind   loadertest.FaultKind
 		status int
 		at     int64
 		limit  time.Duration // from the outage to the error
 	}{
-		{"503 forever", faultStatus, http.StatusServiceUnavailable, 0, budget},
-		{"dies at byte 0 on every reopen", faultCut, 0, 0, budget},
-		{"reset at byte 0 on every reopen", faultReset, 0, 0, budget},
-		{"stall forever", faultStall, 0, 0, budget + 300*time.Millisecond},
+		{"503 forever", loadertest.FaultStatus, http.StatusServiceUnavailable, 0, budget},
+		{"dies at byte 0 on every reopen", loadertest.FaultCut, 0, 0, budget},
+		{"reset at byte 0 on every reopen", loadertest.FaultReset, 0, 0, budget},
+		{"stall forever", loadertest.FaultStall, 0, 0, budget + 300*time.Millisecond},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			front := newFaultFront(t, env.fake.URL)
-			ts, store := env.serve(t, front.srv.URL, faultRetry()...)
+			front := loadertest.NewFaultFront(t, env.fake.URL)
+			ts, store := env.serve(t, front.URL(), faultRetry()...)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			var outage time.Time
 			got, err := stepSums(ctx, ts.client, faultRequest(), 3, func() {
-				front.arm(c.kind, c.status, c.at, -1)
+				front.Arm(c.kind, c.status, c.at, -1)
 				outage = time.Now()
 			})
 			el := time.Since(outage)
