@@ -40,7 +40,10 @@ import (
 // every ranged read is far longer than the byte offsets where faults cut.
 func faultSpec() datagen.Spec {
 	s := datagen.DefaultSpec()
-	s.Rows, s.Files, s.RowGroupRows, s.Features, s.Seed = 1200, 2, 100, 32, 3
+	// 48 row groups, 12 per stream: reading one row group at a time per slice
+	// (WithPipelineReadAhead below), the outage armed after step 3 always
+	// finds row groups still to read.
+	s.Rows, s.Files, s.RowGroupRows, s.Features, s.Seed = 4800, 2, 100, 8, 3
 	return s
 }
 
@@ -79,7 +82,7 @@ func (e *faultEnv) serve(t *testing.T, endpoint string, opts ...loader.GCSOption
 		WithPipelineAllocator(checkedMem(t)),
 		WithPipelineStore(store),
 		WithPipelineCacheTTL(0),
-		WithPipelineReadAhead(4*32<<10), // 32 KiB per slice: reading spans the epoch
+		WithPipelineReadAhead(4), // one row group at a time per slice: reading spans the epoch
 		WithPipelineLoaderOptions(loader.WithFooterCache(nil)))
 	if err != nil {
 		t.Fatalf("NewPipeline: %v", err)
