@@ -61,20 +61,7 @@ func TestBackpressure(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := checkedMem(t)
 			tb := &tracking{Backend: &DemoBackend{NumRows: 1000, Mem: mem}}
-			s, err := New(tb, WithLogger(discard), WithAllowedRoots("/data"), WithPrefetch(tc.prefetch), WithMemoryBudget(tc.budget))
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := tb.Open(context.Background(), req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() {
-				_, err := s.stream(ctx, st, &stuckWriter{ctx: ctx})
-				done <- err
-			}()
+			s, cancel, done := streamToStuckClient(t, tb, req, tc.prefetch, tc.budget)
 			waitFor(t, "producer to stall", func() bool { return tb.nexts.Load() >= tc.wantNexts })
 			time.Sleep(100 * time.Millisecond) // it must not read further
 			if got := tb.nexts.Load(); got != tc.wantNexts {
@@ -134,4 +121,26 @@ func TestBudgetShared(t *testing.T) {
 	if b.inUse() != 0 {
 		t.Errorf("inUse = %d, want 0", b.inUse())
 	}
+}
+
+// streamToStuckClient starts s.stream for req over a Server with the given
+// prefetch and memory budget, writing to a client that never reads; cancel
+// ends it, and done receives its result.
+func streamToStuckClient(t *testing.T, tb *tracking, req *Request, prefetch int, budget int64) (*Server, context.CancelFunc, <-chan error) {
+	t.Helper()
+	s, err := New(tb, WithLogger(discard), WithAllowedRoots("/data"), WithPrefetch(prefetch), WithMemoryBudget(budget))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := tb.Open(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.stream(ctx, st, &stuckWriter{ctx: ctx})
+		done <- err
+	}()
+	return s, cancel, done
 }

@@ -328,20 +328,7 @@ func TestQueueDepthGauge(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tb := &tracking{Backend: &DemoBackend{NumRows: 1000}}
-			s, err := New(tb, WithLogger(discard), WithAllowedRoots("/data"), WithPrefetch(tc.prefetch), WithMemoryBudget(tc.budget))
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := tb.Open(context.Background(), req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() {
-				_, err := s.stream(ctx, st, &stuckWriter{ctx: ctx})
-				done <- err
-			}()
+			s, cancel, done := streamToStuckClient(t, tb, req, tc.prefetch, tc.budget)
 			waitFor(t, "producer to stall", func() bool { return tb.nexts.Load() >= tc.wantNexts })
 			time.Sleep(50 * time.Millisecond)
 			if got := s.Metrics().QueuedSteps; got != tc.wantQueue {

@@ -111,15 +111,13 @@ def from_flight(exc: BaseException) -> BaseException:
         cls, code = NotFoundError, "NOT_FOUND"
     elif isinstance(exc, pa.ArrowNotImplementedError):
         cls, code = InvalidRequestError, "UNIMPLEMENTED"
-    elif isinstance(exc, pa.ArrowInvalid):
-        cls, code = InvalidRequestError, "INVALID_ARGUMENT"
+    else:
+        if isinstance(exc, pa.ArrowInvalid):
+            cls, code = InvalidRequestError, "INVALID_ARGUMENT"
+        # pyarrow collapses several codes into one exception type; the code
+        # word in the server's message (docs/PROTOCOL.md) tells them apart.
         for w, c, k in _CODE_WORDS:
             if words is not None and w in words:
-                cls, code = k, c
-                break
-    elif words is not None:
-        for w, c, k in _CODE_WORDS:
-            if w in words:
                 cls, code = k, c
                 break
     label = f" ({code})" if code else ""
