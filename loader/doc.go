@@ -20,7 +20,9 @@
 //
 // Local files are mapped with mmap for decoding (see [WithMmap] and [Mapper]);
 // no decoded array points into a mapping, and every mapping is released once
-// its row group is decoded. A file truncated while mapped raises SIGBUS when
+// its row group is decoded, unless the store keeps whole files mapped between
+// reads ([WithMapCache], for repeated passes over page-cache-warm files: the
+// page-table work of mapping is then paid once per file, not per pass). A file truncated while mapped raises SIGBUS when
 // a lost page is touched: during decoding the loader turns it into an error
 // wrapping ErrNotFound, but files must be replaced by renaming new ones into
 // place, never truncated and rewritten while a dataset reads them.

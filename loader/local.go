@@ -25,8 +25,9 @@ const DefaultMaxOpenFiles = 128
 type LocalOption func(*localConfig)
 
 type localConfig struct {
-	maxOpen int
-	stats   *StoreStats
+	maxOpen  int
+	mapCache int64
+	stats    *StoreStats
 }
 
 func newLocalConfig(opts []LocalOption) localConfig {
@@ -50,6 +51,23 @@ func WithMaxOpenFiles(n int) LocalOption {
 	return func(c *localConfig) { c.maxOpen = n }
 }
 
+// WithMapCache keeps whole-file mappings between Map calls, up to bytes of
+// mapped files in all (least recently used unmapped first), instead of
+// mapping and unmapping the chunks of every row group. Mapping page-cache
+// pages into the process costs as much as copying them once (page-table
+// entries made and torn down for every pass); a cached mapping pays it once,
+// so later passes over a page-cache-warm file decode at memory speed.
+//
+// The price: pages touched through a cached mapping stay in the process's
+// RSS (as file-backed, shared, clean pages: the kernel can still reclaim
+// them) until the file's mapping is evicted or the store is closed, and a
+// file truncated while mapped can fault for as long as it stays cached (see
+// [Mapper]). Files larger than bytes are mapped range by range as without
+// the cache. Zero or negative (the default) turns the cache off.
+func WithMapCache(bytes int64) LocalOption {
+	return func(c *localConfig) { c.mapCache = bytes }
+}
+
 func withLocalStats(s *StoreStats) LocalOption {
 	return func(c *localConfig) { c.stats = s }
 }
@@ -69,12 +87,14 @@ func withLocalStats(s *StoreStats) LocalOption {
 type LocalStore struct {
 	cfg localConfig
 
-	liveMaps atomic.Int64 // mappings made by Map and not yet released
+	liveMaps     atomic.Int64 // Map results not yet released
+	fileMapsLive atomic.Int64 // whole-file mappings (WithMapCache) not yet unmapped
 
-	mu     sync.Mutex
-	files  map[string]*list.Element // of *openFile
-	lru    *list.List               // front = most recently used
-	closed bool
+	mu             sync.Mutex
+	files          map[string]*list.Element // of *openFile
+	lru            *list.List               // front = most recently used
+	cachedMapBytes int64                    // sum of cachedBytes of the files in lru
+	closed         bool
 }
 
 type openFile struct {
@@ -82,8 +102,16 @@ type openFile struct {
 	f       *os.File
 	size    int64
 	mtime   time.Time
-	refs    int  // ReadAt calls using f right now
+	refs    int  // ReadAt calls and unreleased cached Map results using f
 	evicted bool // removed from the cache; close when refs reaches 0
+
+	// The whole-file mapping (WithMapCache), made on the first Map of f and
+	// unmapped when f is closed. cachedBytes counts it against the cache
+	// while f is in the LRU (guarded by the store's mu).
+	mapMu       sync.Mutex
+	whole       []byte
+	populated   []atomic.Uint64 // a bit per populateChunk of whole already populated
+	cachedBytes int64
 }
 
 var (
@@ -297,8 +325,10 @@ func (s *LocalStore) evictLocked(el *list.Element) {
 		delete(s.files, f.path)
 	}
 	f.evicted = true
+	s.cachedMapBytes -= f.cachedBytes
+	f.cachedBytes = 0
 	if f.refs == 0 {
-		f.f.Close()
+		s.closeLocked(f)
 	}
 }
 
@@ -307,7 +337,18 @@ func (s *LocalStore) release(f *openFile) {
 	defer s.mu.Unlock()
 	f.refs--
 	if f.evicted && f.refs == 0 {
-		f.f.Close()
+		s.closeLocked(f)
+	}
+}
+
+// closeLocked closes an evicted file nobody uses any more, and unmaps its
+// whole-file mapping.
+func (s *LocalStore) closeLocked(f *openFile) {
+	f.f.Close()
+	if f.whole != nil {
+		munmapRange(f.whole) // fails only for a range that is not mapped
+		f.whole = nil
+		s.fileMapsLive.Add(-1)
 	}
 }
 
@@ -320,7 +361,9 @@ func (s *LocalStore) forget(path string) {
 	}
 }
 
-// Close closes the cached file handles. Reads after Close fail.
+// Close closes the cached file handles and unmaps the cached mappings (those
+// still in use when their last Map result is released). Reads after Close
+// fail.
 func (s *LocalStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

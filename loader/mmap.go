@@ -2,11 +2,13 @@ package loader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"sync"
+	"sync/atomic"
 )
 
 // Mapper is implemented by stores that can map an object's bytes into memory
@@ -40,6 +42,8 @@ var (
 // Map implements Mapper with mmap(2): the pages covering [off, off+n) are
 // mapped read-only and shared, and populated up front. The mapping holds its
 // own reference to the file, so it stays valid after the handle is closed.
+// With [WithMapCache], the range is a window of the file's cached whole-file
+// mapping instead, populated the first time it is mapped.
 func (s *LocalStore) Map(ctx context.Context, obj Object, off, n int64) ([]byte, func(), error) {
 	path, err := localPath(obj.URI, false)
 	if err != nil {
@@ -59,10 +63,14 @@ func (s *LocalStore) Map(ctx context.Context, obj Object, off, n int64) ([]byte,
 	if err != nil {
 		return nil, nil, err
 	}
-	defer s.release(f)
 	if end > f.size {
+		s.release(f)
 		return nil, nil, fmt.Errorf("loader: map %s [%d, %d): the file has %d bytes: %w", path, off, end, f.size, io.ErrUnexpectedEOF)
 	}
+	if s.cfg.mapCache > 0 && f.size <= s.cfg.mapCache {
+		return s.mapCached(f, off, n)
+	}
+	defer s.release(f)
 	page := int64(os.Getpagesize())
 	start := off &^ (page - 1)
 	if end-start > math.MaxInt {
@@ -106,4 +114,104 @@ func (m *Mux) Map(ctx context.Context, obj Object, off, n int64) ([]byte, func()
 		return nil, nil, fmt.Errorf("loader: map %s: %w: the store has no mmap", obj.URI, ErrUnsupported)
 	}
 	return mp.Map(ctx, obj, off, n)
+}
+
+// populateChunk is the granularity at which a cached whole-file mapping
+// remembers which of its pages were populated already.
+const populateChunk = 64 << 10
+
+// mapCached returns [off, off+n) of f's whole-file mapping, mapping the file
+// first if it is not yet. The caller holds a reference to f (acquire), which
+// the returned release gives back.
+func (s *LocalStore) mapCached(f *openFile, off, n int64) ([]byte, func(), error) {
+	fail := func(err error) ([]byte, func(), error) {
+		s.release(f)
+		return nil, nil, fmt.Errorf("loader: map %s [%d, %d): %w", f.path, off, off+n, err)
+	}
+	f.mapMu.Lock()
+	if f.whole == nil {
+		if f.size > math.MaxInt {
+			f.mapMu.Unlock()
+			return fail(errors.New("file too large to map"))
+		}
+		rc, err := f.f.SyscallConn()
+		if err != nil {
+			f.mapMu.Unlock()
+			return fail(err)
+		}
+		var m []byte
+		var merr error
+		if err := rc.Control(func(fd uintptr) { m, merr = mmapWhole(fd, int(f.size)) }); err != nil {
+			merr = err
+		}
+		if merr != nil {
+			f.mapMu.Unlock()
+			return fail(merr)
+		}
+		f.whole = m
+		f.populated = make([]atomic.Uint64, (f.size+populateChunk*64-1)/(populateChunk*64))
+		s.fileMapsLive.Add(1)
+		s.cfg.stats.FileMaps.Add(1)
+		s.mu.Lock()
+		s.admitMappingLocked(f)
+		s.mu.Unlock()
+	}
+	f.mapMu.Unlock()
+	if err := f.populate(off, n); err != nil {
+		return fail(err)
+	}
+	s.liveMaps.Add(1)
+	s.cfg.stats.Maps.Add(1)
+	s.cfg.stats.BytesMapped.Add(n)
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			s.liveMaps.Add(-1)
+			s.release(f)
+		})
+	}
+	return f.whole[off : off+n : off+n], release, nil
+}
+
+// admitMappingLocked counts f's new whole-file mapping against the cache
+// and evicts the least recently used other mapped files until the cache
+// fits its bound again (an evicted file in use is unmapped when released).
+func (s *LocalStore) admitMappingLocked(f *openFile) {
+	if f.evicted {
+		return // evicted meanwhile: unmapped with the handle
+	}
+	f.cachedBytes = f.size
+	s.cachedMapBytes += f.size
+	for el := s.lru.Back(); el != nil && s.cachedMapBytes > s.cfg.mapCache; {
+		prev := el.Prev()
+		if g := el.Value.(*openFile); g != f && g.cachedBytes > 0 {
+			s.evictLocked(el)
+		}
+		el = prev
+	}
+}
+
+// populate maps the pages of [off, off+n) of f's whole-file mapping into the
+// page tables in as few system calls as possible, skipping chunks populated
+// before, so the decoder does not take a page fault every few pages.
+func (f *openFile) populate(off, n int64) error {
+	first, last := off/populateChunk, (off+n-1)/populateChunk
+	for c := first; c <= last; {
+		if f.populated[c/64].Load()&(1<<(c%64)) != 0 {
+			c++
+			continue
+		}
+		run := c
+		for run <= last && f.populated[run/64].Load()&(1<<(run%64)) == 0 {
+			run++
+		}
+		lo, hi := c*populateChunk, min(run*populateChunk, f.size)
+		if err := madvisePopulate(f.whole[lo:hi]); err != nil {
+			return err
+		}
+		for ; c < run; c++ {
+			f.populated[c/64].Or(1 << (c % 64))
+		}
+	}
+	return nil
 }

@@ -2,7 +2,11 @@
 
 package loader
 
-import "syscall"
+import (
+	"fmt"
+	"sync/atomic"
+	"syscall"
+)
 
 // mmapRange maps length bytes of the file fd from off (a multiple of the page
 // size) read-only and shared. MAP_POPULATE maps every page of the range in
@@ -13,3 +17,36 @@ func mmapRange(fd uintptr, off int64, length int) ([]byte, error) {
 }
 
 func munmapRange(b []byte) error { return syscall.Munmap(b) }
+
+// mmapWhole maps a whole file read-only and shared, without populating it:
+// a cached whole-file mapping is populated range by range (madvisePopulate)
+// as row groups are first read from it.
+func mmapWhole(fd uintptr, length int) ([]byte, error) {
+	return syscall.Mmap(int(fd), 0, length, syscall.PROT_READ, syscall.MAP_SHARED)
+}
+
+// madvPopulateRead is MADV_POPULATE_READ (Linux 5.14).
+const madvPopulateRead = 22
+
+// noPopulate is set once the kernel refused MADV_POPULATE_READ as unknown.
+var noPopulate atomic.Bool
+
+// madvisePopulate maps the pages of b, a page-aligned window of a mapping,
+// into the page tables in one system call. On kernels without
+// MADV_POPULATE_READ it does nothing (the pages fault in when touched); a
+// range past the end of the file (truncated since it was mapped) is an
+// error.
+func madvisePopulate(b []byte) error {
+	if len(b) == 0 || noPopulate.Load() {
+		return nil
+	}
+	err := syscall.Madvise(b, madvPopulateRead)
+	if err == syscall.EINVAL {
+		noPopulate.Store(true)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("populating the mapping: %w", err)
+	}
+	return nil
+}

@@ -31,6 +31,9 @@ type StoreStats struct {
 	// BytesMapped is the number of bytes those Map calls made available. They
 	// are not counted in BytesRead.
 	BytesMapped atomic.Int64
+	// FileMaps is the number of whole-file mappings made for
+	// [WithMapCache]; each serves Map calls until it is evicted.
+	FileMaps atomic.Int64
 }
 
 // StatsReporter is implemented by stores that count their work.

@@ -38,6 +38,7 @@ const pipelineCacheSize = 64
 type pipelineConfig struct {
 	store     loader.Store
 	mem       memory.Allocator
+	storeOpts []loader.MuxOption
 	loadOpts  []loader.Option
 	cacheTTL  time.Duration
 	readAhead int64
@@ -64,6 +65,13 @@ type PipelineOption func(*pipelineConfig)
 // store given here is not closed by the Pipeline.
 func WithPipelineStore(s loader.Store) PipelineOption {
 	return func(c *pipelineConfig) { c.store = s }
+}
+
+// WithPipelineStoreOptions configures the store NewPipeline creates when
+// WithPipelineStore gives none (for example loader.WithLocalOptions with
+// loader.WithMapCache, to keep local files mapped between streams).
+func WithPipelineStoreOptions(opts ...loader.MuxOption) PipelineOption {
+	return func(c *pipelineConfig) { c.storeOpts = append(c.storeOpts, opts...) }
 }
 
 // WithPipelineAllocator sets the allocator of decoded row groups, slices and
@@ -144,7 +152,7 @@ func NewPipeline(ctx context.Context, opts ...PipelineOption) (*Pipeline, error)
 	}
 	p := &Pipeline{cfg: cfg, cache: make(map[string]cachedDataset)}
 	if cfg.store == nil {
-		m, err := loader.NewStore(ctx)
+		m, err := loader.NewStore(ctx, cfg.storeOpts...)
 		if err != nil {
 			return nil, fmt.Errorf("transport: pipeline: %w", err)
 		}

@@ -944,3 +944,52 @@ func BenchmarkPipelineStep(b *testing.B) {
 		})
 	}
 }
+
+// With a map cache (serve --map-cache), streams read local files through
+// whole-file mappings that outlive them: the rows are the contract's, and a
+// second stream maps nothing new.
+func TestPipelineMapCache(t *testing.T) {
+	spec := pipeSpec()
+	dir := writeDataset(t, spec)
+	mem := checkedMem(t)
+	p, err := NewPipeline(context.Background(), WithPipelineAllocator(mem),
+		WithPipelineStoreOptions(loader.WithLocalOptions(loader.WithMapCache(1<<30))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	ts := startServer(t, viaBufconn, p, []Option{WithAllowedRoots(dir)})
+	const B, D = 8, 4
+	b := B / D
+	req := pipeRequest(dir, B, D, []int{0, 1, 2, 3}, LastBatchDrop)
+	req.Shuffle = Shuffle{Enabled: true}
+	model := newRefModel(t, spec, req)
+	stats := p.cfg.store.(loader.StatsReporter).Stats()
+	for stream := range 2 {
+		steps, err := readSteps(t, context.Background(), ts.client, req, false)
+		if err != nil {
+			t.Fatalf("stream %d: %v", stream, err)
+		}
+		if len(steps) != 2*model.steps() {
+			t.Fatalf("stream %d: %d steps, want %d", stream, len(steps), 2*model.steps())
+		}
+		for i, st := range steps {
+			want := model.epoch(i / model.steps())[i%model.steps()]
+			for r, id := range want {
+				if st.ids[r] != id {
+					t.Fatalf("stream %d step %d: ids %v, want %v", stream, i, st.ids, want)
+				}
+				checkRow(t, spec, st, r, id)
+			}
+			if st.rows != D*b {
+				t.Fatalf("stream %d step %d: %d rows, want %d", stream, i, st.rows, D*b)
+			}
+		}
+		if got := stats.FileMaps.Load(); got != int64(spec.Files) {
+			t.Errorf("after stream %d: %d whole-file mappings, want %d (one per file, kept between streams)", stream, got, spec.Files)
+		}
+		if stats.Maps.Load() == 0 {
+			t.Errorf("after stream %d: no Map calls; the pipeline did not read through mappings", stream)
+		}
+	}
+}

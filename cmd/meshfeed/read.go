@@ -28,6 +28,7 @@ func runRead(ctx context.Context, args []string) error {
 	fs.Var(&cols, "columns", "comma-separated columns to read (default: all)")
 	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "row groups decoded at once")
 	readAhead := fs.Int64("read-ahead", 256<<20, "in-flight byte budget (compressed + decoded)")
+	mapCache := fs.Int64("map-cache", 0, "keep local files of up to this many bytes in all mapped between reads (see loader.WithMapCache); 0: off")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: meshfeed read [--columns a,b] [--workers N] [--read-ahead BYTES] URI...")
 		fs.PrintDefaults()
@@ -39,7 +40,7 @@ func runRead(ctx context.Context, args []string) error {
 		fs.Usage()
 		return fmt.Errorf("read: no dataset URI given")
 	}
-	store, err := loader.NewStore(ctx)
+	store, err := loader.NewStore(ctx, loader.WithLocalOptions(loader.WithMapCache(*mapCache)))
 	if err != nil {
 		return err
 	}

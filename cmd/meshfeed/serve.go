@@ -16,7 +16,7 @@ import (
 
 // newPipelineBackend builds the real backend (loader + batching) for
 // `serve --backend pipeline`. It is nil until the pipeline is wired in.
-var newPipelineBackend func(ctx context.Context, readAhead int64) (transport.Backend, error)
+var newPipelineBackend func(ctx context.Context, readAhead, mapCache int64) (transport.Backend, error)
 
 // rootFlags is the repeatable --allow flag (no comma splitting: a root may contain one).
 type rootFlags []string
@@ -43,6 +43,7 @@ func runServe(ctx context.Context, args []string) error {
 	maxStreams := fs.Int("max-streams", transport.DefaultMaxStreams, "maximum concurrent DoGet streams")
 	prefetch := fs.Int("prefetch", transport.DefaultPrefetch, "steps each stream reads ahead of the one being sent")
 	readAhead := fs.Int64("read-ahead", transport.DefaultStreamReadAhead, "bytes of row groups each stream reads ahead (compressed + decoded), split among its slices")
+	mapCache := fs.Int64("map-cache", 0, "keep local files of up to this many bytes in all mapped between reads (faster repeated epochs of page-cache-warm data; mapped pages count in RSS); 0: off")
 	budget := fs.Int64("memory-budget", transport.DefaultMemoryBudget, "bytes of records queued across all streams (0: unbounded)")
 	maxMsg := fs.Int("max-message-size", transport.DefaultMaxMessageSize, "largest gRPC message sent, bytes (clients must accept at least this)")
 	metrics := fs.String("metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (and JSON counters at /debug/vars); off when empty")
@@ -72,7 +73,7 @@ func runServe(ctx context.Context, args []string) error {
 			return errors.New("--backend pipeline: the loader/batching pipeline is not wired into serve yet (use --backend demo)")
 		}
 		var err error
-		if be, err = newPipelineBackend(ctx, *readAhead); err != nil {
+		if be, err = newPipelineBackend(ctx, *readAhead, *mapCache); err != nil {
 			return err
 		}
 	default:
