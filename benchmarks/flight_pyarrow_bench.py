@@ -36,12 +36,18 @@ def main():
     ap.add_argument("--ticket", required=True, help="ticket JSON")
     ap.add_argument("--max-msg", type=int, default=256 << 20, help="client receive limit in bytes")
     ap.add_argument("--check-rows", action="store_true", help="check the first and last steps' values")
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra gRPC channel argument (integer values); repeatable")
     args = ap.parse_args()
 
-    client = flight.FlightClient(args.location, generic_options=[
+    options = [
         ("grpc.max_receive_message_length", args.max_msg),
         ("grpc.max_send_message_length", 1 << 20),
-    ])
+    ]
+    for kv in args.option:
+        key, _, value = kv.partition("=")
+        options.append((key, int(value)))
+    client = flight.FlightClient(args.location, generic_options=options)
     t0, c0 = time.perf_counter(), time.process_time()
     reader = client.do_get(flight.Ticket(args.ticket.encode()))
     steps = nbytes = 0

@@ -2,7 +2,11 @@ package loader_test
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
 	"io"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -13,6 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/klauspost/compress/snappy"
 
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/loader"
@@ -461,4 +466,43 @@ func BenchmarkPlan1000Files(b *testing.B) {
 			check(b, ds)
 		}
 	})
+}
+
+// BenchmarkSnappyAlone decompresses snappy blocks of 1 MiB (the page size of
+// the bench datasets) holding the decoded bytes of one pass of the
+// uncompressed dataset's projection (random float32 features, as the
+// datasets hold), with one goroutine and with GOMAXPROCS, each into a
+// pre-touched destination: the codec alone, without the loader, so the
+// decoder's scaling over cores can be set against the codec's own.
+func BenchmarkSnappyAlone(b *testing.B) {
+	src, dst, _ := memcpyBuffers(b)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i+4 <= len(src); i += 4 {
+		binary.LittleEndian.PutUint32(src[i:], math.Float32bits(rng.Float32()))
+	}
+	const block = 1 << 20
+	var blocks [][]byte
+	for off := 0; off < len(src); off += block {
+		blocks = append(blocks, snappy.Encode(nil, src[off:min(off+block, len(src))]))
+	}
+	for _, workers := range []int{1, runtime.GOMAXPROCS(0)} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			b.SetBytes(int64(len(src)))
+			for b.Loop() {
+				var wg sync.WaitGroup
+				for w := range workers {
+					wg.Go(func() {
+						for i := w; i < len(blocks); i += workers {
+							off := i * block
+							if _, err := snappy.Decode(dst[off:min(off+block, len(dst))], blocks[i]); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+			}
+		})
+	}
 }

@@ -178,8 +178,12 @@ func BenchmarkDoGetPyarrow(b *testing.B) {
 				if kind == viaUnix {
 					loc = strings.Replace(ts.target, "unix://", "grpc+unix://", 1)
 				}
-				cmd := exec.Command(python, filepath.Join("..", "benchmarks", "flight_pyarrow_bench.py"),
-					"--location", loc, "--ticket", string(tkt), "--max-msg", strconv.Itoa(DefaultMaxMessageSize), "--check-rows")
+				args := []string{filepath.Join("..", "benchmarks", "flight_pyarrow_bench.py"),
+					"--location", loc, "--ticket", string(tkt), "--max-msg", strconv.Itoa(DefaultMaxMessageSize), "--check-rows"}
+				for _, kv := range strings.Fields(os.Getenv("MESHFEED_FLIGHT_OPTIONS")) {
+					args = append(args, "--option", kv)
+				}
+				cmd := exec.Command(python, args...)
 				cmd.Stderr = os.Stderr
 				cpu0 := processCPU(b)
 				b.ResetTimer()

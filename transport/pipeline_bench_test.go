@@ -13,8 +13,10 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
 
 	"github.com/meshfeed/meshfeed/internal/datagen"
+	"github.com/meshfeed/meshfeed/loader"
 )
 
 // benchSpec is the dataset of BenchmarkServePipeline: 327,680 rows of id,
@@ -101,7 +103,9 @@ func benchDataset(b *testing.B) string {
 // pipeline within 15% of prebuilt. Each run times b.N steps after the first
 // (which opens the dataset and starts the readers). D = 4 runs twice: as
 // served, and with every step's slices concatenated into a new record
-// (/concat).
+// (/concat). /mapcache keeps the file mapped between passes
+// (serve --map-cache). bytes/op is the step's IPC body size (rows times 268
+// bytes), not the size of the row-group buffers a sliced step points into.
 //
 //	go test ./transport -run '^$' -bench ServePipeline -benchtime 100x -count 3
 func BenchmarkServePipeline(b *testing.B) {
@@ -132,7 +136,7 @@ func BenchmarkServePipeline(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer first.Release()
-	stepBytes := recordBytes(first)
+	stepBytes := ipcBodyBytes(b, first)
 
 	b.Run("prebuilt", func(b *testing.B) {
 		be := &repeatBackend{rec: first}
@@ -143,13 +147,16 @@ func BenchmarkServePipeline(b *testing.B) {
 	// ("concat": the path before virtual concatenation), to measure the
 	// change in the same run.
 	variants := []struct {
-		name string
-		d    int
-		flag *atomic.Bool
+		name     string
+		d        int
+		flag     *atomic.Bool
+		mapCache bool
 	}{
-		{"pipeline/D=1", 1, nil},
-		{"pipeline/D=4", 4, nil},
-		{"pipeline/D=4/concat", 4, &forceConcat},
+		{"pipeline/D=1", 1, nil, false},
+		{"pipeline/D=4", 4, nil, false},
+		{"pipeline/D=4/concat", 4, &forceConcat, false},
+		{"pipeline/D=1/mapcache", 1, nil, true},
+		{"pipeline/D=4/mapcache", 4, nil, true},
 	}
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
@@ -157,7 +164,11 @@ func BenchmarkServePipeline(b *testing.B) {
 				v.flag.Store(true)
 				defer v.flag.Store(false)
 			}
-			p, err := NewPipeline(context.Background())
+			var popts []PipelineOption
+			if v.mapCache {
+				popts = append(popts, WithPipelineStoreOptions(loader.WithLocalOptions(loader.WithMapCache(1<<30))))
+			}
+			p, err := NewPipeline(context.Background(), popts...)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -166,6 +177,29 @@ func BenchmarkServePipeline(b *testing.B) {
 		})
 	}
 }
+
+// ipcBodyBytes returns the bytes of rec's record batch message body, as the
+// IPC writer serializes it (slices count their own rows only).
+func ipcBodyBytes(b *testing.B, rec arrow.RecordBatch) int64 {
+	b.Helper()
+	var buf countingWriter
+	w := ipc.NewWriter(&buf, ipc.WithSchema(rec.Schema()))
+	if err := w.Write(rec); err != nil { // the schema message, then the record's
+		b.Fatal(err)
+	}
+	withRecord := buf.n
+	if err := w.Write(rec); err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+	return buf.n - withRecord
+}
+
+type countingWriter struct{ n int64 }
+
+func (c *countingWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
 
 // benchServe serves be over loopback TCP and times a client reading b.N
 // steps of req after the first; every step must have B rows.
