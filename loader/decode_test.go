@@ -49,6 +49,7 @@ func testRecord(t testing.TB, rng *rand.Rand, n int, withNulls bool) arrow.Recor
 		{Name: "blob", Type: arrow.BinaryTypes.Binary},
 		{Name: "maybe", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
 		{Name: "names", Type: arrow.BinaryTypes.String, Nullable: true},
+		{Name: "seq", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
 	}
 	b := array.NewRecordBuilder(mem, arrow.NewSchema(fields, nil))
 	defer b.Release()
@@ -83,6 +84,11 @@ func testRecord(t testing.TB, rng *rand.Rand, n int, withNulls bool) arrow.Recor
 		} else {
 			b.Field(15).(*array.Int32Builder).Append(int32(i) * 3)
 			b.Field(16).(*array.StringBuilder).Append(fmt.Sprintf("name-%d", i))
+		}
+		sb := b.Field(17).(*array.ListBuilder)
+		sb.Append(true)
+		for j := 0; j < 1+rng.IntN(6); j++ { // never empty: the levels' fast path
+			sb.ValueBuilder().(*array.Int32Builder).Append(int32(-i*10 - j))
 		}
 	}
 	return b.NewRecordBatch()

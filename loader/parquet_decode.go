@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -783,6 +784,28 @@ func (st *colState) listPage(page parquet.Page, vals encoding.Values, rows int64
 	}
 	offs := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(st.offsets.Bytes()))), int(rows)+1)
 	count := st.nvals
+	if c.elemDef <= math.MaxUint8 && bytes.Count(def, []byte{byte(c.elemDef)}) == len(def) {
+		// No null or empty list and no null element (the common case):
+		// every level is a value, and a row starts at every repetition
+		// level 0, found with a vectorized byte search instead of a branch
+		// per value.
+		for i := 0; i < len(rep); {
+			j := bytes.IndexByte(rep[i:], 0)
+			if j < 0 {
+				break
+			}
+			if st.rows >= int(rows) {
+				return fmt.Errorf("pages hold more than the footer's %d rows: %w", rows, ErrCorrupt)
+			}
+			offs[st.rows] = int32(count + i + j)
+			st.rows++
+			i += j + 1
+		}
+		if len(def) > 0 {
+			return st.appendValues(vals, len(def))
+		}
+		return nil
+	}
 	present := 0
 	for i, r := range rep {
 		if r == 0 {
