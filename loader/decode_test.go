@@ -50,6 +50,7 @@ func testRecord(t testing.TB, rng *rand.Rand, n int, withNulls bool) arrow.Recor
 		{Name: "maybe", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
 		{Name: "names", Type: arrow.BinaryTypes.String, Nullable: true},
 		{Name: "seq", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
+		{Name: "runs", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64)},
 	}
 	b := array.NewRecordBuilder(mem, arrow.NewSchema(fields, nil))
 	defer b.Release()
@@ -89,6 +90,16 @@ func testRecord(t testing.TB, rng *rand.Rand, n int, withNulls bool) arrow.Recor
 		sb.Append(true)
 		for j := 0; j < 1+rng.IntN(6); j++ { // never empty: the levels' fast path
 			sb.ValueBuilder().(*array.Int32Builder).Append(int32(-i*10 - j))
+		}
+		// Stretches of lists of one value: repetition levels in RLE runs of 0.
+		rb := b.Field(18).(*array.ListBuilder)
+		rb.Append(true)
+		n := 1
+		if (i/20)%2 == 1 {
+			n = 2 + i%3
+		}
+		for j := range n {
+			rb.ValueBuilder().(*array.Int64Builder).Append(int64(i)<<8 | int64(j))
 		}
 	}
 	return b.NewRecordBatch()

@@ -22,7 +22,8 @@ import (
 	"github.com/parquet-go/parquet-go/format"
 )
 
-// Fast path: fixed-width columns without nulls in PLAIN pages are decoded
+// Fast path: fixed-width columns, and lists of them, without nulls in PLAIN
+// pages are decoded
 // straight from the fetched chunk bytes into the Arrow buffer, without
 // parquet-go's page machinery (which expands every repetition and definition
 // level to a byte and copies each page through two intermediate buffers).
@@ -30,16 +31,17 @@ import (
 // A chunk takes the fast path when all of these hold, else it falls back to
 // decodeChunk, which decodes everything:
 //
-//   - the column is a fixed-width primitive (not bool) or a fixed_size_list
-//     of one, stored in a physical type of the element's exact width (no
-//     narrowing of INT32 to 8 or 16 bits);
+//   - the column is a fixed-width primitive (not bool), or a fixed_size_list
+//     or list of one, stored in a physical type of the element's exact width
+//     (no narrowing of INT32 to 8 or 16 bits);
 //   - the codec is UNCOMPRESSED, SNAPPY, ZSTD or GZIP;
 //   - there is no dictionary page and every data page is PLAIN;
 //   - no page holds a null or an empty list: v2 pages say num_nulls == 0;
 //     v1 pages' definition levels are RLE runs all equal to the max level.
 //
 // The repetition levels of a fixed_size_list are skipped, not checked: the
-// slow path does not check them either (it counts values only). Counts are
+// slow path does not check them either (it counts values only). Those of a
+// list give its offsets: a row starts at every level 0 (decodeFastList). Counts are
 // checked: every page's values must be num_values elements, and the chunk's
 // values rows x list size; a mismatch is ErrCorrupt.
 
@@ -58,6 +60,7 @@ type fastPage struct {
 	nvals     int  // num_values: levels, and values since there are no nulls
 	size      int  // uncompressed_page_size
 	levels    int  // v2: bytes of repetition and definition levels (never compressed)
+	repLevels int  // v2: bytes of repetition levels (the first part of levels)
 	valuesRaw bool // v2: values stored uncompressed (codec none or is_compressed false)
 }
 
@@ -73,7 +76,7 @@ func fastCodec(codec format.CompressionCodec) bool {
 // fastEligible reports whether c's layout qualifies for the fast path; the
 // chunk's metadata and pages are checked by decodeFast.
 func (c *colDecoder) fastEligible() bool {
-	if c.kind != kindPrimitive && c.kind != kindFixedList {
+	if c.kind != kindPrimitive && c.kind != kindFixedList && c.kind != kindList {
 		return false
 	}
 	return c.elemSize > 0 && physWidth(c.phys) == c.elemSize
@@ -86,6 +89,9 @@ func (c *colDecoder) fastEligible() bool {
 func (c *colDecoder) decodeFast(chunk []byte, md *format.ColumnMetaData, rows int64, mem memory.Allocator, maxBytes int64) (a arrow.Array, ok bool, err error) {
 	if !c.fastEligible() || !fastCodec(md.Codec) || rows < 0 || rows > math.MaxInt32 {
 		return nil, false, nil
+	}
+	if c.kind == kindList {
+		return c.decodeFastList(chunk, md.Codec, rows, mem, maxBytes)
 	}
 	per := int64(1)
 	if c.kind == kindFixedList {
@@ -168,7 +174,7 @@ func (c *colDecoder) fastPages(chunk []byte, codec format.CompressionCodec) (pag
 			dh := &h.DataPageHeader.V
 			if dh.Encoding != format.Plain || dh.NumValues < 0 ||
 				(c.maxDef > 0 && dh.DefinitionLevelEncoding != format.RLE) ||
-				(c.kind == kindFixedList && dh.RepetitionLevelEncoding != format.RLE) {
+				((c.kind == kindFixedList || c.kind == kindList) && dh.RepetitionLevelEncoding != format.RLE) {
 				return nil, false
 			}
 			p.nvals = int(dh.NumValues)
@@ -183,6 +189,7 @@ func (c *colDecoder) fastPages(chunk []byte, codec format.CompressionCodec) (pag
 			}
 			p.v2, p.nvals = true, int(dh.NumValues)
 			p.levels = int(dh.RepetitionLevelsByteLength) + int(dh.DefinitionLevelsByteLength)
+			p.repLevels = int(dh.RepetitionLevelsByteLength)
 			p.valuesRaw = codec == format.Uncompressed || (dh.IsCompressed.Valid && !dh.IsCompressed.V)
 			if p.levels > len(body) || p.levels > p.size {
 				return nil, false
@@ -367,4 +374,174 @@ func decompressInto(codec format.CompressionCodec, out, src []byte) error {
 		copy(out, got)
 	}
 	return nil
+}
+
+// decodeFastList decodes a list<fixed-width> chunk on the fast path: the
+// values are copied (or decompressed) straight into the Arrow values buffer,
+// and the offsets come from the repetition levels, read in their RLE and
+// bit-packed runs without expanding them. ok is false when the chunk does
+// not qualify (a null or empty list, a null element: decodeChunk handles
+// those).
+func (c *colDecoder) decodeFastList(chunk []byte, codec format.CompressionCodec, rows int64, mem memory.Allocator, maxBytes int64) (a arrow.Array, ok bool, err error) {
+	pages, ok := c.fastPages(chunk, codec)
+	if !ok {
+		return nil, false, nil
+	}
+	var total int64
+	for i := range pages {
+		total += int64(pages[i].nvals)
+	}
+	if total*int64(c.elemSize) > maxBytes || total > math.MaxInt32 {
+		return nil, false, nil // decodeChunk reports the limit
+	}
+	values := newValuesBuf(mem, int(total)*c.elemSize)
+	defer values.Release() // the array holds its own references
+	offsets := newBuf(mem, 4*(int(rows)+1))
+	defer offsets.Release()
+	offs := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(offsets.Bytes()))), int(rows)+1)
+	dst := values.Bytes()
+	var scratch []byte
+	defer func() {
+		if scratch != nil {
+			putBuf(scratch)
+		}
+	}()
+	pos, nrows := 0, 0
+	for i := range pages {
+		p := &pages[i]
+		rep, vals, err := c.listPageParts(p, codec, &scratch)
+		if errors.Is(err, errFallback) {
+			return nil, false, nil
+		}
+		if err == nil && len(vals) != p.nvals*c.elemSize {
+			err = fmt.Errorf("%d bytes of values for %d values of %d bytes: %w", len(vals), p.nvals, c.elemSize, ErrCorrupt)
+		}
+		if err == nil {
+			nrows, err = rowStarts(rep, p.nvals, pos, offs[:rows], nrows)
+		}
+		if err != nil {
+			return nil, true, fmt.Errorf("page %d: %w", i, err)
+		}
+		copy(dst[pos*c.elemSize:], vals)
+		pos += p.nvals
+	}
+	if rows > 0 && nrows > 0 && offs[0] != 0 {
+		return nil, true, fmt.Errorf("the chunk's first value does not start a row (repetition level 1): %w", ErrCorrupt)
+	}
+	st := &colState{c: c, mem: mem, values: values, nvals: int(total), offsets: offsets, rows: nrows}
+	a, err = st.finish(rows)
+	if err != nil {
+		return nil, true, err
+	}
+	fastChunks.Add(1)
+	return a, true, nil
+}
+
+// listPageParts returns the repetition levels and the value bytes of a list
+// page, decompressing it into *scratch if need be, after checking that its
+// definition levels are all at the max (no null or empty list, no null
+// element); errFallback if they are not.
+func (c *colDecoder) listPageParts(p *fastPage, codec format.CompressionCodec, scratch *[]byte) (rep, vals []byte, err error) {
+	decompress := func(src []byte, n int) ([]byte, error) {
+		if cap(*scratch) < n {
+			if *scratch != nil {
+				putBuf(*scratch)
+			}
+			*scratch = getBuf(int64(n))
+		}
+		buf := (*scratch)[:n:n]
+		return buf, decompressInto(codec, buf, src)
+	}
+	var def []byte
+	if p.v2 {
+		rep, def = p.body[:p.repLevels], p.body[p.repLevels:p.levels]
+		vals = p.body[p.levels:]
+		if !p.valuesRaw {
+			if vals, err = decompress(vals, p.size-p.levels); err != nil {
+				return nil, nil, err
+			}
+		}
+	} else {
+		page := p.body
+		if codec != format.Uncompressed {
+			if page, err = decompress(page, p.size); err != nil {
+				return nil, nil, err
+			}
+		}
+		if rep, page, err = levelSection(page); err != nil {
+			return nil, nil, err
+		}
+		if def, vals, err = levelSection(page); err != nil {
+			return nil, nil, err
+		}
+	}
+	if !allRunsAt(def, c.maxDef, p.nvals) {
+		return nil, nil, errFallback
+	}
+	return rep, vals, nil
+}
+
+// rowStarts reads n repetition levels (max level 1: bit width 1, in RLE and
+// bit-packed runs) of values numbered from base, and records the number of
+// every value at level 0, which starts a row, in offs[nrows:]. It returns
+// the new row count. More rows than offs holds, a level above 1 or a run
+// that does not parse is ErrCorrupt.
+func rowStarts(rep []byte, n, base int, offs []int32, nrows int) (int, error) {
+	tooMany := func() (int, error) {
+		return 0, fmt.Errorf("pages hold more than the footer's %d rows: %w", len(offs), ErrCorrupt)
+	}
+	for count := 0; count < n; {
+		h, k := binary.Uvarint(rep)
+		if k <= 0 || h>>1 == 0 {
+			return 0, fmt.Errorf("repetition levels: bad run header: %w", ErrCorrupt)
+		}
+		rep = rep[k:]
+		if h&1 == 0 { // RLE run: one byte of value
+			if len(rep) < 1 {
+				return 0, fmt.Errorf("repetition levels: truncated run: %w", ErrCorrupt)
+			}
+			run := int(min(h>>1, uint64(n-count)))
+			switch rep[0] {
+			case 0: // every value starts a row (lists of one)
+				if nrows+run > len(offs) {
+					return tooMany()
+				}
+				for j := range run {
+					offs[nrows+j] = int32(base + count + j)
+				}
+				nrows += run
+			case 1:
+			default:
+				return 0, fmt.Errorf("repetition level %d, max 1: %w", rep[0], ErrCorrupt)
+			}
+			rep = rep[1:]
+			count += run
+			continue
+		}
+		// Bit-packed: h>>1 groups of 8 levels, one byte each, LSB first.
+		if h>>1 > uint64(len(rep)) {
+			return 0, fmt.Errorf("repetition levels: truncated bit-packed run: %w", ErrCorrupt)
+		}
+		groups := rep[:h>>1]
+		rep = rep[h>>1:]
+		for _, b := range groups {
+			if count >= n {
+				break
+			}
+			m := ^b
+			if left := n - count; left < 8 {
+				m &= byte(1)<<left - 1
+			}
+			for m != 0 {
+				if nrows >= len(offs) {
+					return tooMany()
+				}
+				offs[nrows] = int32(base + count + bits.TrailingZeros8(m))
+				nrows++
+				m &= m - 1
+			}
+			count += 8
+		}
+	}
+	return nrows, nil
 }

@@ -58,6 +58,19 @@ func genID(i int) int64            { return int64(i)*1_000_003 - 7 }
 func genLabel(i int) int32         { return int32(i%97) - 40 }
 func genFeat(i, j int) float32     { return float32(i) + float32(j)/16 }
 func genMaybe(i int) (int32, bool) { return int32(i) * 3, i%9 != 4 }
+func genTok(i, j int) int32        { return int32(i*100 + j) }
+
+// genTokLen is the length of row i's list in "tokens": stretches of 30 lists
+// of one value (RLE runs of repetition level 0) between lists of 2 to 6.
+func genTokLen(i int) int {
+	if (i/30)%2 == 0 {
+		return 1
+	}
+	return 2 + (i*7)%5
+}
+
+// genETokLen is the length of row i's list in "etokens": some lists empty.
+func genETokLen(i int) int { return i % 4 }
 
 // fastRecord holds rows [first, first+n) of the benchmark's column types
 // (both required and nullable without nulls) and of columns the fast path
@@ -72,6 +85,8 @@ func fastRecord(first, n int) arrow.RecordBatch {
 		{Name: "flag", Type: arrow.FixedWidthTypes.Boolean},
 		{Name: "small", Type: arrow.PrimitiveTypes.Int8},
 		{Name: "maybe", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+		{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
+		{Name: "etokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
 	}
 	b := array.NewRecordBuilder(mem, arrow.NewSchema(fields, nil))
 	defer b.Release()
@@ -91,6 +106,13 @@ func fastRecord(first, n int) arrow.RecordBatch {
 			b.Field(6).(*array.Int32Builder).Append(v)
 		} else {
 			b.Field(6).AppendNull()
+		}
+		for k, n := range map[int]int{7: genTokLen(i), 8: genETokLen(i)} {
+			lb := b.Field(k).(*array.ListBuilder)
+			lb.Append(true)
+			for j := range n {
+				lb.ValueBuilder().(*array.Int32Builder).Append(genTok(i, j))
+			}
 		}
 	}
 	return b.NewRecordBatch()
@@ -150,6 +172,25 @@ func checkColumn(t *testing.T, name string, a arrow.Array, first int) {
 		for k, v := range vals {
 			if w := genFeat(first+k/fastListSize, k%fastListSize); v != w {
 				bad(k/fastListSize, v, w)
+			}
+		}
+	case "tokens", "etokens":
+		l := a.(*array.List)
+		vals := l.ListValues().(*array.Int32).Int32Values()
+		offs := l.Offsets()
+		for i := 0; i < a.Len(); i++ {
+			n := genTokLen(first + i)
+			if name == "etokens" {
+				n = genETokLen(first + i)
+			}
+			row := vals[offs[i]:offs[i+1]]
+			if len(row) != n {
+				bad(i, row, fmt.Sprintf("%d values", n))
+			}
+			for j, v := range row {
+				if w := genTok(first+i, j); v != w {
+					bad(i, v, w)
+				}
 			}
 		}
 	case "flag":
@@ -238,6 +279,8 @@ func TestFastPathTaken(t *testing.T) {
 		{"flag", false},  // bool: bit-packed
 		{"small", false}, // int8 narrowed from INT32
 		{"maybe", false}, // nulls
+		{"tokens", true},
+		{"etokens", false}, // empty lists
 	}
 	for _, c := range codecs {
 		for _, dict := range []bool{false, true} {
@@ -544,5 +587,89 @@ func TestDecodeFastMutations(t *testing.T) {
 			a.Release()
 		}
 		_ = err
+	}
+}
+
+// rowStarts against levels expanded by hand, for random lists encoded in
+// RLE and bit-packed runs, and its errors on corrupt levels.
+func TestRowStarts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(fastSeed(t), 3))
+	for trial := range 200 {
+		// Random list lengths (>= 1), expanded to levels.
+		var levels []byte
+		var want []int32
+		for len(levels) < 1+rng.IntN(300) {
+			want = append(want, int32(len(levels)))
+			n := 1 + rng.IntN(12)
+			if rng.IntN(3) == 0 {
+				n = 1
+			}
+			levels = append(levels, 0)
+			for range n - 1 {
+				levels = append(levels, 1)
+			}
+		}
+		// Encode: RLE runs where 8 or more equal levels follow, else
+		// bit-packed groups of 8 (the last one padded with 1s).
+		var enc []byte
+		for i := 0; i < len(levels); {
+			j := i
+			for j < len(levels) && levels[j] == levels[i] {
+				j++
+			}
+			if j-i >= 8 && rng.IntN(4) != 0 {
+				enc = append(enc, rleRun(j-i, levels[i])...)
+				i = j
+				continue
+			}
+			groups := 1 + rng.IntN(3)
+			enc = appendUvarint(enc, uint64(groups)<<1|1)
+			for g := range groups {
+				var b byte
+				for k := range 8 {
+					if p := i + g*8 + k; p >= len(levels) || levels[p] == 1 {
+						b |= 1 << k
+					}
+				}
+				enc = append(enc, b)
+			}
+			i = min(i+groups*8, len(levels))
+		}
+		const base = 5
+		offs := make([]int32, len(want))
+		n, err := rowStarts(enc, len(levels), base, offs, 0)
+		if err != nil {
+			t.Fatalf("trial %d: %v", trial, err)
+		}
+		if n != len(want) {
+			t.Fatalf("trial %d: %d rows, want %d", trial, n, len(want))
+		}
+		for i := range want {
+			if offs[i] != want[i]+base {
+				t.Fatalf("trial %d: row %d starts at %d, want %d", trial, i, offs[i], want[i]+base)
+			}
+		}
+		// One row slot fewer than the levels start: ErrCorrupt, not a write
+		// past the slice.
+		if _, err := rowStarts(enc, len(levels), base, offs[:len(want)-1], 0); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("trial %d: more rows than slots: %v, want ErrCorrupt", trial, err)
+		}
+	}
+	offs := make([]int32, 16)
+	for _, tc := range []struct {
+		name string
+		enc  []byte
+		n    int
+	}{
+		{"empty", nil, 3},
+		{"zero-length run", rleRun(0, 0), 3},
+		{"level 2", rleRun(3, 2), 3},
+		{"truncated RLE", appendUvarint(nil, 3<<1), 3},
+		{"truncated bit-packed", appendUvarint(nil, 4<<1|1), 3},
+		{"bad uvarint", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 3},
+	} {
+		if _, err := rowStarts(tc.enc, tc.n, 0, offs, 0); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: %v, want ErrCorrupt", tc.name, err)
+		}
 	}
 }
