@@ -63,7 +63,9 @@ func WithMaxOpenFiles(n int) LocalOption {
 // them) until the file's mapping is evicted or the store is closed, and a
 // file truncated while mapped can fault for as long as it stays cached (see
 // [Mapper]). Files larger than bytes are mapped range by range as without
-// the cache. Zero or negative (the default) turns the cache off.
+// the cache. A mapping lives as long as its file's cached handle, so at most
+// WithMaxOpenFiles files stay mapped: raise it for datasets of many files.
+// Zero or negative (the default) turns the cache off.
 func WithMapCache(bytes int64) LocalOption {
 	return func(c *localConfig) { c.mapCache = bytes }
 }

@@ -40,7 +40,7 @@ func runRead(ctx context.Context, args []string) error {
 		fs.Usage()
 		return fmt.Errorf("read: no dataset URI given")
 	}
-	store, err := loader.NewStore(ctx, loader.WithLocalOptions(loader.WithMapCache(*mapCache)))
+	store, err := loader.NewStore(ctx, loader.WithLocalOptions(mapCacheOptions(*mapCache)...))
 	if err != nil {
 		return err
 	}
@@ -107,4 +107,13 @@ func recordBytes(rec arrow.RecordBatch) int64 {
 		walk(c.Data())
 	}
 	return n
+}
+
+// mapCacheOptions configures the local store for --map-cache: the cache,
+// and room for many files' handles, which the cached mappings live with.
+func mapCacheOptions(bytes int64) []loader.LocalOption {
+	if bytes <= 0 {
+		return nil
+	}
+	return []loader.LocalOption{loader.WithMapCache(bytes), loader.WithMaxOpenFiles(4096)}
 }

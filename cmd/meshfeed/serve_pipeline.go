@@ -13,6 +13,6 @@ import (
 func init() {
 	newPipelineBackend = func(ctx context.Context, readAhead, mapCache int64) (transport.Backend, error) {
 		return transport.NewPipeline(ctx, transport.WithPipelineReadAhead(readAhead),
-			transport.WithPipelineStoreOptions(loader.WithLocalOptions(loader.WithMapCache(mapCache))))
+			transport.WithPipelineStoreOptions(loader.WithLocalOptions(mapCacheOptions(mapCache)...)))
 	}
 }
