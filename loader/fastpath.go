@@ -524,23 +524,31 @@ func rowStarts(rep []byte, n, base int, offs []int32, nrows int) (int, error) {
 		}
 		groups := rep[:h>>1]
 		rep = rep[h>>1:]
-		for _, b := range groups {
-			if count >= n {
-				break
+		for len(groups) > 0 && count < n {
+			// Eight groups at a time: a row starts at every 0 bit.
+			var w uint64
+			nb := min(len(groups), 8)
+			if nb == 8 {
+				w = binary.LittleEndian.Uint64(groups)
+			} else {
+				for i, b := range groups[:nb] {
+					w |= uint64(b) << (8 * i)
+				}
 			}
-			m := ^b
-			if left := n - count; left < 8 {
-				m &= byte(1)<<left - 1
+			groups = groups[nb:]
+			m := ^w
+			if valid := min(nb*8, n-count); valid < 64 {
+				m &= 1<<valid - 1
+			}
+			if nrows+bits.OnesCount64(m) > len(offs) {
+				return tooMany()
 			}
 			for m != 0 {
-				if nrows >= len(offs) {
-					return tooMany()
-				}
-				offs[nrows] = int32(base + count + bits.TrailingZeros8(m))
+				offs[nrows] = int32(base + count + bits.TrailingZeros64(m))
 				nrows++
 				m &= m - 1
 			}
-			count += 8
+			count += nb * 8
 		}
 	}
 	return nrows, nil
