@@ -239,3 +239,24 @@ def test_shuffle_delivers_every_row_once_in_another_order(server, glob):
     np.testing.assert_array_equal(runs[0], runs[1])  # deterministic
     assert (runs[0] != runs[2]).any() and (runs[0] != np.concatenate(
         [expected_ids(ROWS, 200, 8, s)[0] for s in range(5)])).any()
+
+
+def test_server_args_reach_the_local_server(dataset, glob):
+    """server_args are flags of the local server: with --map-cache the rows
+    are still the contract's, over two epochs (the second read through the
+    cached mappings); a bad flag fails at construction naming it."""
+    sh = sharding((8,), ("data",), P("data"))
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sh, num_epochs=2,
+                         server_args=["--map-cache", str(1 << 30)]) as ld:
+        assert ld._server.args[-2:] == ["--map-cache", str(1 << 30)]
+        got = [(np.asarray(b["id"]), np.asarray(b["label"])) for b in ld]
+    per_epoch = steps_per_epoch(ROWS, 64, "drop")
+    assert len(got) == 2 * per_epoch
+    for i, (ids, labels) in enumerate(got):
+        want, _ = expected_ids(ROWS, 64, 8, i % per_epoch)
+        np.testing.assert_array_equal(ids, want, err_msg=f"step {i} ids")
+        np.testing.assert_array_equal(labels, [label(int(x)) for x in want], err_msg=f"step {i} labels")
+    with pytest.raises(meshfeed.MeshfeedError, match="no-such-flag"):
+        meshfeed.Loader(glob, global_batch_size=64, sharding=sh, server_args=["--no-such-flag"])
+    with pytest.raises(meshfeed.InvalidRequestError, match="server_args"):
+        meshfeed.Loader(glob, global_batch_size=64, sharding=sh, server="unix:///nonexistent", server_args=["--x"])

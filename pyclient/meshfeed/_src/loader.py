@@ -184,6 +184,9 @@ class Loader:
             starts a local one (stopped by :meth:`close`).
         mask_key: name of the mask with ``last_batch="pad"``.
         binary: path of the meshfeed binary (searched first).
+        server_args: extra ``meshfeed serve`` flags for the local server
+            (``server=None`` only), e.g. ``["--map-cache", str(8 << 30)]`` to
+            keep local files mapped between epochs (see ``meshfeed serve -h``).
         recovery_timeout: seconds the loader keeps trying to get its stream
             back when the server goes away mid-epoch (killed, restarted, or
             UNAVAILABLE): a local server (``server=None``) that died is
@@ -203,7 +206,7 @@ class Loader:
                  last_batch: str = "drop", shuffle: Shuffle | None = None, num_epochs: int | None = 1,
                  state: Mapping[str, Any] | None = None, prefetch: int = 2, server: str | None = None,
                  mask_key: str = "valid", binary: str | os.PathLike | None = None,
-                 recovery_timeout: float = 60.0):
+                 recovery_timeout: float = 60.0, server_args: Sequence[str] = ()):
         self._box: list = [None]
         self._res: list = [None, None]  # [client, local server]: what the finalizer closes
         self._closed = False
@@ -232,6 +235,12 @@ class Loader:
         if isinstance(recovery_timeout, bool) or not isinstance(recovery_timeout, (int, float)) or recovery_timeout < 0:
             raise InvalidRequestError(f"recovery_timeout={recovery_timeout!r}: want a number of seconds >= 0")
         self._recovery_timeout = float(recovery_timeout)
+        if isinstance(server_args, str) or not all(isinstance(a, str) for a in server_args):
+            raise InvalidRequestError(f"server_args={server_args!r}: want a sequence of strings")
+        if server is not None and server_args:
+            raise InvalidRequestError("server_args: only for a local server (server=None); "
+                                      "pass flags to the running server where it was started")
+        self._server_args = tuple(server_args)
         self._columns = self._wire_columns(columns)
         self._B = global_batch_size
         self._sharding = sharding
@@ -246,7 +255,7 @@ class Loader:
         if server is None:
             self._roots = [allowed_root(u) for u in self._uris]
             self._binary = find_binary(binary)
-            self._server = LocalServer(self._binary, self._roots)
+            self._server = LocalServer(self._binary, self._roots, extra_args=self._server_args)
             server = self._server.address
         self._address = server
         self._res[1] = self._server
@@ -314,7 +323,7 @@ class Loader:
         if self._server is not None and not self._server.alive():
             self._server.stop()
             self._server = self._res[1] = None
-            self._server = LocalServer(self._binary, self._roots)
+            self._server = LocalServer(self._binary, self._roots, extra_args=self._server_args)
             self._res[1] = self._server
             self._address = self._server.address
         client = self._connect(self._address)
