@@ -122,15 +122,23 @@ func (c *colDecoder) decodeFast(chunk []byte, md *format.ColumnMetaData, rows in
 			putBuf(scratch)
 		}
 	}()
+	// Pages are decoded last to first: a compressed v1 page is decompressed
+	// whole, levels first, into the end of the previous page's part of dst
+	// plus its own, which the previous page then overwrites, so its values
+	// land in place without a copy through a scratch buffer.
+	starts := make([]int, len(pages))
 	pos := 0
 	for i := range pages {
+		starts[i] = pos
+		pos += pages[i].nvals * c.elemSize
+	}
+	for i := len(pages) - 1; i >= 0; i-- {
 		p := &pages[i]
-		n := p.nvals * c.elemSize
-		out := dst[pos : pos+n : pos+n]
+		start, n := starts[i], p.nvals*c.elemSize
 		if p.v2 {
-			err = fastPageV2(p, md.Codec, out)
+			err = fastPageV2(p, md.Codec, dst[start:start+n:start+n])
 		} else {
-			err = c.fastPageV1(p, md.Codec, out, &scratch)
+			err = c.fastPageV1(p, md.Codec, dst, start, n, &scratch)
 		}
 		if errors.Is(err, errFallback) {
 			return nil, false, nil
@@ -138,7 +146,6 @@ func (c *colDecoder) decodeFast(chunk []byte, md *format.ColumnMetaData, rows in
 		if err != nil {
 			return nil, true, fmt.Errorf("page %d: %w", i, err)
 		}
-		pos += n
 	}
 	st := &colState{c: c, mem: mem, values: values, nvals: int(want)}
 	a, err = st.finish(rows)
@@ -224,19 +231,27 @@ func fastPageV2(p *fastPage, codec format.CompressionCodec, out []byte) error {
 	return decompressInto(codec, out, src)
 }
 
-// fastPageV1 writes a v1 page's values into out (exactly its size) after
-// checking that its definition levels hold no null. A compressed page is
-// decompressed whole into *scratch (from the fetch buffer pool) first.
-func (c *colDecoder) fastPageV1(p *fastPage, codec format.CompressionCodec, out []byte, scratch *[]byte) error {
+// fastPageV1 writes a v1 page's values into dst[start:start+n] (exactly
+// their size) after checking that its definition levels hold no null. A
+// compressed page is decompressed whole into dst[start-levels:start+n] when
+// the bytes before start are free to use (the caller decodes pages last to
+// first), else into *scratch (from the fetch buffer pool) and copied.
+func (c *colDecoder) fastPageV1(p *fastPage, codec format.CompressionCodec, dst []byte, start, n int, scratch *[]byte) error {
+	out := dst[start : start+n : start+n]
 	page := p.body
 	if codec != format.Uncompressed {
-		if cap(*scratch) < p.size {
-			if *scratch != nil {
-				putBuf(*scratch)
+		var buf []byte
+		if lv := p.size - n; lv >= 0 && lv <= start {
+			buf = dst[start-lv : start+n : start+n]
+		} else {
+			if cap(*scratch) < p.size {
+				if *scratch != nil {
+					putBuf(*scratch)
+				}
+				*scratch = getBuf(int64(p.size))
 			}
-			*scratch = getBuf(int64(p.size))
+			buf = (*scratch)[:p.size:p.size]
 		}
-		buf := (*scratch)[:p.size:p.size]
 		if err := decompressInto(codec, buf, page); err != nil {
 			return err
 		}
@@ -261,7 +276,9 @@ func (c *colDecoder) fastPageV1(p *fastPage, codec format.CompressionCodec, out 
 	if len(page) != len(out) {
 		return fmt.Errorf("%d bytes of values for %d values of %d bytes: %w", len(page), p.nvals, len(out)/max(p.nvals, 1), ErrCorrupt)
 	}
-	copy(out, page)
+	if len(out) > 0 && unsafe.SliceData(page) != unsafe.SliceData(out) {
+		copy(out, page)
+	}
 	return nil
 }
 
