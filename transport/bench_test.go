@@ -98,12 +98,12 @@ func BenchmarkDoGet(b *testing.B) {
 	for _, size := range []int{1 << 20, 8 << 20} {
 		rec := buildRecord(size)
 		for _, kind := range []netKind{viaTCP, viaUnix} {
-			for _, path := range []string{"stock", "zerocopy", "zerocopy-sysbuf", "zstd"} {
+			for _, path := range []string{"stock", "zerocopy", "zstd"} {
 				b.Run(fmt.Sprintf("%s/%dMiB/%s", kind, size>>20, path), func(b *testing.B) {
 					forceStockWriter.Store(path == "stock")
 					defer forceStockWriter.Store(false)
 					be := &repeatBackend{rec: rec}
-					ts := startServer(b, kind, be, []Option{WithZstd(path == "zstd"), benchSendBuffer(path)},
+					ts := startServer(b, kind, be, []Option{WithZstd(path == "zstd")},
 						grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxRecvMessageSize)))
 					be.steps.Store(int64(b.N))
 					b.SetBytes(recordBytes(rec))
@@ -115,7 +115,7 @@ func BenchmarkDoGet(b *testing.B) {
 					if err != nil || n != b.N {
 						b.Fatalf("DoGet = %d steps, %v; want %d", n, err, b.N)
 					}
-					if zc := zeroCopyFrames.Load() - before; (zc == int64(n)) != strings.HasPrefix(path, "zerocopy") {
+					if zc := zeroCopyFrames.Load() - before; (zc == int64(n)) != (path == "zerocopy") {
 						b.Fatalf("%d of %d steps sent zero-copy on the %s path", zc, n, path)
 					}
 				})
@@ -123,15 +123,6 @@ func BenchmarkDoGet(b *testing.B) {
 		}
 		rec.Release()
 	}
-}
-
-// benchSendBuffer is the server's send buffer for a benchmark path:
-// "-sysbuf" keeps the system's (WithSendBuffer(0)), else the default.
-func benchSendBuffer(path string) Option {
-	if strings.HasSuffix(path, "-sysbuf") {
-		return WithSendBuffer(0)
-	}
-	return WithSendBuffer(DefaultSendBuffer)
 }
 
 // countAll reads a DoGet stream and counts its steps without decoding them
@@ -172,12 +163,12 @@ func BenchmarkDoGetPyarrow(b *testing.B) {
 	rec := buildRecord(8 << 20)
 	defer rec.Release()
 	for _, kind := range []netKind{viaTCP, viaUnix} {
-		for _, path := range []string{"stock", "zerocopy", "zerocopy-sysbuf"} {
+		for _, path := range []string{"stock", "zerocopy"} {
 			b.Run(fmt.Sprintf("%s/8MiB/%s", kind, path), func(b *testing.B) {
 				forceStockWriter.Store(path == "stock")
 				defer forceStockWriter.Store(false)
 				be := &repeatBackend{rec: rec}
-				ts := startServer(b, kind, be, []Option{benchSendBuffer(path)})
+				ts := startServer(b, kind, be, nil)
 				be.steps.Store(int64(b.N))
 				tkt, err := baseRequest().Encode()
 				if err != nil {
