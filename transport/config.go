@@ -30,11 +30,6 @@ const (
 	// sends (256 MiB). Arrow steps exceed gRPC's 4 MiB default: clients must
 	// raise their receive limit to at least this.
 	DefaultMaxMessageSize = 256 << 20
-	// DefaultSendBuffer is the default socket send buffer of accepted
-	// connections (4 MiB; Linux keeps twice that, capped at
-	// net.core.wmem_max). The system's default, about 208 KiB for a Unix
-	// socket, stalls the writer on every few frames of an 8 MiB step.
-	DefaultSendBuffer = 4 << 20
 	// MaxRecvMessageSize is the largest gRPC message the server receives
 	// (tickets and descriptors are at most MaxTicketBytes).
 	MaxRecvMessageSize = 1 << 20
@@ -56,7 +51,6 @@ type Config struct {
 	prefetch   int
 	budget     int64
 	maxMsg     int
-	sendBuf    int
 	metrics    string
 	zstd       bool
 	logger     *slog.Logger
@@ -80,7 +74,6 @@ func NewConfig(opts ...Option) *Config {
 		prefetch:   DefaultPrefetch,
 		budget:     DefaultMemoryBudget,
 		maxMsg:     DefaultMaxMessageSize,
-		sendBuf:    DefaultSendBuffer,
 		logger:     slog.Default(),
 		mem:        memory.DefaultAllocator,
 	}
@@ -138,15 +131,6 @@ func WithMemoryBudget(bytes int64) Option { return func(c *Config) { c.budget = 
 // (default DefaultMaxMessageSize; at least 1 MiB, below 2 GiB). A step larger
 // than this fails with ResourceExhausted.
 func WithMaxMessageSize(bytes int) Option { return func(c *Config) { c.maxMsg = bytes } }
-
-// WithSendBuffer sets the socket send buffer (SO_SNDBUF) of every accepted
-// TCP or Unix connection (default DefaultSendBuffer; 0 keeps the system's,
-// which for TCP is autotuned; must be >= 0). A larger buffer lets a step's
-// frames queue in the kernel while the client reads, instead of waking the
-// writer every few frames: it measured 10–20% more GB/s for 8 MiB steps here
-// (BENCHMARKS.md). Per connection, at most this much kernel memory waits
-// for a slow client.
-func WithSendBuffer(bytes int) Option { return func(c *Config) { c.sendBuf = bytes } }
 
 // WithMetricsAddress serves Prometheus metrics at http://addr/metrics and
 // the same counters as JSON at http://addr/debug/vars
@@ -239,9 +223,6 @@ func (c *Config) Validate() error {
 	}
 	if c.maxMsg < 1<<20 || c.maxMsg >= 1<<31 {
 		p.add("max message size %d must be in [1 MiB, 2 GiB)", c.maxMsg)
-	}
-	if c.sendBuf < 0 {
-		p.add("socket send buffer %d must be >= 0 (0 keeps the system's)", c.sendBuf)
 	}
 	if c.logger == nil {
 		p.add("logger is nil")

@@ -145,8 +145,8 @@ func (s *Server) Serve(lis net.Listener) error {
 	s.health.SetServingStatus("arrow.flight.protocol.FlightService", healthpb.HealthCheckResponse_SERVING)
 	s.log.Info("serving", "addr", lis.Addr().String(), "tls", s.cfg.cert != nil, "token", s.cfg.token != "",
 		"max_streams", s.cfg.maxStreams, "prefetch", s.cfg.prefetch, "memory_budget", s.cfg.budget,
-		"max_message_size", s.cfg.maxMsg, "send_buffer", s.cfg.sendBuf, "zstd", s.cfg.zstd)
-	if err := s.gs.Serve(withSendBuffer(lis, s.cfg.sendBuf)); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		"max_message_size", s.cfg.maxMsg, "zstd", s.cfg.zstd)
+	if err := s.gs.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("transport: serve: %w", err)
 	}
 	return nil
@@ -561,30 +561,4 @@ func dataBytes(d arrow.ArrayData) int64 {
 		}
 	}
 	return n
-}
-
-// withSendBuffer returns lis, whose accepted connections get a socket send
-// buffer of size bytes when they have one to set (TCP and Unix sockets;
-// not bufconn). size 0 returns lis unchanged.
-func withSendBuffer(lis net.Listener, size int) net.Listener {
-	if size <= 0 {
-		return lis
-	}
-	return sendBufferListener{lis, size}
-}
-
-type sendBufferListener struct {
-	net.Listener
-	size int
-}
-
-func (l sendBufferListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	if b, ok := c.(interface{ SetWriteBuffer(int) error }); ok {
-		_ = b.SetWriteBuffer(l.size) // a refusal leaves the system's size: slower, not wrong
-	}
-	return c, nil
 }

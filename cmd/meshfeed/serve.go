@@ -46,7 +46,6 @@ func runServe(ctx context.Context, args []string) error {
 	mapCache := fs.Int64("map-cache", 0, "keep local files of up to this many bytes in all mapped between reads (faster repeated epochs of page-cache-warm data; mapped pages count in RSS); 0: off")
 	budget := fs.Int64("memory-budget", transport.DefaultMemoryBudget, "bytes of records queued across all streams (0: unbounded)")
 	maxMsg := fs.Int("max-message-size", transport.DefaultMaxMessageSize, "largest gRPC message sent, bytes (clients must accept at least this)")
-	sendBuf := fs.Int("send-buffer", transport.DefaultSendBuffer, "socket send buffer of each client connection, bytes (0: the system's)")
 	metrics := fs.String("metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (and JSON counters at /debug/vars); off when empty")
 	zstd := fs.Bool("zstd", false, "compress IPC bodies with zstd")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long streams in flight may finish before they are cancelled")
@@ -98,7 +97,6 @@ func runServe(ctx context.Context, args []string) error {
 		transport.WithPrefetch(*prefetch),
 		transport.WithMemoryBudget(*budget),
 		transport.WithMaxMessageSize(*maxMsg),
-		transport.WithSendBuffer(*sendBuf),
 		transport.WithMetricsAddress(*metrics),
 		transport.WithZstd(*zstd),
 		transport.WithLogger(log),
