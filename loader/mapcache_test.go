@@ -168,39 +168,3 @@ func TestMapCacheReplacedFile(t *testing.T) {
 		t.Errorf("%d Map results not released, want 0", n)
 	}
 }
-
-// Truncation under a cached mapping is an error while decoding, as it is
-// for a mapping of one row group.
-func TestMapCacheTruncatedWhileMapped(t *testing.T) {
-	path := mmapFile(t, compress.Codecs.Uncompressed)
-	ctx := context.Background()
-	store := NewLocalStore(WithMapCache(1 << 30))
-	defer store.Close()
-	ds, err := Open(ctx, store, []string{path}, WithColumns("id", "features"), WithFooterCache(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	testHookFetched = func(Object) {
-		if err := os.Truncate(path, 0); err != nil {
-			t.Error(err)
-		}
-	}
-	defer func() { testHookFetched = nil }()
-	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-	defer mem.AssertSize(t, 0)
-	var st ReadStats
-	rec, err := ds.readRowGroup(ctx, 0, 0, mem, &st)
-	if err == nil {
-		rec.Release()
-		t.Fatal("reading a row group of a file truncated while mapped succeeded, want an error")
-	}
-	if st.MappedBytes.Load() == 0 || store.Stats().FileMaps.Load() != 1 {
-		t.Fatal("the row group was not read through the whole-file mapping")
-	}
-	if !errors.Is(err, ErrNotFound) {
-		t.Errorf("error %v, want ErrNotFound", err)
-	}
-	if n := store.liveMaps.Load(); n != 0 {
-		t.Errorf("%d Map results live after a failed decode, want 0", n)
-	}
-}

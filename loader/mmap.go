@@ -88,16 +88,7 @@ func (s *LocalStore) Map(ctx context.Context, obj Object, off, n int64) ([]byte,
 	if merr != nil {
 		return nil, nil, fmt.Errorf("loader: map %s [%d, %d): %w", path, off, end, merr)
 	}
-	s.liveMaps.Add(1)
-	s.cfg.stats.Maps.Add(1)
-	s.cfg.stats.BytesMapped.Add(n)
-	var once sync.Once
-	release := func() {
-		once.Do(func() {
-			munmapRange(m) // fails only for a range that is not mapped
-			s.liveMaps.Add(-1)
-		})
-	}
+	release := s.handOut(n, func() { munmapRange(m) }) // fails only for a range that is not mapped
 	lo := off - start
 	return m[lo : lo+n : lo+n], release, nil
 }
@@ -160,17 +151,22 @@ func (s *LocalStore) mapCached(f *openFile, off, n int64) ([]byte, func(), error
 	if err := f.populate(off, n); err != nil {
 		return fail(err)
 	}
+	return f.whole[off : off+n : off+n], s.handOut(n, func() { s.release(f) }), nil
+}
+
+// handOut counts a Map result of n bytes and returns its release, which
+// runs free once.
+func (s *LocalStore) handOut(n int64, free func()) func() {
 	s.liveMaps.Add(1)
 	s.cfg.stats.Maps.Add(1)
 	s.cfg.stats.BytesMapped.Add(n)
 	var once sync.Once
-	release := func() {
+	return func() {
 		once.Do(func() {
+			free()
 			s.liveMaps.Add(-1)
-			s.release(f)
 		})
 	}
-	return f.whole[off : off+n : off+n], release, nil
 }
 
 // admitMappingLocked counts f's new whole-file mapping against the cache

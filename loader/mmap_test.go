@@ -203,38 +203,53 @@ func TestLocalStoreMap(t *testing.T) {
 }
 
 // A file truncated between mapping and decoding faults when the decoder
-// touches it: that must be an error, not a crash.
+// touches it: that must be an error, not a crash, whether the row group was
+// mapped for itself or is a window of a cached whole-file mapping.
 func TestMmapTruncatedWhileMapped(t *testing.T) {
-	path := mmapFile(t, compress.Codecs.Uncompressed)
-	ctx := context.Background()
-	store := NewLocalStore()
-	defer store.Close()
-	ds, err := Open(ctx, store, []string{path}, WithColumns("id", "features"), WithFooterCache(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	testHookFetched = func(Object) {
-		if err := os.Truncate(path, 0); err != nil {
-			t.Error(err)
-		}
-	}
-	defer func() { testHookFetched = nil }()
-	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-	defer mem.AssertSize(t, 0)
-	var st ReadStats
-	rec, err := ds.readRowGroup(ctx, 0, 0, mem, &st)
-	if err == nil {
-		rec.Release()
-		t.Fatal("reading a row group of a file truncated while mapped succeeded, want an error")
-	}
-	if st.MappedBytes.Load() == 0 {
-		t.Fatal("the row group was not mapped")
-	}
-	if !errors.Is(err, ErrNotFound) {
-		t.Errorf("error %v, want ErrNotFound", err)
-	}
-	t.Log(err)
-	if n := store.liveMaps.Load(); n != 0 {
-		t.Errorf("%d mappings live after a failed decode, want 0", n)
+	for _, tc := range []struct {
+		name     string
+		opts     []LocalOption
+		fileMaps int64
+	}{
+		{"range", nil, 0},
+		{"map_cache", []LocalOption{WithMapCache(1 << 30)}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := mmapFile(t, compress.Codecs.Uncompressed)
+			ctx := context.Background()
+			store := NewLocalStore(tc.opts...)
+			defer store.Close()
+			ds, err := Open(ctx, store, []string{path}, WithColumns("id", "features"), WithFooterCache(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			testHookFetched = func(Object) {
+				if err := os.Truncate(path, 0); err != nil {
+					t.Error(err)
+				}
+			}
+			defer func() { testHookFetched = nil }()
+			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+			defer mem.AssertSize(t, 0)
+			var st ReadStats
+			rec, err := ds.readRowGroup(ctx, 0, 0, mem, &st)
+			if err == nil {
+				rec.Release()
+				t.Fatal("reading a row group of a file truncated while mapped succeeded, want an error")
+			}
+			if st.MappedBytes.Load() == 0 {
+				t.Fatal("the row group was not mapped")
+			}
+			if got := store.Stats().FileMaps.Load(); got != tc.fileMaps {
+				t.Fatalf("%d whole-file mappings, want %d", got, tc.fileMaps)
+			}
+			if !errors.Is(err, ErrNotFound) {
+				t.Errorf("error %v, want ErrNotFound", err)
+			}
+			t.Log(err)
+			if n := store.liveMaps.Load(); n != 0 {
+				t.Errorf("%d mappings live after a failed decode, want 0", n)
+			}
+		})
 	}
 }
