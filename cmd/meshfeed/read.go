@@ -30,7 +30,7 @@ func runRead(ctx context.Context, args []string) error {
 	readAhead := fs.Int64("read-ahead", 256<<20, "in-flight byte budget (compressed + decoded)")
 	mapCache := fs.Int64("map-cache", 0, "keep local files of up to this many bytes in all mapped between reads (see loader.WithMapCache); 0: off")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: meshfeed read [--columns a,b] [--workers N] [--read-ahead BYTES] URI...")
+		fmt.Fprintln(fs.Output(), "usage: meshfeed read [--columns a,b] [--workers N] [--read-ahead BYTES] [--map-cache BYTES] URI...")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
