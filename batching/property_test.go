@@ -4,36 +4,19 @@ import (
 	"errors"
 	"flag"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/meshfeed/meshfeed/internal/testseed"
 )
 
 var seedFlag = flag.Uint64("batching.seed", 0, "seed of the randomized tests of package batching (0: from MESHFEED_SEED or the clock)")
 
 // testSeed returns the seed of a randomized test and logs how to rerun it.
-func testSeed(t *testing.T) uint64 {
-	t.Helper()
-	seed := *seedFlag
-	if seed == 0 {
-		if s := os.Getenv("MESHFEED_SEED"); s != "" {
-			v, err := strconv.ParseUint(s, 10, 64)
-			if err != nil {
-				t.Fatalf("MESHFEED_SEED=%q: %v", s, err)
-			}
-			seed = v
-		}
-	}
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun with -batching.seed=%d or MESHFEED_SEED=%d)", seed, seed, seed)
-	return seed
-}
+func testSeed(t *testing.T) uint64 { return testseed.Get(t, *seedFlag, "batching.seed") }
 
 // randomRows returns row group sizes over 1-4 files, including empty and
 // one-row row groups.

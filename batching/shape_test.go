@@ -4,33 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/meshfeed/meshfeed/internal/testseed"
 )
 
 // shapeSeed returns the seed of a randomized test: $MESHFEED_SEED when set,
 // else the clock. It is logged so a failure can be replayed.
-func shapeSeed(t testing.TB) uint64 {
-	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("MESHFEED_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("MESHFEED_SEED=%q: %v", s, err)
-		}
-		seed = v
-	}
-	t.Logf("seed %d (replay with MESHFEED_SEED=%d)", seed, seed)
-	return seed
-}
+func shapeSeed(t testing.TB) uint64 { return testseed.Get(t, 0, "") }
 
 // shapeBitmap returns a validity bitmap for n slots with the given null slots,
 // or nil when there are none.

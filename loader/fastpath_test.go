@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -24,6 +23,8 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
+
+	"github.com/meshfeed/meshfeed/internal/testseed"
 )
 
 // The fast path (fastpath.go) must be taken for the benchmark's layout
@@ -36,19 +37,11 @@ import (
 // fastSeed returns the seed of a randomized test: -loader.seed (registered by
 // the external test package of the same binary), MESHFEED_SEED, or the time.
 func fastSeed(t *testing.T) uint64 {
-	t.Helper()
-	var seed uint64
+	var flagValue uint64
 	if f := flag.Lookup("loader.seed"); f != nil {
-		seed, _ = strconv.ParseUint(f.Value.String(), 10, 64)
+		flagValue, _ = strconv.ParseUint(f.Value.String(), 10, 64)
 	}
-	if seed == 0 {
-		seed, _ = strconv.ParseUint(os.Getenv("MESHFEED_SEED"), 10, 64)
-	}
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (replay with -loader.seed=%d)", seed, seed)
-	return seed
+	return testseed.Get(t, flagValue, "loader.seed")
 }
 
 const fastListSize = 8

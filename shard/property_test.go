@@ -4,35 +4,17 @@ import (
 	"errors"
 	"flag"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"testing"
-	"time"
+
+	"github.com/meshfeed/meshfeed/internal/testseed"
 )
 
 var seedFlag = flag.Uint64("shard.seed", 0, "seed for the randomized shard tests (0: MESHFEED_SEED, else the clock)")
 
 // testSeed returns the seed from -shard.seed, else MESHFEED_SEED, else the
 // clock, and logs it so that a failure can be replayed.
-func testSeed(t *testing.T) uint64 {
-	t.Helper()
-	seed := *seedFlag
-	if seed == 0 {
-		if env := os.Getenv("MESHFEED_SEED"); env != "" {
-			s, err := strconv.ParseUint(env, 10, 64)
-			if err != nil {
-				t.Fatalf("MESHFEED_SEED=%q: %v", env, err)
-			}
-			seed = s
-		}
-	}
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (replay with -shard.seed=%d or MESHFEED_SEED=%d)", seed, seed, seed)
-	return seed
-}
+func testSeed(t *testing.T) uint64 { return testseed.Get(t, *seedFlag, "shard.seed") }
 
 // randomMesh draws a mesh of 1 to 4 axes of sizes 1 to 5, with sparse device
 // ids in a random order and processes that own either consecutive runs of

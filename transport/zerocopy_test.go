@@ -6,11 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -21,6 +19,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/meshfeed/meshfeed/internal/testseed"
 )
 
 var zeroCopySeed = flag.Uint64("zerocopy.seed", 0, "seed of TestFrameBytesRandomSlices (0: from MESHFEED_SEED or the clock)")
@@ -227,18 +227,7 @@ func TestFrameBytes(t *testing.T) {
 
 // testSeed returns the seed of a randomized test: -zerocopy.seed, else
 // MESHFEED_SEED, else the clock. It is logged so that a failure replays.
-func testSeed(t *testing.T) uint64 {
-	seed := *zeroCopySeed
-	if seed == 0 {
-		if s, err := strconv.ParseUint(os.Getenv("MESHFEED_SEED"), 10, 64); err == nil {
-			seed = s
-		} else {
-			seed = uint64(time.Now().UnixNano())
-		}
-	}
-	t.Logf("seed %d (replay with -zerocopy.seed=%d or MESHFEED_SEED=%d)", seed, seed, seed)
-	return seed
-}
+func testSeed(t *testing.T) uint64 { return testseed.Get(t, *zeroCopySeed, "zerocopy.seed") }
 
 // TestFrameBytesRandomSlices compares frames and stock messages over random
 // slices of random records.
