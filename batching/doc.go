@@ -3,8 +3,8 @@
 // It owns the epoch plan of DESIGN.md's contract (row group order, the D
 // contiguous streams, the shuffle window, the final-batch policy, padding and the
 // mask, resume positions) and the stream cutters that turn decoded row groups
-// into b-row slices, plus per-column shaping (dtype casts, fixed-length lists,
-// sequence packing).
+// into b-row slices. How each column of a slice looks on the wire (casts,
+// fixed-length lists, packing) is package shape's question, not this one's.
 //
 // Planning is pure: it takes row counts, never reads a byte. The cutters work on
 // Arrow records handed to them; they do not read storage (package loader) or
@@ -15,7 +15,7 @@
 //   - A Cutter is driven by its caller: when Next returns ok=false and Done is
 //     false, push the segment Wants names (the whole row group's record, or its
 //     rows), then call Next again. It is not safe for concurrent use.
-//   - Records returned by Next and by Shaper.Apply belong to the caller, who
+//   - Records returned by Next belong to the caller, who
 //     releases them. With no shuffle window a slice inside one row group is a
 //     view of the pushed record (no column bytes copied); slices that straddle
 //     row groups, shuffled slices and padding are copies, counted in

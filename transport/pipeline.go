@@ -23,6 +23,7 @@ import (
 
 	"github.com/meshfeed/meshfeed/batching"
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/shape"
 )
 
 // DefaultPipelineCacheTTL is how long a Pipeline keeps an opened dataset (the
@@ -106,7 +107,7 @@ func WithPipelineCacheTTL(d time.Duration) PipelineOption {
 // the epochs with package batching, and streams each step as this client's
 // slices, each cut from its own stream by its own batching.Cutter, fed by its
 // own loader.RowGroupReader over exactly the row groups that the cutter asks
-// for, shaped by a batching.Shaper and concatenated in slice order.
+// for, shaped by a shape.Shaper and concatenated in slice order.
 //
 // Requests are interpreted as docs/PROTOCOL.md says, with these choices:
 //
@@ -195,7 +196,7 @@ type pipelinePlan struct {
 	refs   []loader.RowGroupRef // the plan's row groups, same indices
 	cutIn  *arrow.Schema        // schema of the decoded row groups
 	cutOut *arrow.Schema        // schema of the cutters' slices (mask appended under pad)
-	shaper *batching.Shaper     // nil: no column is shaped
+	shaper *shape.Shaper        // nil: no column is shaped
 	schema *arrow.Schema        // schema of every step record
 	packed bool                 // a column is packed (slices have PackedRows rows)
 }
@@ -292,35 +293,35 @@ func (p *Pipeline) planFor(ctx context.Context, req *Request) (*pipelinePlan, er
 	}
 	pl.schema = pl.cutOut
 	if len(cols) > 0 {
-		sh, err := batching.NewShaper(pl.cutOut, cols)
+		sh, err := shape.NewShaper(pl.cutOut, cols)
 		if err != nil {
 			return nil, pipelineError(fmt.Errorf("transport: pipeline: %w", err))
 		}
 		pl.shaper, pl.schema = sh, sh.Schema()
-		pl.packed = slices.ContainsFunc(cols, func(c batching.Column) bool { return c.PackRatio > 0 })
+		pl.packed = slices.ContainsFunc(cols, func(c shape.Column) bool { return c.PackRatio > 0 })
 	}
 	return pl, nil
 }
 
 // shapingOf converts the request's columns into batching's shaping (only the
 // columns that are shaped) and the fill values for the loader's nulls.
-func shapingOf(req *Request) ([]batching.Column, map[string]float64, error) {
+func shapingOf(req *Request) ([]shape.Column, map[string]float64, error) {
 	var p problems
-	var cols []batching.Column
+	var cols []shape.Column
 	fills := map[string]float64{}
 	packed := ""
 	for i, c := range req.Columns {
-		bc := batching.Column{Name: c.Name, Length: c.Length, PackRatio: c.PackRatio}
-		dt, err := batching.ParseDType(c.DType)
+		bc := shape.Column{Name: c.Name, Length: c.Length, PackRatio: c.PackRatio}
+		dt, err := shape.ParseDType(c.DType)
 		if err != nil {
 			p.add("columns[%d] %q: dtype %q is unknown: %v", i, c.Name, c.DType, err)
 		}
 		bc.DType = dt
 		switch c.Overflow {
 		case "", "reject":
-			bc.Overflow = batching.Reject
+			bc.Overflow = shape.Reject
 		case "truncate":
-			bc.Overflow = batching.Truncate
+			bc.Overflow = shape.Truncate
 		default:
 			p.add("columns[%d] %q: overflow %q is unknown (want \"reject\" or \"truncate\")", i, c.Name, c.Overflow)
 		}
@@ -335,7 +336,7 @@ func shapingOf(req *Request) ([]batching.Column, map[string]float64, error) {
 		if c.PackRatio > 0 && packed == "" {
 			packed = c.Name
 		}
-		if bc.DType != batching.Keep || bc.Length != 0 || c.Overflow != "" || bc.Fill.IsSet() || bc.PackRatio != 0 {
+		if bc.DType != shape.Keep || bc.Length != 0 || c.Overflow != "" || bc.Fill.IsSet() || bc.PackRatio != 0 {
 			cols = append(cols, bc)
 		}
 	}
@@ -350,35 +351,35 @@ func shapingOf(req *Request) ([]batching.Column, map[string]float64, error) {
 }
 
 // parseFill turns a request's fill (a JSON number, "nan", "inf" or "-inf")
-// into a batching.Fill (integer literals stay integers) and its float64 value.
-func parseFill(raw json.RawMessage) (batching.Fill, float64, error) {
+// into a shape.Fill (integer literals stay integers) and its float64 value.
+func parseFill(raw json.RawMessage) (shape.Fill, float64, error) {
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
 		switch s {
 		case "nan":
-			return batching.FillFloat(math.NaN()), math.NaN(), nil
+			return shape.FillFloat(math.NaN()), math.NaN(), nil
 		case "inf":
-			return batching.FillFloat(math.Inf(1)), math.Inf(1), nil
+			return shape.FillFloat(math.Inf(1)), math.Inf(1), nil
 		case "-inf":
-			return batching.FillFloat(math.Inf(-1)), math.Inf(-1), nil
+			return shape.FillFloat(math.Inf(-1)), math.Inf(-1), nil
 		}
-		return batching.Fill{}, 0, fmt.Errorf("fill %q: want a number, \"nan\", \"inf\" or \"-inf\"", s)
+		return shape.Fill{}, 0, fmt.Errorf("fill %q: want a number, \"nan\", \"inf\" or \"-inf\"", s)
 	}
 	var n json.Number
 	if err := json.Unmarshal(raw, &n); err != nil {
-		return batching.Fill{}, 0, fmt.Errorf("fill %s: want a number, \"nan\", \"inf\" or \"-inf\"", raw)
+		return shape.Fill{}, 0, fmt.Errorf("fill %s: want a number, \"nan\", \"inf\" or \"-inf\"", raw)
 	}
 	if i, err := strconv.ParseInt(n.String(), 10, 64); err == nil {
-		return batching.FillInt(i), float64(i), nil
+		return shape.FillInt(i), float64(i), nil
 	}
 	if u, err := strconv.ParseUint(n.String(), 10, 64); err == nil {
-		return batching.FillUint(u), float64(u), nil
+		return shape.FillUint(u), float64(u), nil
 	}
 	f, err := n.Float64()
 	if err != nil {
-		return batching.Fill{}, 0, fmt.Errorf("fill %s: %v", raw, err)
+		return shape.Fill{}, 0, fmt.Errorf("fill %s: %v", raw, err)
 	}
-	return batching.FillFloat(f), f, nil
+	return shape.FillFloat(f), f, nil
 }
 
 // dataset opens (or takes from the cache) the dataset of patterns projected
@@ -480,11 +481,11 @@ var pipelineRules = []struct{ target, sentinel error }{
 	{batching.ErrEmptyDataset, ErrFailedPrecondition},
 	{batching.ErrInvalidPosition, ErrFailedPrecondition},
 	{batching.ErrInvalidRowGroup, ErrFailedPrecondition},
-	{batching.ErrOverflow, ErrFailedPrecondition},
-	{batching.ErrTooLong, ErrFailedPrecondition},
-	{batching.ErrPackOverflow, ErrFailedPrecondition},
-	{batching.ErrNullList, ErrFailedPrecondition},
-	{batching.ErrShape, ErrBadRequest},
+	{shape.ErrOverflow, ErrFailedPrecondition},
+	{shape.ErrTooLong, ErrFailedPrecondition},
+	{shape.ErrPackOverflow, ErrFailedPrecondition},
+	{shape.ErrNullList, ErrFailedPrecondition},
+	{shape.ErrShape, ErrBadRequest},
 	{batching.ErrInvalidConfig, ErrBadRequest},
 	{batching.ErrInvalidPolicy, ErrBadRequest},
 	{batching.ErrMaskColumnExists, ErrBadRequest},

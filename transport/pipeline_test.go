@@ -24,6 +24,7 @@ import (
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/loader/loadertest"
+	"github.com/meshfeed/meshfeed/shape"
 )
 
 // pipeSpec is the dataset of most pipeline tests: N=103 rows in 3 files of row
@@ -551,8 +552,8 @@ func TestPipelineShaping(t *testing.T) {
 			t.Fatalf("fields %v, want %v", names, want)
 		}
 		ff := rec.Schema().Field(1)
-		if v, _ := ff.Metadata.GetValue(batching.DTypeMetadataKey); v != "bfloat16" {
-			t.Fatalf("features metadata %v, want %s=bfloat16", ff.Metadata, batching.DTypeMetadataKey)
+		if v, _ := ff.Metadata.GetValue(shape.DTypeMetadataKey); v != "bfloat16" {
+			t.Fatalf("features metadata %v, want %s=bfloat16", ff.Metadata, shape.DTypeMetadataKey)
 		}
 		feat := rec.Column(1).(*array.FixedSizeList)
 		fvals, ok := feat.ListValues().(*array.Uint16)

@@ -1,4 +1,4 @@
-package batching
+package shape
 
 // Sequence packing for LLM training; the contract is in Pack's doc comment.
 
@@ -76,20 +76,20 @@ func PackAligned(in []PackInput, length, rows int, rule ListRule, mem memory.All
 	ins := make([]packInput, len(in))
 	for i, p := range in {
 		if p.List == nil {
-			return nil, nil, nil, fmt.Errorf("batching: pack input %d (%q): nil list: %w", i, p.Name, ErrShape)
+			return nil, nil, nil, fmt.Errorf("shape: pack input %d (%q): nil list: %w", i, p.Name, ErrShape)
 		}
 		elem, ok := listElemField(p.List.DataType())
 		id := p.List.DataType().ID()
 		if !ok || (id != arrow.LIST && id != arrow.LARGE_LIST) {
-			return nil, nil, nil, fmt.Errorf("batching: column %q (%s): packing needs a list or large_list column: %w", p.Name, p.List.DataType(), ErrShape)
+			return nil, nil, nil, fmt.Errorf("shape: column %q (%s): packing needs a list or large_list column: %w", p.Name, p.List.DataType(), ErrShape)
 		}
 		to := castTarget{dt: elem.Type}
 		fill, err := to.fillBytes(p.Fill)
 		if err != nil || !to.fixedWidth() {
-			return nil, nil, nil, fmt.Errorf("batching: column %q (%s): cannot pack: %v: %w", p.Name, p.List.DataType(), err, ErrShape)
+			return nil, nil, nil, fmt.Errorf("shape: column %q (%s): cannot pack: %v: %w", p.Name, p.List.DataType(), err, ErrShape)
 		}
 		if length < 1 || length > math.MaxInt32 {
-			return nil, nil, nil, fmt.Errorf("batching: column %q: Length %d out of range [1, %d]: %w", p.Name, length, math.MaxInt32, ErrShape)
+			return nil, nil, nil, fmt.Errorf("shape: column %q: Length %d out of range [1, %d]: %w", p.Name, length, math.MaxInt32, ErrShape)
 		}
 		ins[i] = packInput{name: p.Name, list: p.List, to: to, fill: fill, fillSet: p.Fill.IsSet(), outType: shapeFixedType(elem, to, length)}
 	}
@@ -176,10 +176,10 @@ func packFirstFit(lens []int, length, rows int) (lay packLayout, ok bool) {
 // packColumns packs ins[0] and its aligned columns into rows of length.
 func packColumns(ins []packInput, length, rows int, rule ListRule, mem memory.Allocator) (packed []arrow.Array, segmentIDs, positions arrow.Array, err error) {
 	if len(ins) == 0 {
-		return nil, nil, nil, fmt.Errorf("batching: nothing to pack: %w", ErrShape)
+		return nil, nil, nil, fmt.Errorf("shape: nothing to pack: %w", ErrShape)
 	}
 	if rows < 0 {
-		return nil, nil, nil, fmt.Errorf("batching: column %q: negative row count %d: %w", ins[0].name, rows, ErrShape)
+		return nil, nil, nil, fmt.Errorf("shape: column %q: negative row count %d: %w", ins[0].name, rows, ErrShape)
 	}
 	lrs := make([]*listRows, 0, len(ins))
 	defer func() {
@@ -197,11 +197,11 @@ func packColumns(ins []packInput, length, rows int, rule ListRule, mem memory.Al
 	head := lrs[0]
 	for c, lr := range lrs[1:] {
 		if lr.n != head.n {
-			return nil, nil, nil, fmt.Errorf("batching: packed columns %q (%d rows) and %q (%d rows) differ in row count: %w", ins[0].name, head.n, ins[c+1].name, lr.n, ErrShape)
+			return nil, nil, nil, fmt.Errorf("shape: packed columns %q (%d rows) and %q (%d rows) differ in row count: %w", ins[0].name, head.n, ins[c+1].name, lr.n, ErrShape)
 		}
 		for r := range lr.lens {
 			if lr.lens[r] != head.lens[r] {
-				return nil, nil, nil, fmt.Errorf("batching: packed columns %q and %q differ at row %d (%d vs %d elements); aligned columns need identical lengths in every row: %w",
+				return nil, nil, nil, fmt.Errorf("shape: packed columns %q and %q differ at row %d (%d vs %d elements); aligned columns need identical lengths in every row: %w",
 					ins[0].name, ins[c+1].name, r, head.lens[r], lr.lens[r], ErrShape)
 			}
 		}
@@ -225,7 +225,7 @@ func packColumns(ins []packInput, length, rows int, rule ListRule, mem memory.Al
 		for needed < len(all.used) && all.used[needed] > 0 {
 			needed++
 		}
-		return nil, nil, nil, fmt.Errorf("batching: column %q: packing %d sequences (%d tokens) first-fit into rows of Length %d needs %d rows, but only %d are available; lower the packing ratio (rows = ceil(b / ratio)) to at most %.4g for this slice of b=%d rows, or raise Length: %w",
+		return nil, nil, nil, fmt.Errorf("shape: column %q: packing %d sequences (%d tokens) first-fit into rows of Length %d needs %d rows, but only %d are available; lower the packing ratio (rows = ceil(b / ratio)) to at most %.4g for this slice of b=%d rows, or raise Length: %w",
 			ins[0].name, nonEmpty, tokens, length, needed, rows, float64(head.n)/float64(needed), head.n, ErrPackOverflow)
 	}
 

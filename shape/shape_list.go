@@ -1,4 +1,4 @@
-package batching
+package shape
 
 // List shaping: variable-length lists padded or truncated to a static length,
 // and element casts inside list and fixed_size_list columns. Rows are moved with
@@ -71,7 +71,7 @@ func prepareList(name string, arr arrow.Array, to castTarget, cast, fillSet bool
 	n := data.Len()
 	lr := &listRows{n: n, starts: make([]int64, n), lens: make([]int, n), width: to.width()}
 	if lr.width == 0 {
-		return nil, fmt.Errorf("batching: column %q (%s): elements of type %s cannot be shaped: %w", name, data.DataType(), to, ErrShape)
+		return nil, fmt.Errorf("shape: column %q (%s): elements of type %s cannot be shaped: %w", name, data.DataType(), to, ErrShape)
 	}
 	if n == 0 {
 		return lr, nil
@@ -87,7 +87,7 @@ func prepareList(name string, arr arrow.Array, to castTarget, cast, fillSet bool
 		listBounds(offs, lr.starts, lr.lens)
 		end = offs[n]
 	default:
-		return nil, fmt.Errorf("batching: column %q (%s): not a variable-length list: %w", name, data.DataType(), ErrShape)
+		return nil, fmt.Errorf("shape: column %q (%s): not a variable-length list: %w", name, data.DataType(), ErrShape)
 	}
 	base := lr.starts[0]
 	for r := range lr.starts {
@@ -102,7 +102,7 @@ func prepareList(name string, arr arrow.Array, to castTarget, cast, fillSet bool
 	if listValid != nil && !fillSet {
 		for r := 0; r < n; r++ {
 			if isNull(r) {
-				return nil, fmt.Errorf("batching: column %q row %d: null list entry; set a Fill to read null lists as empty: %w", name, r, ErrNullList)
+				return nil, fmt.Errorf("shape: column %q row %d: null list entry; set a Fill to read null lists as empty: %w", name, r, ErrNullList)
 			}
 		}
 	}
@@ -139,7 +139,7 @@ func prepareList(name string, arr arrow.Array, to castTarget, cast, fillSet bool
 				for j := 0; j < lr.lens[r]; j++ {
 					if !bitutil.BitIsSet(lr.valid, lr.voff+int(lr.starts[r])+j) {
 						lr.release()
-						return nil, fmt.Errorf("batching: column %q row %d element %d: null element inside a list; set a Fill to stand in for it: %w", name, r, j, ErrNullList)
+						return nil, fmt.Errorf("shape: column %q row %d element %d: null element inside a list; set a Fill to stand in for it: %w", name, r, j, ErrNullList)
 					}
 				}
 			}
@@ -184,7 +184,7 @@ func (lr *listRows) checkLength(name string, length int, rule ListRule) error {
 	if first < 0 || rule == Truncate {
 		return nil
 	}
-	return fmt.Errorf("batching: column %q row %d: list of %d elements is longer than Length %d (longest in this slice: %d elements, row %d); set Overflow to Truncate to keep the first %d elements, or raise Length to at least %d: %w",
+	return fmt.Errorf("shape: column %q row %d: list of %d elements is longer than Length %d (longest in this slice: %d elements, row %d); set Overflow to Truncate to keep the first %d elements, or raise Length to at least %d: %w",
 		name, first, lr.lens[first], length, longest, longestRow, length, longest, ErrTooLong)
 }
 

@@ -1,14 +1,4 @@
-package batching
-
-// Per-column shaping: what each column of a b-row slice looks like on the wire.
-//
-// Shaping runs on every slice just before it is sent. It narrows dtypes (so fewer
-// bytes travel) and gives variable-length lists a static shape (so the Python
-// client can hand XLA fixed shapes): a list column becomes fixed_size_list[L]
-// plus a length column, or is packed first-fit into fewer, full rows.
-//
-// Every output schema is computable from the input schema and the []Column alone
-// (OutputSchema), so the server answers GetFlightInfo before reading a byte.
+package shape
 
 import (
 	"errors"
@@ -111,7 +101,7 @@ func ParseDType(s string) (DType, error) {
 			return DType(i), nil
 		}
 	}
-	return Keep, fmt.Errorf("batching: unknown dtype %q (want one of %s): %w", s, strings.Join(dtypeNames[:], ", "), ErrShape)
+	return Keep, fmt.Errorf("shape: unknown dtype %q (want one of %s): %w", s, strings.Join(dtypeNames[:], ", "), ErrShape)
 }
 
 // ListRule says what happens to a list row longer than the column's Length.
@@ -222,7 +212,7 @@ type Column struct {
 func (c Column) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("batching: column %q: %s: %w", c.Name, fmt.Sprintf(format, args...), ErrShape))
+		errs = append(errs, fmt.Errorf("shape: column %q: %s: %w", c.Name, fmt.Sprintf(format, args...), ErrShape))
 	}
 	if c.Name == "" {
 		bad("empty column name")
@@ -264,7 +254,7 @@ func ValidateColumns(cols []Column) error {
 			errs = append(errs, err)
 		}
 		if j, dup := seen[c.Name]; dup && c.Name != "" {
-			errs = append(errs, fmt.Errorf("batching: column %q listed twice (entries %d and %d): %w", c.Name, j, i, ErrShape))
+			errs = append(errs, fmt.Errorf("shape: column %q listed twice (entries %d and %d): %w", c.Name, j, i, ErrShape))
 		}
 		seen[c.Name] = i
 		if c.PackRatio <= 0 {
@@ -275,7 +265,7 @@ func ValidateColumns(cols []Column) error {
 			continue
 		}
 		if c.Length != first.Length || c.Overflow != first.Overflow || c.PackRatio != first.PackRatio {
-			errs = append(errs, fmt.Errorf("batching: packed columns %q (Length %d, Overflow %s, PackRatio %v) and %q (Length %d, Overflow %s, PackRatio %v) must agree: %w",
+			errs = append(errs, fmt.Errorf("shape: packed columns %q (Length %d, Overflow %s, PackRatio %v) and %q (Length %d, Overflow %s, PackRatio %v) must agree: %w",
 				first.Name, first.Length, first.Overflow, first.PackRatio, c.Name, c.Length, c.Overflow, c.PackRatio, ErrShape))
 		}
 	}
@@ -345,7 +335,7 @@ func Apply(rec arrow.RecordBatch, cols []Column, mem memory.Allocator) (arrow.Re
 // output names that collide.
 func NewShaper(in *arrow.Schema, cols []Column) (*Shaper, error) {
 	if in == nil {
-		return nil, fmt.Errorf("batching: nil input schema: %w", ErrShape)
+		return nil, fmt.Errorf("shape: nil input schema: %w", ErrShape)
 	}
 	errs := []error{ValidateColumns(cols)}
 	byName := make(map[string]*Column, len(cols))
@@ -356,7 +346,7 @@ func NewShaper(in *arrow.Schema, cols []Column) (*Shaper, error) {
 	}
 	for name := range byName {
 		if len(in.FieldIndices(name)) == 0 && name != "" {
-			errs = append(errs, fmt.Errorf("batching: column %q is not in the input schema (columns: %s): %w", name, shapeFieldNames(in), ErrShape))
+			errs = append(errs, fmt.Errorf("shape: column %q is not in the input schema (columns: %s): %w", name, shapeFieldNames(in), ErrShape))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -398,13 +388,13 @@ func NewShaper(in *arrow.Schema, cols []Column) (*Shaper, error) {
 		fields = append(fields, out...)
 	}
 	if s.packing && len(unpacked) > 0 {
-		errs = append(errs, fmt.Errorf("batching: packing column %q changes the row count, but columns %s are not packed: pack them too (same Length and PackRatio) or leave them out of the projection: %w",
+		errs = append(errs, fmt.Errorf("shape: packing column %q changes the row count, but columns %s are not packed: pack them too (same Length and PackRatio) or leave them out of the projection: %w",
 			s.pack.Name, strings.Join(unpacked, ", "), ErrShape))
 	}
 	seen := make(map[string]bool, len(fields))
 	for _, f := range fields {
 		if seen[f.Name] {
-			errs = append(errs, fmt.Errorf("batching: output column %q appears twice (an added column collides with an input column): %w", f.Name, ErrShape))
+			errs = append(errs, fmt.Errorf("shape: output column %q appears twice (an added column collides with an input column): %w", f.Name, ErrShape))
 		}
 		seen[f.Name] = true
 	}
@@ -423,7 +413,7 @@ func (s *Shaper) Schema() *arrow.Schema { return s.out }
 // See the package function Apply.
 func (s *Shaper) Apply(rec arrow.RecordBatch, mem memory.Allocator) (arrow.RecordBatch, error) {
 	if !rec.Schema().Equal(s.in) {
-		return nil, fmt.Errorf("batching: record schema %s differs from the shaper's input schema %s: %w", rec.Schema(), s.in, ErrShape)
+		return nil, fmt.Errorf("shape: record schema %s differs from the shaper's input schema %s: %w", rec.Schema(), s.in, ErrShape)
 	}
 	nrows := int(rec.NumRows())
 	cols := make([]arrow.Array, 0, s.out.NumFields())
@@ -484,7 +474,7 @@ func (s *Shaper) Apply(rec arrow.RecordBatch, mem memory.Allocator) (arrow.Recor
 			cols = append(cols, out, lengths)
 		default:
 			release()
-			return nil, fmt.Errorf("batching: column %q: unexpected shaping step %d: %w", name, st.op, ErrShape)
+			return nil, fmt.Errorf("shape: column %q: unexpected shaping step %d: %w", name, st.op, ErrShape)
 		}
 	}
 	out := array.NewRecordBatch(s.out, cols, int64(nrows))
@@ -535,7 +525,7 @@ func (s *Shaper) applyPack(rec arrow.RecordBatch, mem memory.Allocator) ([]arrow
 func shapeCompile(c Column, f arrow.Field) (shapeStep, []arrow.Field, error) {
 	st := shapeStep{col: c}
 	bad := func(format string, args ...any) (shapeStep, []arrow.Field, error) {
-		return st, nil, fmt.Errorf("batching: column %q (%s): %s: %w", c.Name, f.Type, fmt.Sprintf(format, args...), ErrShape)
+		return st, nil, fmt.Errorf("shape: column %q (%s): %s: %w", c.Name, f.Type, fmt.Sprintf(format, args...), ErrShape)
 	}
 	if v, ok := f.Metadata.GetValue(DTypeMetadataKey); ok && c.DType != Keep {
 		return bad("already carries %s=%q; it cannot be cast again", DTypeMetadataKey, v)

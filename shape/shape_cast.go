@@ -1,4 +1,4 @@
-package batching
+package shape
 
 // Element-wise dtype casts over whole buffers: one typed loop per (source,
 // target) pair, no per-element reflection or allocation.
@@ -581,12 +581,12 @@ func castData(src arrow.ArrayData, to castTarget, mem memory.Allocator, skip fun
 // castFault describes the value at index i of src that does not fit `to`.
 func castFault(name string, src arrow.ArrayData, to castTarget, bad int, where string) error {
 	if bad == -2 {
-		return fmt.Errorf("batching: column %q: no cast from %s to %s: %w", name, src.DataType(), to, ErrShape)
+		return fmt.Errorf("shape: column %q: no cast from %s to %s: %w", name, src.DataType(), to, ErrShape)
 	}
 	a := array.MakeFromData(src)
 	defer a.Release()
 	lo, hi := castIntRange(to.dt.ID())
-	return fmt.Errorf("batching: column %q %s: value %s does not fit %s [%d, %d]: %w", name, where, a.ValueStr(bad), to, lo, hi, ErrOverflow)
+	return fmt.Errorf("shape: column %q %s: value %s does not fit %s [%d, %d]: %w", name, where, a.ValueStr(bad), to, lo, hi, ErrOverflow)
 }
 
 // castArray casts a primitive column.

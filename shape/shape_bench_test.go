@@ -1,4 +1,4 @@
-package batching
+package shape
 
 import (
 	"fmt"
