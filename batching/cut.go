@@ -139,18 +139,28 @@ func NewCutter(plan *Plan, epoch, d, startStep int, mem memory.Allocator, opts .
 
 // setSchema fixes the input schema and derives the output schema.
 func (c *Cutter) setSchema(s *arrow.Schema) error {
-	c.cfg.schema = s
-	c.outSch = s
-	if c.plan.cfg.Policy != Pad {
-		return nil
+	out, err := SliceSchema(s, c.plan.cfg.Policy, c.cfg.mask)
+	if err != nil {
+		return err
 	}
-	if len(s.FieldIndices(c.cfg.mask)) > 0 {
-		return fmt.Errorf("%w: %q (choose another with WithMaskColumn)", ErrMaskColumnExists, c.cfg.mask)
-	}
-	fields := append(s.Fields(), arrow.Field{Name: c.cfg.mask, Type: arrow.FixedWidthTypes.Boolean})
-	md := s.Metadata()
-	c.outSch = arrow.NewSchema(fields, &md)
+	c.cfg.schema, c.outSch = s, out
 	return nil
+}
+
+// SliceSchema returns the schema of the slices that a Cutter cuts from row
+// groups of schema in: in itself, or under Pad in with the boolean mask
+// column named mask appended. A column of in named mask is
+// ErrMaskColumnExists.
+func SliceSchema(in *arrow.Schema, policy Policy, mask string) (*arrow.Schema, error) {
+	if policy != Pad {
+		return in, nil
+	}
+	if len(in.FieldIndices(mask)) > 0 {
+		return nil, fmt.Errorf("%w: %q (choose another with WithMaskColumn)", ErrMaskColumnExists, mask)
+	}
+	fields := append(in.Fields(), arrow.Field{Name: mask, Type: arrow.FixedWidthTypes.Boolean})
+	md := in.Metadata()
+	return arrow.NewSchema(fields, &md), nil
 }
 
 // Step returns the step of the slice that the next successful Next returns.

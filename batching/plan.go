@@ -404,6 +404,32 @@ func (p *Plan) ReadStart(pos Position, d int) (segmentIndex int, rowInSegment in
 	return len(segs), 0, from
 }
 
+// StreamReads returns the row groups (indices into the plan's row groups)
+// that the Cutter of stream d, started at pos, asks for, in the order it asks
+// for them: the segments of Stream(pos.Epoch, d) from ReadStart up to
+// ReadEnd. A reader that fetches exactly these feeds the cutter; nothing
+// earlier in the stream is read. Positions that Check rejects give nil.
+func (p *Plan) StreamReads(pos Position, d int) []int {
+	if p.Check(pos, d) != nil {
+		return nil
+	}
+	segs := p.Stream(pos.Epoch, d)
+	first, _, _ := p.ReadStart(pos, d)
+	end := p.ReadEnd(d)
+	var at int64 // stream row where segs[i] starts
+	var out []int
+	for i, seg := range segs {
+		if at >= end {
+			break
+		}
+		if i >= first {
+			out = append(out, seg.RowGroup)
+		}
+		at += seg.Len()
+	}
+	return out
+}
+
 // ReadSet returns the row groups, ascending, that the streams of the given
 // slices read in a whole epoch. Slice numbers outside the plan are ignored.
 func (p *Plan) ReadSet(epoch int, slices []int) []int {

@@ -8,6 +8,10 @@ import (
 
 // config holds every setting of a Dataset. newConfig sets the defaults; each
 // Option documents its own.
+// DefaultReadAhead is the default in-flight budget of a reader (WithReadAhead,
+// WithReaderReadAhead): compressed plus decoded bytes of row groups read ahead.
+const DefaultReadAhead = 256 << 20
+
 type config struct {
 	columns          []string
 	fill             map[string]float64
@@ -32,7 +36,7 @@ func newConfig(opts []Option) (config, error) {
 		footerWorkers:    16,
 		coalesceGap:      1 << 20,
 		maxCoalesced:     64 << 20,
-		readAheadBytes:   256 << 20,
+		readAheadBytes:   DefaultReadAhead,
 		decodeWorkers:    runtime.GOMAXPROCS(0),
 		footerCache:      defaultFooterCache,
 		readBufferSize:   64 << 10,

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"google.golang.org/grpc/codes"
 )
 
 // StepMeta is the app_metadata of each DoGet message after the schema, sent as
@@ -39,23 +40,56 @@ type PlanInfo struct {
 	PaddedRows int64 `json:"padded_rows"`
 }
 
+// Step is one step of one client: its rows as records of the stream's schema,
+// in ascending slice order (usually one record per slice of Meta.Slices; a
+// backend may hand them already joined), and its metadata. How the records
+// travel (one Flight message, concatenated or not; a shared-memory region) is
+// the transport's business, not the backend's.
+type Step struct {
+	// Slices are the step's records, in slice order. Their rows, back to
+	// back, are the step: b rows of each slice of Meta.Slices.
+	Slices []arrow.RecordBatch
+	// Meta is the step's app_metadata.
+	Meta StepMeta
+}
+
+// Release releases the step's records.
+func (s Step) Release() {
+	for _, r := range s.Slices {
+		if r != nil {
+			r.Release()
+		}
+	}
+}
+
+// Rows returns the step's rows: the sum of its records' rows.
+func (s Step) Rows() int64 {
+	var n int64
+	for _, r := range s.Slices {
+		n += r.NumRows()
+	}
+	return n
+}
+
 // Stream produces one client's steps in order. The server calls Next from a
 // single goroutine and then Close exactly once, after the last Next returned,
 // whether the stream ended, failed or was cancelled.
 type Stream interface {
 	// Schema is the schema of every record Next returns.
 	Schema() *arrow.Schema
-	// Next returns the next step: its record (the request's slices in
-	// ascending order, concatenated) and its metadata. It returns io.EOF after
-	// the last step. The caller owns the record and releases it once sent.
-	// Next must return promptly (with ctx's error) when ctx is cancelled.
-	Next(ctx context.Context) (arrow.RecordBatch, StepMeta, error)
+	// Next returns the next step: its records (the request's slices in
+	// ascending order) and its metadata. It returns io.EOF after the last
+	// step. The caller owns the records and releases them once sent. Next
+	// must return promptly (with ctx's error) when ctx is cancelled. A panic
+	// in Next ends the stream with an error naming the step; the server
+	// then calls Close.
+	Next(ctx context.Context) (Step, error)
 	// Close releases what the stream holds.
 	Close() error
 }
 
-// Backend plans and opens streams; it is implemented by the pipeline (loader
-// and batching). Requests reaching it are validated and their URIs lie under
+// Backend plans and opens streams; package feed implements it over real
+// datasets (loader, batching, shape), DemoBackend over synthetic rows. Requests reaching it are validated and their URIs lie under
 // the server's roots. Its errors should wrap this package's sentinels, or
 // ones registered with WithErrorCode, so that they reach the client with the
 // right status code.
@@ -64,4 +98,34 @@ type Backend interface {
 	Info(ctx context.Context, req *Request) (*PlanInfo, error)
 	// Open starts the stream of a DoGet.
 	Open(ctx context.Context, req *Request) (Stream, error)
+}
+
+// ErrorCode maps every error that errors.Is Target to the gRPC status Code.
+type ErrorCode struct {
+	Target error
+	Code   codes.Code
+}
+
+// ErrorCoder is implemented by a Backend whose errors wrap sentinels of its
+// own packages: the server consults ErrorCodes (in order, first match wins)
+// before its own sentinels, when it maps an error to a status code at its
+// edge. It is the one place where a backend's errors meet status codes.
+type ErrorCoder interface {
+	ErrorCodes() []ErrorCode
+}
+
+// StorageStats are the storage counters a backend reports, which the server
+// exports as meshfeed_storage_* metrics.
+type StorageStats struct {
+	BytesRead int64 // bytes returned by successful reads
+	Reads     int64 // successful reads
+	Retries   int64 // requests re-issued after a failed one, resumes included
+	Resumes   int64 // retries that continued a ranged read past the bytes already received
+}
+
+// StatsReporter is implemented by a Backend that counts its storage work.
+// StorageStats reports false when its storage counts nothing. It is called
+// from the metrics handler, concurrently with streams.
+type StatsReporter interface {
+	StorageStats() (StorageStats, bool)
 }

@@ -36,10 +36,11 @@ func TestBackpressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, _, err := probe.Next(context.Background())
+	step, err := probe.Next(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
+	rec := step.Slices[0]
 	size := recordBytes(rec)
 	rec.Release()
 

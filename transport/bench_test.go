@@ -45,17 +45,17 @@ type repeatStream struct {
 
 func (s *repeatStream) Schema() *arrow.Schema { return s.b.rec.Schema() }
 
-func (s *repeatStream) Next(ctx context.Context) (arrow.RecordBatch, StepMeta, error) {
+func (s *repeatStream) Next(ctx context.Context) (Step, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, StepMeta{}, err
+		return Step{}, err
 	}
 	if s.left == 0 {
-		return nil, StepMeta{}, io.EOF
+		return Step{}, io.EOF
 	}
 	s.left--
 	s.step++
 	s.b.rec.Retain()
-	return s.b.rec, StepMeta{Step: s.step - 1, Slices: []int{0}, RealRows: []int{int(s.b.rec.NumRows())}}, nil
+	return Step{Slices: []arrow.RecordBatch{s.b.rec}, Meta: StepMeta{Step: s.step - 1, Slices: []int{0}, RealRows: []int{int(s.b.rec.NumRows())}}}, nil
 }
 
 func (s *repeatStream) Close() error { return nil }

@@ -150,19 +150,19 @@ func b2i(b bool) int64 {
 	return 0
 }
 
-func (s *demoStream) Next(ctx context.Context) (arrow.RecordBatch, StepMeta, error) {
+func (s *demoStream) Next(ctx context.Context) (Step, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, StepMeta{}, err
+		return Step{}, err
 	}
 	if s.closed {
-		return nil, StepMeta{}, fmt.Errorf("transport: demo: Next after Close")
+		return Step{}, fmt.Errorf("transport: demo: Next after Close")
 	}
 	req := s.pl.req
 	if s.step == s.pl.steps {
 		s.epoch, s.step = s.epoch+1, 0
 	}
 	if req.Epochs > 0 && s.epoch >= req.Epochs {
-		return nil, StepMeta{}, io.EOF
+		return Step{}, io.EOF
 	}
 	b := s.pl.b
 	meta := StepMeta{Epoch: s.epoch, Step: int(s.step), Slices: slices.Clone(req.Slices), RealRows: make([]int, len(req.Slices))}
@@ -219,7 +219,7 @@ func (s *demoStream) Next(ctx context.Context) (arrow.RecordBatch, StepMeta, err
 		cols = append(cols, bld.NewArray())
 		bld.Release()
 	}
-	return array.NewRecordBatch(s.pl.schema, cols, int64(len(ids))), meta, nil
+	return Step{Slices: []arrow.RecordBatch{array.NewRecordBatch(s.pl.schema, cols, int64(len(ids)))}, Meta: meta}, nil
 }
 
 func (s *demoStream) Close() error {

@@ -2,17 +2,24 @@
 // client process the slices it needs, request validation, limits,
 // backpressure, per-message metadata, and TLS and token checks for network mode.
 //
-// It does not plan (package batching) or read storage (package loader); it
-// connects their output to gRPC and maps their errors to status codes, once.
-// The seam is the Backend interface: Info answers GetFlightInfo, Open starts
-// the Stream of a DoGet. docs/PROTOCOL.md specifies the wire (ticket JSON,
+// It is a wire and nothing else: it imports arrow and grpc, never the packages
+// that plan, read or shape (package feed composes those into a Backend). The
+// seam is the Backend interface: Info answers GetFlightInfo, Open starts the
+// Stream of a DoGet, and each Step comes as its slices plus metadata; how a
+// step's slices go on the wire (their virtual concatenation into one Flight
+// message, join.go and zerocopy.go) is private to this package, so a second
+// transport is a new package or file beside this one, not a fork of the
+// pipeline. Errors are mapped to status codes once, at the server's edge, by
+// this package's sentinels and the Backend's own table (ErrorCoder). docs/PROTOCOL.md specifies the wire (ticket JSON,
 // message sequence, app_metadata, status codes) for clients in any language.
 //
 // # Caveats
 //
-//   - Records returned by Stream.Next belong to the server from then on: it
-//     releases each one after sending it, or when the stream is cancelled. A
-//     Backend that keeps a record (a cache) must Retain it before returning it.
+//   - Records of a Step returned by Stream.Next belong to the server from then
+//     on: it releases each one after sending it, or when the stream is
+//     cancelled. A Backend that keeps a record (a cache) must Retain it before
+//     returning it. A panic in Next ends that stream with an error, not the
+//     process.
 //   - Stream.Next runs on its own goroutine, ahead of the send loop by at most
 //     the prefetch depth and the shared memory budget; it must honour its
 //     context, since the server waits for it to return before calling Close.

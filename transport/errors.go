@@ -12,8 +12,8 @@ import (
 
 // Sentinel errors. Errors returned by this package wrap one of these (test with
 // errors.Is). A Backend may wrap them too: the server maps every error to a gRPC
-// status code exactly once, at its edge, by these sentinels and by the rules
-// registered with WithErrorCode.
+// status code exactly once, at its edge, by these sentinels, by the rules
+// registered with WithErrorCode and by the Backend's own (ErrorCoder).
 var (
 	// ErrBadRequest: a ticket or FlightDescriptor that cannot be decoded or
 	// fails validation (unknown field, wrong version, B % D != 0, ...).
@@ -66,10 +66,11 @@ var builtinRules = []codeRule{
 }
 
 // codeOf returns the gRPC code for err: the first matching registered rule,
-// then the built-in sentinels, then the code of a gRPC status error anywhere in
-// the chain (for example a failed Send to a client that went away), else
+// then the built-in sentinels (context errors included), then the backend's
+// rules (ErrorCoder), then the code of a gRPC status error anywhere in the
+// chain (for example a failed Send to a client that went away), else
 // Internal.
-func codeOf(rules []codeRule, err error) codes.Code {
+func codeOf(rules []codeRule, backend []ErrorCode, err error) codes.Code {
 	for _, r := range rules {
 		if errors.Is(err, r.target) {
 			return r.code
@@ -78,6 +79,11 @@ func codeOf(rules []codeRule, err error) codes.Code {
 	for _, r := range builtinRules {
 		if errors.Is(err, r.target) {
 			return r.code
+		}
+	}
+	for _, r := range backend {
+		if errors.Is(err, r.Target) {
+			return r.Code
 		}
 	}
 	if st, ok := status.FromError(err); ok {
@@ -89,7 +95,7 @@ func codeOf(rules []codeRule, err error) codes.Code {
 // toStatus converts err into a gRPC status error. It is called once, by the
 // server's interceptors, for every error a handler returns; handlers return
 // plain wrapped errors.
-func toStatus(rules []codeRule, err error) error {
+func toStatus(rules []codeRule, backend []ErrorCode, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -97,7 +103,7 @@ func toStatus(rules []codeRule, err error) error {
 		// Already a bare status (from gRPC itself): keep it.
 		return err
 	}
-	return status.Error(codeOf(rules, err), err.Error())
+	return status.Error(codeOf(rules, backend, err), err.Error())
 }
 
 // problems collects validation problems so that all of them are reported at

@@ -181,17 +181,17 @@ type trackedStream struct {
 	closed atomic.Bool
 }
 
-func (s *trackedStream) Next(ctx context.Context) (arrow.RecordBatch, StepMeta, error) {
+func (s *trackedStream) Next(ctx context.Context) (Step, error) {
 	s.b.nexts.Add(1)
 	if s.b.delay > 0 {
 		select {
 		case <-time.After(s.b.delay):
 		case <-ctx.Done():
-			return nil, StepMeta{}, ctx.Err()
+			return Step{}, ctx.Err()
 		}
 	}
 	if s.b.failAfter > 0 && s.n >= s.b.failAfter {
-		return nil, StepMeta{}, s.b.failErr
+		return Step{}, s.b.failErr
 	}
 	s.n++
 	return s.Stream.Next(ctx)

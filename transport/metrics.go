@@ -10,8 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
-
-	"github.com/meshfeed/meshfeed/loader"
 )
 
 // Metrics are the server's counters. On the metrics address they are served
@@ -155,7 +153,7 @@ var (
 )
 
 // serverCollector reads the server's atomics, and its backend's storage
-// counters (when the backend is a loader.StatsReporter), at scrape time.
+// counters (when the backend is a StatsReporter), at scrape time.
 type serverCollector struct{ s *Server }
 
 // Describe implements prometheus.Collector.
@@ -186,21 +184,14 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	for code, n := range m.Errors {
 		counter(descErrors, n, code)
 	}
-	if st := s.storageStats(); st != nil {
-		counter(descStorageBytes, st.BytesRead.Load())
-		counter(descStorageReads, st.Reads.Load())
-		counter(descStorageRetries, st.Retries.Load())
-		counter(descStorageResumes, st.Resumes.Load())
+	if r, ok := s.backend.(StatsReporter); ok {
+		if st, ok := r.StorageStats(); ok {
+			counter(descStorageBytes, st.BytesRead)
+			counter(descStorageReads, st.Reads)
+			counter(descStorageRetries, st.Retries)
+			counter(descStorageResumes, st.Resumes)
+		}
 	}
-}
-
-// storageStats returns the storage counters of the backend, or nil when it
-// reports none.
-func (s *Server) storageStats() *loader.StoreStats {
-	if r, ok := s.backend.(loader.StatsReporter); ok {
-		return r.Stats()
-	}
-	return nil
 }
 
 // metricsHandler serves the server's registry at /metrics (Prometheus text

@@ -6,7 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
+	"math"
+	"strconv"
 )
 
 // Version is the ticket version this package speaks. A ticket carries it in
@@ -217,7 +218,7 @@ func (r *Request) Validate() error {
 		if c.PackRatio < 0 {
 			p.add("columns[%d] %q: pack_ratio %v is negative", i, c.Name, c.PackRatio)
 		}
-		if len(c.Fill) > 0 && !validFill(c.Fill) {
+		if _, err := ParseFill(c.Fill); len(c.Fill) > 0 && err != nil {
 			p.add("columns[%d] %q: fill %s is neither a number nor one of \"nan\", \"inf\", \"-inf\"", i, c.Name, c.Fill)
 		}
 	}
@@ -276,19 +277,56 @@ func (r *Request) Validate() error {
 	return p.err("transport", ErrBadRequest)
 }
 
-// validFill reports whether raw is a JSON number or one of the strings "nan",
-// "inf", "-inf".
-func validFill(raw json.RawMessage) bool {
-	var n json.Number
-	if err := json.Unmarshal(raw, &n); err == nil {
-		if _, err := n.Float64(); err == nil {
-			return true
-		}
-		return false
-	}
+// FillKind is how a ticket's fill value was written.
+type FillKind uint8
+
+const (
+	// FillInt is an integer literal that fits int64.
+	FillInt FillKind = iota + 1
+	// FillUint is an integer literal above math.MaxInt64 that fits uint64.
+	FillUint
+	// FillFloat is any other number, or "nan", "inf", "-inf".
+	FillFloat
+)
+
+// Fill is a column's fill value as the ticket gives it: integer literals
+// stay exact integers.
+type Fill struct {
+	Kind  FillKind
+	Int   int64
+	Uint  uint64
+	Float float64 // the value as a float64, whatever the kind
+}
+
+// ParseFill parses a ticket's fill: a JSON number, or one of the strings
+// "nan", "inf", "-inf". It is the one parser of fills: Validate uses it, and
+// so do backends.
+func ParseFill(raw json.RawMessage) (Fill, error) {
 	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return false
+	if err := json.Unmarshal(raw, &s); err == nil {
+		switch s {
+		case "nan":
+			return Fill{Kind: FillFloat, Float: math.NaN()}, nil
+		case "inf":
+			return Fill{Kind: FillFloat, Float: math.Inf(1)}, nil
+		case "-inf":
+			return Fill{Kind: FillFloat, Float: math.Inf(-1)}, nil
+		}
+		return Fill{}, fmt.Errorf("fill %q: want a number, \"nan\", \"inf\" or \"-inf\"", s)
 	}
-	return slices.Contains([]string{"nan", "inf", "-inf"}, s)
+	var n json.Number
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return Fill{}, fmt.Errorf("fill %s: want a number, \"nan\", \"inf\" or \"-inf\"", raw)
+	}
+	if i, err := strconv.ParseInt(n.String(), 10, 64); err == nil {
+		return Fill{Kind: FillInt, Int: i, Float: float64(i)}, nil
+	}
+	if u, err := strconv.ParseUint(n.String(), 10, 64); err == nil {
+		return Fill{Kind: FillUint, Uint: u, Float: float64(u)}, nil
+	}
+	f, err := n.Float64()
+	if err != nil {
+		return Fill{}, fmt.Errorf("fill %s: %v", raw, err)
+	}
+	return Fill{Kind: FillFloat, Float: f}, nil
 }

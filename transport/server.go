@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -41,6 +42,7 @@ type Server struct {
 
 	cfg     *Config
 	backend Backend
+	codes   []ErrorCode // the backend's error codes (ErrorCoder)
 	log     *slog.Logger
 	gs      *grpc.Server
 	health  *health.Server
@@ -72,6 +74,9 @@ func New(backend Backend, opts ...Option) (*Server, error) {
 		health:  health.NewServer(),
 		slots:   make(chan struct{}, cfg.maxStreams),
 		budget:  newBudget(cfg.budget),
+	}
+	if ec, ok := backend.(ErrorCoder); ok {
+		s.codes = ec.ErrorCodes()
 	}
 	s.initMetrics()
 	codec, err := newFlightCodec()
@@ -239,7 +244,7 @@ func (s *Server) edge(method string, err error) error {
 	if err == nil {
 		return nil
 	}
-	st := toStatus(s.cfg.rules, err)
+	st := toStatus(s.cfg.rules, s.codes, err)
 	code := status.Code(st)
 	s.metrics.countError(code)
 	level := slog.LevelWarn
@@ -469,24 +474,16 @@ func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWrit
 }
 
 // produce reads steps from st into items until an error (io.EOF included),
-// which it hands over as the last item, or until ctx is done. Each queued
-// record holds its size in the memory budget until it is dropped.
+// which it hands over as the last item, or until ctx is done. Each step's
+// slices are joined into one record (join.go); each queued record holds its
+// size in the memory budget until it is dropped.
 func (s *Server) produce(ctx context.Context, st Stream, items chan<- item) {
-	for {
-		rec, meta, err := st.Next(ctx)
+	schema := st.Schema()
+	for n := 0; ; n++ {
+		rec, meta, err := s.nextRecord(ctx, st, schema, n)
 		if err != nil {
-			if rec != nil {
-				rec.Release()
-			}
 			select {
 			case items <- item{err: err}:
-			case <-ctx.Done():
-			}
-			return
-		}
-		if rec == nil {
-			select {
-			case items <- item{err: errors.New("backend returned a nil record")}:
 			case <-ctx.Done():
 			}
 			return
@@ -505,6 +502,34 @@ func (s *Server) produce(ctx context.Context, st Stream, items chan<- item) {
 			return
 		}
 	}
+}
+
+// nextRecord returns the n-th step of st (counted from the stream's start)
+// as one record: the step's slices joined. A panic in the backend's Next
+// becomes an error naming the step.
+func (s *Server) nextRecord(ctx context.Context, st Stream, schema *arrow.Schema, n int) (rec arrow.RecordBatch, meta StepMeta, err error) {
+	var step Step
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("transport: backend panicked producing message %d of the stream (steps counted from its first, 0-based): %v", n, r)
+			}
+		}()
+		step, err = st.Next(ctx)
+	}()
+	if err != nil {
+		step.Release()
+		return nil, StepMeta{}, err
+	}
+	if len(step.Slices) == 0 || slices.Contains(step.Slices, nil) {
+		step.Release()
+		return nil, StepMeta{}, fmt.Errorf("backend returned step %d (epoch %d step %d) without records", n, step.Meta.Epoch, step.Meta.Step)
+	}
+	rec, err = joinSlices(schema, step.Slices, s.cfg.mem)
+	if err != nil {
+		return nil, StepMeta{}, fmt.Errorf("transport: epoch %d step %d: join slices: %w", step.Meta.Epoch, step.Meta.Step, err)
+	}
+	return rec, step.Meta, nil
 }
 
 // drop releases an item's record and its share of the budget, and takes it

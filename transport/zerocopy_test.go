@@ -263,10 +263,11 @@ func TestFrameZeroCopy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rec, _, err := st.Next(context.Background())
+			step, err := st.Next(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
+			rec := step.Slices[0]
 			ids := rec.Column(0).Data().Buffers()[1].Bytes()
 			vals := rec.Column(1).Data().Children()[0].Buffers()[1].Bytes()
 

@@ -27,7 +27,7 @@ func runRead(ctx context.Context, args []string) error {
 	cols := stringList{}
 	fs.Var(&cols, "columns", "comma-separated columns to read (default: all)")
 	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "row groups decoded at once")
-	readAhead := fs.Int64("read-ahead", 256<<20, "in-flight byte budget (compressed + decoded)")
+	readAhead := fs.Int64("read-ahead", loader.DefaultReadAhead, "in-flight byte budget (compressed + decoded)")
 	mapCache := fs.Int64("map-cache", 0, "keep local files of up to this many bytes in all mapped between reads (see loader.WithMapCache); 0: off")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: meshfeed read [--columns a,b] [--workers N] [--read-ahead BYTES] [--map-cache BYTES] URI...")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -11,12 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/transport"
 )
-
-// newPipelineBackend builds the real backend (loader + batching) for
-// `serve --backend pipeline`. It is nil until the pipeline is wired in.
-var newPipelineBackend func(ctx context.Context, readAhead, mapCache int64) (transport.Backend, error)
 
 // rootFlags is the repeatable --allow flag (no comma splitting: a root may contain one).
 type rootFlags []string
@@ -42,7 +38,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.Var(&allow, "allow", "dataset root that requests may read under (gs://bucket/prefix or a path); repeatable, at least one")
 	maxStreams := fs.Int("max-streams", transport.DefaultMaxStreams, "maximum concurrent DoGet streams")
 	prefetch := fs.Int("prefetch", transport.DefaultPrefetch, "steps each stream reads ahead of the one being sent")
-	readAhead := fs.Int64("read-ahead", transport.DefaultStreamReadAhead, "bytes of row groups each stream reads ahead (compressed + decoded), split among its slices")
+	readAhead := fs.Int64("read-ahead", loader.DefaultReadAhead, "bytes of row groups each stream reads ahead (compressed + decoded), split among its slices")
 	mapCache := fs.Int64("map-cache", 0, "keep local files of up to this many bytes in all mapped between reads (faster repeated epochs of page-cache-warm data; mapped pages count in RSS); 0: off")
 	budget := fs.Int64("memory-budget", transport.DefaultMemoryBudget, "bytes of records queued across all streams (0: unbounded)")
 	maxMsg := fs.Int("max-message-size", transport.DefaultMaxMessageSize, "largest gRPC message sent, bytes (clients must accept at least this)")
@@ -65,17 +61,19 @@ func runServe(ctx context.Context, args []string) error {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	var be transport.Backend
+	var beOpts []transport.Option
 	switch *backend {
 	case "demo":
 		be = &transport.DemoBackend{NumRows: *demoRows}
 	case "pipeline":
-		if newPipelineBackend == nil {
-			return errors.New("--backend pipeline: the loader/batching pipeline is not wired into serve yet (use --backend demo)")
-		}
-		var err error
-		if be, err = newPipelineBackend(ctx, *readAhead, *mapCache); err != nil {
+		p, err := newPipelineBackend(ctx, *readAhead, *mapCache)
+		if err != nil {
 			return err
 		}
+		defer p.Close()
+		// Steps whose slices cannot be sent as they are get joined from the
+		// pipeline's pool, like the slices themselves.
+		be, beOpts = p, []transport.Option{transport.WithAllocator(p.Allocator())}
 	default:
 		return fmt.Errorf("--backend %q: want pipeline or demo", *backend)
 	}
@@ -87,7 +85,7 @@ func runServe(ctx context.Context, args []string) error {
 	if os.Getenv("GOMEMLIMIT") == "" && *budget > 0 && *maxStreams > 0 {
 		debug.SetMemoryLimit(*budget + *readAhead*int64(*maxStreams) + 128<<20)
 	}
-	srv, err := transport.New(be,
+	srv, err := transport.New(be, append([]transport.Option{
 		transport.WithAddress(*addr),
 		transport.WithTLS(*cert, *key),
 		transport.WithTokenFile(*token),
@@ -100,7 +98,7 @@ func runServe(ctx context.Context, args []string) error {
 		transport.WithMetricsAddress(*metrics),
 		transport.WithZstd(*zstd),
 		transport.WithLogger(log),
-	)
+	}, beOpts...)...)
 	if err != nil {
 		return err
 	}

@@ -3,16 +3,14 @@ package main
 import (
 	"context"
 
+	"github.com/meshfeed/meshfeed/feed"
 	"github.com/meshfeed/meshfeed/loader"
-	"github.com/meshfeed/meshfeed/transport"
 )
 
-// Wires the loader/batching pipeline into `serve --backend pipeline`. The
-// pipeline's errors wrap transport's sentinels (see transport.Pipeline), so no
-// extra transport.WithErrorCode rules are needed.
-func init() {
-	newPipelineBackend = func(ctx context.Context, readAhead, mapCache int64) (transport.Backend, error) {
-		return transport.NewPipeline(ctx, transport.WithPipelineReadAhead(readAhead),
-			transport.WithPipelineStoreOptions(loader.WithLocalOptions(mapCacheOptions(mapCache)...)))
-	}
+// newPipelineBackend builds the real backend (feed: loader, batching and
+// shape) for `serve --backend pipeline`. Its errors reach the client with the
+// codes of feed's ErrorCodes, which the server applies itself.
+func newPipelineBackend(ctx context.Context, readAhead, mapCache int64) (*feed.Pipeline, error) {
+	return feed.NewPipeline(ctx, feed.WithReadAhead(readAhead),
+		feed.WithStoreOptions(loader.WithLocalOptions(mapCacheOptions(mapCache)...)))
 }

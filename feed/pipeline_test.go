@@ -1,4 +1,4 @@
-package transport
+package feed
 
 import (
 	"context"
@@ -25,6 +25,7 @@ import (
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/loader/loadertest"
 	"github.com/meshfeed/meshfeed/shape"
+	"github.com/meshfeed/meshfeed/transport"
 )
 
 // pipeSpec is the dataset of most pipeline tests: N=103 rows in 3 files of row
@@ -47,23 +48,23 @@ func writeDataset(t *testing.T, spec datagen.Spec) string {
 
 // startPipeline serves a Pipeline over bufconn with roots allowed. mem (may be
 // nil) allocates the pipeline's records.
-func startPipeline(t *testing.T, mem memory.Allocator, roots []string, popts ...PipelineOption) *testServer {
+func startPipeline(t *testing.T, mem memory.Allocator, roots []string, popts ...Option) *testServer {
 	t.Helper()
-	popts = append([]PipelineOption{
-		WithPipelineAllocator(mem),
-		WithPipelineLoaderOptions(loader.WithReadAhead(4<<10), loader.WithDecodeWorkers(2)),
+	popts = append([]Option{
+		WithAllocator(mem),
+		WithLoaderOptions(loader.WithReadAhead(4<<10), loader.WithDecodeWorkers(2)),
 	}, popts...)
 	p, err := NewPipeline(context.Background(), popts...)
 	if err != nil {
 		t.Fatalf("NewPipeline: %v", err)
 	}
 	t.Cleanup(func() { p.Close() })
-	return startServer(t, viaBufconn, p, []Option{WithAllowedRoots(roots...)})
+	return startServer(t, viaBufconn, p, []transport.Option{transport.WithAllowedRoots(roots...)})
 }
 
 // pstep is one received step of a pipeline stream.
 type pstep struct {
-	meta     StepMeta
+	meta     transport.StepMeta
 	rows     int
 	ids      []int64
 	labels   []int32
@@ -75,7 +76,7 @@ type pstep struct {
 
 // readSteps reads a whole DoGet stream; with keep, each step's record is
 // retained (released at cleanup).
-func readSteps(t *testing.T, ctx context.Context, c flight.Client, req *Request, keep bool) ([]pstep, error) {
+func readSteps(t *testing.T, ctx context.Context, c flight.Client, req *transport.Request, keep bool) ([]pstep, error) {
 	t.Helper()
 	stream, err := c.DoGet(ctx, ticket(t, req))
 	if err != nil {
@@ -152,7 +153,7 @@ type refModel struct {
 	policy batching.Policy
 }
 
-func newRefModel(t *testing.T, spec datagen.Spec, req *Request) *refModel {
+func newRefModel(t *testing.T, spec datagen.Spec, req *transport.Request) *refModel {
 	t.Helper()
 	fps, err := spec.Plan()
 	if err != nil {
@@ -241,8 +242,8 @@ func (m *refModel) epoch(e int) [][]int64 {
 }
 
 // pipeRequest is a request over dir's Parquet files.
-func pipeRequest(dir string, B, D int, slices []int, policy LastBatch) *Request {
-	return &Request{Version: Version, Datasets: []string{dir + "/*.parquet"}, GlobalBatchSize: B, NumSlices: D,
+func pipeRequest(dir string, B, D int, slices []int, policy transport.LastBatch) *transport.Request {
+	return &transport.Request{Version: transport.Version, Datasets: []string{dir + "/*.parquet"}, GlobalBatchSize: B, NumSlices: D,
 		Slices: slices, LastBatch: policy, Epochs: 2, Seed: 11}
 }
 
@@ -258,8 +259,8 @@ func TestPipelineSlicesMatchContract(t *testing.T) {
 	const B, D = 8, 4
 	b := B / D
 	splits := [][][]int{{{0, 1, 2, 3}}, {{0, 1}, {2, 3}}, {{0}, {1}, {2}, {3}}, {{1, 3}, {0}, {2}}}
-	shuffles := []Shuffle{{}, {Enabled: true}, {Enabled: true, Window: 10}}
-	for _, policy := range []LastBatch{LastBatchDrop, LastBatchPad} {
+	shuffles := []transport.Shuffle{{}, {Enabled: true}, {Enabled: true, Window: 10}}
+	for _, policy := range []transport.LastBatch{transport.LastBatchDrop, transport.LastBatchPad} {
 		for _, sh := range shuffles {
 			t.Run(fmt.Sprintf("%s/shuffle=%v/W=%d", policy, sh.Enabled, sh.Window), func(t *testing.T) {
 				base := pipeRequest(dir, B, D, []int{0, 1, 2, 3}, policy)
@@ -281,7 +282,7 @@ func TestPipelineSlicesMatchContract(t *testing.T) {
 					for _, sl := range split {
 						req := *base
 						req.Slices = sl
-						steps, err := readSteps(t, context.Background(), ts.client, &req, false)
+						steps, err := readSteps(t, context.Background(), ts.Client, &req, false)
 						if err != nil {
 							t.Fatalf("slices %v: %v", sl, err)
 						}
@@ -309,7 +310,7 @@ func TestPipelineSlicesMatchContract(t *testing.T) {
 								if st.meta.RealRows[j] != real {
 									t.Errorf("slices %v epoch %d step %d slice %d: real_rows %d, want %d", sl, e, s, d, st.meta.RealRows[j], real)
 								}
-								if policy == LastBatchPad {
+								if policy == transport.LastBatchPad {
 									for r := range b {
 										if st.mask[j*b+r] != (r < real) {
 											t.Fatalf("slices %v epoch %d step %d slice %d row %d: mask %v, want %v", sl, e, s, d, r, st.mask[j*b+r], r < real)
@@ -338,7 +339,7 @@ func TestPipelineSlicesMatchContract(t *testing.T) {
 							}
 						}
 						wantRows := spec.Rows
-						if policy == LastBatchDrop {
+						if policy == transport.LastBatchDrop {
 							wantRows -= spec.Rows % B
 						}
 						if int64(len(seen)) != wantRows {
@@ -379,22 +380,22 @@ func TestPipelineInfo(t *testing.T) {
 	dir := writeDataset(t, spec)
 	ts := startPipeline(t, nil, []string{dir})
 	for _, tc := range []struct {
-		policy          LastBatch
+		policy          transport.LastBatch
 		steps, drop, pd int64
 	}{
-		{LastBatchDrop, 103 / 8, 103 % 8, 0},
-		{LastBatchPad, (103 + 7) / 8, 0, 13*8 - 103},
+		{transport.LastBatchDrop, 103 / 8, 103 % 8, 0},
+		{transport.LastBatchPad, (103 + 7) / 8, 0, 13*8 - 103},
 	} {
 		req := pipeRequest(dir, 8, 4, []int{1}, tc.policy)
-		info, err := ts.client.GetFlightInfo(context.Background(), cmdDescriptor(t, req))
+		info, err := ts.Client.GetFlightInfo(context.Background(), cmdDescriptor(t, req))
 		if err != nil {
 			t.Fatalf("%s: GetFlightInfo: %v", tc.policy, err)
 		}
-		var pi PlanInfo
+		var pi transport.PlanInfo
 		if err := json.Unmarshal(info.AppMetadata, &pi); err != nil {
 			t.Fatal(err)
 		}
-		want := PlanInfo{NumRows: 103, StepsPerEpoch: tc.steps, DroppedRows: tc.drop, PaddedRows: tc.pd}
+		want := transport.PlanInfo{NumRows: 103, StepsPerEpoch: tc.steps, DroppedRows: tc.drop, PaddedRows: tc.pd}
 		if pi != want {
 			t.Errorf("%s: plan %+v, want %+v", tc.policy, pi, want)
 		}
@@ -403,7 +404,7 @@ func TestPipelineInfo(t *testing.T) {
 			t.Fatal(err)
 		}
 		names := []string{"id", "label", "features"}
-		if tc.policy == LastBatchPad {
+		if tc.policy == transport.LastBatchPad {
 			names = append(names, "valid")
 		}
 		var got []string
@@ -422,23 +423,23 @@ func TestPipelineErrors(t *testing.T) {
 	spec := pipeSpec()
 	dir := writeDataset(t, spec)
 	ts := startPipeline(t, nil, []string{dir})
-	raise := pipeRequest(dir, 8, 2, []int{0}, LastBatchRaise)
-	missing := pipeRequest(dir, 8, 2, []int{0}, LastBatchDrop)
+	raise := pipeRequest(dir, 8, 2, []int{0}, transport.LastBatchRaise)
+	missing := pipeRequest(dir, 8, 2, []int{0}, transport.LastBatchDrop)
 	missing.Datasets = []string{dir + "/nothing-*.parquet"}
-	badCol := pipeRequest(dir, 8, 2, []int{0}, LastBatchDrop)
-	badCol.Columns = []Column{{Name: "id"}, {Name: "nope"}}
-	packPad := pipeRequest(dir, 8, 2, []int{0}, LastBatchPad)
-	packPad.Columns = []Column{{Name: "tokens", Length: 8, PackRatio: 2}}
-	badShape := pipeRequest(dir, 8, 2, []int{0}, LastBatchDrop)
-	badShape.Columns = []Column{{Name: "label", DType: "bfloat16"}}
-	past := pipeRequest(dir, 8, 2, []int{0}, LastBatchDrop)
-	past.Start = Position{Step: 12}
-	tooFew := pipeRequest(dir, 128, 2, []int{0}, LastBatchDrop)
-	maskClash := pipeRequest(dir, 8, 2, []int{0}, LastBatchPad)
+	badCol := pipeRequest(dir, 8, 2, []int{0}, transport.LastBatchDrop)
+	badCol.Columns = []transport.Column{{Name: "id"}, {Name: "nope"}}
+	packPad := pipeRequest(dir, 8, 2, []int{0}, transport.LastBatchPad)
+	packPad.Columns = []transport.Column{{Name: "tokens", Length: 8, PackRatio: 2}}
+	badShape := pipeRequest(dir, 8, 2, []int{0}, transport.LastBatchDrop)
+	badShape.Columns = []transport.Column{{Name: "label", DType: "bfloat16"}}
+	past := pipeRequest(dir, 8, 2, []int{0}, transport.LastBatchDrop)
+	past.Start = transport.Position{Step: 12}
+	tooFew := pipeRequest(dir, 128, 2, []int{0}, transport.LastBatchDrop)
+	maskClash := pipeRequest(dir, 8, 2, []int{0}, transport.LastBatchPad)
 	maskClash.MaskColumn = "label"
 	for _, tc := range []struct {
 		name    string
-		req     *Request
+		req     *transport.Request
 		doGet   bool
 		code    codes.Code
 		message []string
@@ -456,9 +457,9 @@ func TestPipelineErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error
 			if tc.doGet {
-				_, err = readSteps(t, context.Background(), ts.client, tc.req, false)
+				_, err = readSteps(t, context.Background(), ts.Client, tc.req, false)
 			} else {
-				_, err = ts.client.GetFlightInfo(context.Background(), cmdDescriptor(t, tc.req))
+				_, err = ts.Client.GetFlightInfo(context.Background(), cmdDescriptor(t, tc.req))
 			}
 			checkStatus(t, tc.name, err, tc.code, tc.message)
 		})
@@ -471,19 +472,19 @@ func TestPipelineResume(t *testing.T) {
 	spec := pipeSpec()
 	dir := writeDataset(t, spec)
 	ts := startPipeline(t, checkedMem(t), []string{dir})
-	for _, sh := range []Shuffle{{}, {Enabled: true, Window: 9}} {
-		for _, policy := range []LastBatch{LastBatchDrop, LastBatchPad} {
+	for _, sh := range []transport.Shuffle{{}, {Enabled: true, Window: 9}} {
+		for _, policy := range []transport.LastBatch{transport.LastBatchDrop, transport.LastBatchPad} {
 			req := pipeRequest(dir, 6, 2, []int{0, 1}, policy)
 			req.Shuffle = sh
-			full, err := readSteps(t, context.Background(), ts.client, req, false)
+			full, err := readSteps(t, context.Background(), ts.Client, req, false)
 			if err != nil {
 				t.Fatal(err)
 			}
 			steps := len(full) / 2
 			for _, k := range []int{0, 1, 5, steps - 1} {
 				r := *req
-				r.Start = Position{Epoch: 1, Step: k}
-				tail, err := readSteps(t, context.Background(), ts.client, &r, false)
+				r.Start = transport.Position{Epoch: 1, Step: k}
+				tail, err := readSteps(t, context.Background(), ts.Client, &r, false)
 				if err != nil {
 					t.Fatalf("%s W=%d start %d: %v", policy, sh.Window, k, err)
 				}
@@ -516,21 +517,21 @@ func TestPipelineShaping(t *testing.T) {
 	mem := checkedMem(t)
 	ts := startPipeline(t, mem, []string{dir})
 	const L = 5
-	req := pipeRequest(dir, 8, 2, []int{0, 1}, LastBatchPad)
+	req := pipeRequest(dir, 8, 2, []int{0, 1}, transport.LastBatchPad)
 	req.Epochs = 1
-	req.Columns = []Column{
+	req.Columns = []transport.Column{
 		{Name: "id"},
 		{Name: "features", DType: "bfloat16"},
 		{Name: "tokens", Length: L, Overflow: "truncate", Fill: json.RawMessage("-1")},
 	}
-	steps, err := readSteps(t, context.Background(), ts.client, req, true)
+	steps, err := readSteps(t, context.Background(), ts.Client, req, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(steps) != 13 {
 		t.Fatalf("%d steps, want 13", len(steps))
 	}
-	info, err := ts.client.GetFlightInfo(context.Background(), cmdDescriptor(t, req))
+	info, err := ts.Client.GetFlightInfo(context.Background(), cmdDescriptor(t, req))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -609,11 +610,11 @@ func TestPipelineGCS(t *testing.T) {
 		t.Fatalf("datagen.Write to fake GCS: %v", err)
 	}
 	mem := checkedMem(t)
-	ts := startPipeline(t, mem, []string{"gs://bucket/train"}, WithPipelineStore(store))
-	req := pipeRequest("gs://bucket/train/ds", 8, 2, []int{0, 1}, LastBatchPad)
-	req.Shuffle = Shuffle{Enabled: true, Window: 5}
+	ts := startPipeline(t, mem, []string{"gs://bucket/train"}, WithStore(store))
+	req := pipeRequest("gs://bucket/train/ds", 8, 2, []int{0, 1}, transport.LastBatchPad)
+	req.Shuffle = transport.Shuffle{Enabled: true, Window: 5}
 	model := newRefModel(t, spec, req)
-	steps, err := readSteps(t, context.Background(), ts.client, req, false)
+	steps, err := readSteps(t, context.Background(), ts.Client, req, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -638,7 +639,7 @@ func TestPipelineGCS(t *testing.T) {
 	}
 	missing := *req
 	missing.Datasets = []string{"gs://bucket/train/none/*.parquet"}
-	_, err = ts.client.GetFlightInfo(context.Background(), cmdDescriptor(t, &missing))
+	_, err = ts.Client.GetFlightInfo(context.Background(), cmdDescriptor(t, &missing))
 	checkStatus(t, "GetFlightInfo(missing gs:// glob)", err, codes.NotFound, []string{"gs://bucket/train/none"})
 }
 
@@ -648,25 +649,25 @@ func TestPipelineCancel(t *testing.T) {
 	spec := pipeSpec()
 	dir := writeDataset(t, spec)
 	mem := checkedMem(t)
-	p, err := NewPipeline(context.Background(), WithPipelineAllocator(mem),
-		WithPipelineLoaderOptions(loader.WithReadAhead(4<<10), loader.WithDecodeWorkers(2)))
+	p, err := NewPipeline(context.Background(), WithAllocator(mem),
+		WithLoaderOptions(loader.WithReadAhead(4<<10), loader.WithDecodeWorkers(2)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
 	tb := &tracking{Backend: p}
-	ts := startServer(t, viaBufconn, tb, []Option{WithAllowedRoots(dir)})
+	ts := startServer(t, viaBufconn, tb, []transport.Option{transport.WithAllowedRoots(dir)})
 	// Warm the connection up so its goroutines are in the baseline.
-	if _, err := ts.client.GetFlightInfo(context.Background(), cmdDescriptor(t, pipeRequest(dir, 4, 2, []int{0}, LastBatchPad))); err != nil {
+	if _, err := ts.Client.GetFlightInfo(context.Background(), cmdDescriptor(t, pipeRequest(dir, 4, 2, []int{0}, transport.LastBatchPad))); err != nil {
 		t.Fatal(err)
 	}
 	base := runtimeNumGoroutine()
 	for n, sl := range [][]int{{0, 1}, {1}} {
-		req := pipeRequest(dir, 4, 2, sl, LastBatchPad)
+		req := pipeRequest(dir, 4, 2, sl, transport.LastBatchPad)
 		req.Epochs = 0 // unbounded
-		req.Shuffle = Shuffle{Enabled: true, Window: 6}
+		req.Shuffle = transport.Shuffle{Enabled: true, Window: 6}
 		ctx, cancel := context.WithCancel(context.Background())
-		stream, err := ts.client.DoGet(ctx, ticket(t, req))
+		stream, err := ts.Client.DoGet(ctx, ticket(t, req))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -689,42 +690,42 @@ func TestPipelineCancel(t *testing.T) {
 	waitFor(t, "the pipeline's allocator to be empty", func() bool { return mem.CurrentAlloc() == 0 })
 }
 
-// TestPipelineStreamDirect drives a Stream without the server: Close in the
+// TestPipelineStreamDirect drives a transport.Stream without the server: Close in the
 // middle of an epoch releases everything, and Next after Close fails.
 func TestPipelineStreamDirect(t *testing.T) {
 	spec := pipeSpec()
 	dir := writeDataset(t, spec)
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
-	p, err := NewPipeline(context.Background(), WithPipelineAllocator(mem), WithPipelineCacheTTL(time.Minute))
+	p, err := NewPipeline(context.Background(), WithAllocator(mem), WithCacheTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	req := pipeRequest(dir, 8, 4, []int{0, 2, 3}, LastBatchDrop)
+	req := pipeRequest(dir, 8, 4, []int{0, 2, 3}, transport.LastBatchDrop)
 	st, err := p.Open(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
-		rec, meta, err := st.Next(context.Background())
+		step, err := st.Next(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rec.NumRows() != 6 || !slices.Equal(meta.Slices, []int{0, 2, 3}) {
-			t.Errorf("step %+v: %d rows, want 6", meta, rec.NumRows())
+		if meta := step.Meta; step.Rows() != 6 || !slices.Equal(meta.Slices, []int{0, 2, 3}) {
+			t.Errorf("step %+v: %d rows, want 6", meta, step.Rows())
 		}
-		rec.Release()
+		step.Release()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, _, err := st.Next(ctx); !errors.Is(err, context.Canceled) {
+	if _, err := st.Next(ctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("Next(cancelled ctx) = %v, want context.Canceled", err)
 	}
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := st.Next(context.Background()); err == nil || !strings.Contains(err.Error(), "after Close") {
+	if _, err := st.Next(context.Background()); err == nil || !strings.Contains(err.Error(), "after Close") {
 		t.Errorf("Next after Close = %v, want an error", err)
 	}
 }
@@ -782,22 +783,22 @@ func TestPipelineReadsOnlyItsRowGroups(t *testing.T) {
 	for _, tc := range []struct {
 		B       int
 		slices  []int
-		start   Position
+		start   transport.Position
 		shuffle bool
 	}{
-		{8, []int{1}, Position{}, false},
-		{8, []int{1}, Position{Epoch: 0, Step: 5}, false},
-		{8, []int{0, 3}, Position{Epoch: 1, Step: 3}, true},
-		// Stream 2 is ids 52..77 but delivers 52..75: the row group of
+		{8, []int{1}, transport.Position{}, false},
+		{8, []int{1}, transport.Position{Epoch: 0, Step: 5}, false},
+		{8, []int{0, 3}, transport.Position{Epoch: 1, Step: 3}, true},
+		// transport.Stream 2 is ids 52..77 but delivers 52..75: the row group of
 		// 76..82 must not be read.
-		{12, []int{2}, Position{}, false},
+		{12, []int{2}, transport.Position{}, false},
 	} {
 		log := &readLog{Store: local}
-		p, err := NewPipeline(context.Background(), WithPipelineStore(log))
+		p, err := NewPipeline(context.Background(), WithStore(log))
 		if err != nil {
 			t.Fatal(err)
 		}
-		req := pipeRequest(dir, tc.B, 4, tc.slices, LastBatchDrop)
+		req := pipeRequest(dir, tc.B, 4, tc.slices, transport.LastBatchDrop)
 		req.Start, req.Shuffle.Enabled = tc.start, tc.shuffle
 		pl, err := p.planFor(context.Background(), req)
 		if err != nil {
@@ -828,11 +829,11 @@ func TestPipelineReadsOnlyItsRowGroups(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range model.steps() - tc.start.Step {
-			rec, _, err := st.Next(context.Background())
+			step, err := st.Next(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
-			rec.Release()
+			step.Release()
 		}
 		// Give read-ahead the time to fetch what it (wrongly) might.
 		time.Sleep(20 * time.Millisecond)
@@ -859,10 +860,10 @@ func TestPipelinePacking(t *testing.T) {
 	dir := writeDataset(t, spec)
 	ts := startPipeline(t, checkedMem(t), []string{dir})
 	const L = 8
-	req := pipeRequest(dir, 8, 2, []int{0, 1}, LastBatchDrop)
+	req := pipeRequest(dir, 8, 2, []int{0, 1}, transport.LastBatchDrop)
 	req.Epochs = 1
-	req.Columns = []Column{{Name: "tokens", Length: L, PackRatio: 2}}
-	steps, err := readSteps(t, context.Background(), ts.client, req, true)
+	req.Columns = []transport.Column{{Name: "tokens", Length: L, PackRatio: 2}}
+	steps, err := readSteps(t, context.Background(), ts.Client, req, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -904,12 +905,12 @@ func TestPipelinePacking(t *testing.T) {
 		}
 	}
 	long := *req
-	long.Columns = []Column{{Name: "tokens", Length: 2}}
-	_, err = readSteps(t, context.Background(), ts.client, &long, false)
+	long.Columns = []transport.Column{{Name: "tokens", Length: 2}}
+	_, err = readSteps(t, context.Background(), ts.Client, &long, false)
 	checkStatus(t, "DoGet(tokens longer than length)", err, codes.FailedPrecondition, []string{`"tokens"`, "row", "epoch 0 step 0 slice 0"})
 }
 
-// BenchmarkPipelineStep measures one step of the direct Stream (no server):
+// BenchmarkPipelineStep measures one step of the direct transport.Stream (no server):
 // one slice (handed through) against four (one concatenation), with B rows of
 // 64 float32 features. bytes/op is the step record's size.
 func BenchmarkPipelineStep(b *testing.B) {
@@ -926,8 +927,8 @@ func BenchmarkPipelineStep(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer p.Close()
-			req := &Request{Version: Version, Datasets: []string{dir + "/*.parquet"}, GlobalBatchSize: 4096, NumSlices: 4,
-				Slices: []int{0, 1, 2, 3}[:n], LastBatch: LastBatchDrop}
+			req := &transport.Request{Version: transport.Version, Datasets: []string{dir + "/*.parquet"}, GlobalBatchSize: 4096, NumSlices: 4,
+				Slices: []int{0, 1, 2, 3}[:n], LastBatch: transport.LastBatchDrop}
 			st, err := p.Open(context.Background(), req)
 			if err != nil {
 				b.Fatal(err)
@@ -936,11 +937,11 @@ func BenchmarkPipelineStep(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(n) * 1024 * (8 + 4 + 64*4))
 			for b.Loop() {
-				rec, _, err := st.Next(context.Background())
+				step, err := st.Next(context.Background())
 				if err != nil {
 					b.Fatal(err)
 				}
-				rec.Release()
+				step.Release()
 			}
 		})
 	}
@@ -953,21 +954,21 @@ func TestPipelineMapCache(t *testing.T) {
 	spec := pipeSpec()
 	dir := writeDataset(t, spec)
 	mem := checkedMem(t)
-	p, err := NewPipeline(context.Background(), WithPipelineAllocator(mem),
-		WithPipelineStoreOptions(loader.WithLocalOptions(loader.WithMapCache(1<<30))))
+	p, err := NewPipeline(context.Background(), WithAllocator(mem),
+		WithStoreOptions(loader.WithLocalOptions(loader.WithMapCache(1<<30))))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	ts := startServer(t, viaBufconn, p, []Option{WithAllowedRoots(dir)})
+	ts := startServer(t, viaBufconn, p, []transport.Option{transport.WithAllowedRoots(dir)})
 	const B, D = 8, 4
 	b := B / D
-	req := pipeRequest(dir, B, D, []int{0, 1, 2, 3}, LastBatchDrop)
-	req.Shuffle = Shuffle{Enabled: true}
+	req := pipeRequest(dir, B, D, []int{0, 1, 2, 3}, transport.LastBatchDrop)
+	req.Shuffle = transport.Shuffle{Enabled: true}
 	model := newRefModel(t, spec, req)
 	stats := p.cfg.store.(loader.StatsReporter).Stats()
 	for stream := range 2 {
-		steps, err := readSteps(t, context.Background(), ts.client, req, false)
+		steps, err := readSteps(t, context.Background(), ts.Client, req, false)
 		if err != nil {
 			t.Fatalf("stream %d: %v", stream, err)
 		}

@@ -1,4 +1,4 @@
-package transport
+package feed
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/transport"
 )
 
 // benchSpec is the dataset of BenchmarkServePipeline: 327,680 rows of id,
@@ -111,13 +111,13 @@ func benchDataset(b *testing.B) string {
 func BenchmarkServePipeline(b *testing.B) {
 	dir := benchDataset(b)
 	pattern := dir + "/*.parquet"
-	req := func(d int) *Request {
+	req := func(d int) *transport.Request {
 		slices := make([]int, d)
 		for i := range slices {
 			slices[i] = i
 		}
-		return &Request{Version: Version, Datasets: []string{pattern}, GlobalBatchSize: benchStepRows,
-			NumSlices: d, Slices: slices, LastBatch: LastBatchDrop}
+		return &transport.Request{Version: transport.Version, Datasets: []string{pattern}, GlobalBatchSize: benchStepRows,
+			NumSlices: d, Slices: slices, LastBatch: transport.LastBatchDrop}
 	}
 
 	// The prebuilt step: the pipeline's first step of D = 1.
@@ -129,12 +129,13 @@ func BenchmarkServePipeline(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	first, _, err := st.Next(context.Background())
+	firstStep, err := st.Next(context.Background())
 	st.Close()
 	p.Close()
 	if err != nil {
 		b.Fatal(err)
 	}
+	first := firstStep.Slices[0] // D = 1: one slice
 	defer first.Release()
 	stepBytes := ipcBodyBytes(b, first)
 
@@ -149,24 +150,23 @@ func BenchmarkServePipeline(b *testing.B) {
 	variants := []struct {
 		name     string
 		d        int
-		flag     *atomic.Bool
+		concat   bool
 		mapCache bool
 	}{
-		{"pipeline/D=1", 1, nil, false},
-		{"pipeline/D=4", 4, nil, false},
-		{"pipeline/D=4/concat", 4, &forceConcat, false},
-		{"pipeline/D=1/mapcache", 1, nil, true},
-		{"pipeline/D=4/mapcache", 4, nil, true},
+		{"pipeline/D=1", 1, false, false},
+		{"pipeline/D=4", 4, false, false},
+		{"pipeline/D=4/concat", 4, true, false},
+		{"pipeline/D=1/mapcache", 1, false, true},
+		{"pipeline/D=4/mapcache", 4, false, true},
 	}
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
-			if v.flag != nil {
-				v.flag.Store(true)
-				defer v.flag.Store(false)
+			if v.concat {
+				defer transport.ForceConcat(true)()
 			}
-			var popts []PipelineOption
+			var popts []Option
 			if v.mapCache {
-				popts = append(popts, WithPipelineStoreOptions(loader.WithLocalOptions(loader.WithMapCache(1<<30))))
+				popts = append(popts, WithStoreOptions(loader.WithLocalOptions(loader.WithMapCache(1<<30))))
 			}
 			p, err := NewPipeline(context.Background(), popts...)
 			if err != nil {
@@ -203,11 +203,11 @@ func (c *countingWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); re
 
 // benchServe serves be over loopback TCP and times a client reading b.N
 // steps of req after the first; every step must have B rows.
-func benchServe(b *testing.B, be Backend, req *Request, root string, stepBytes int64) {
-	ts := startServer(b, viaTCP, be, []Option{WithAllowedRoots(root)})
+func benchServe(b *testing.B, be transport.Backend, req *transport.Request, root string, stepBytes int64) {
+	ts := startServer(b, viaTCP, be, []transport.Option{transport.WithAllowedRoots(root)})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stream, err := ts.client.DoGet(ctx, ticket(b, req))
+	stream, err := ts.Client.DoGet(ctx, ticket(b, req))
 	if err != nil {
 		b.Fatal(err)
 	}

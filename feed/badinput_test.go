@@ -1,4 +1,4 @@
-package transport
+package feed
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/transport"
 )
 
 // badDir writes the directory root/name holding files (name -> bytes).
@@ -120,26 +121,26 @@ func TestBadInputMatrix(t *testing.T) {
 		"empty":     badDir(t, root, "empty", map[string][]byte{"a.parquet": {}}),
 	}
 	mem := checkedMem(t)
-	p, err := NewPipeline(context.Background(), WithPipelineAllocator(mem),
-		WithPipelineLoaderOptions(loader.WithReadAhead(4<<10), loader.WithDecodeWorkers(2), loader.WithFooterCache(nil)))
+	p, err := NewPipeline(context.Background(), WithAllocator(mem),
+		WithLoaderOptions(loader.WithReadAhead(4<<10), loader.WithDecodeWorkers(2), loader.WithFooterCache(nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	ts := startServer(t, viaTCP, p, []Option{WithAllowedRoots(root, good)})
+	ts := startServer(t, viaTCP, p, []transport.Option{transport.WithAllowedRoots(root, good)})
 
 	// The healthy stream and its undisturbed reference.
-	healthy := pipeRequest(good, 8, 2, []int{0, 1}, LastBatchPad)
-	healthy.Shuffle = Shuffle{Enabled: true, Window: 10}
+	healthy := pipeRequest(good, 8, 2, []int{0, 1}, transport.LastBatchPad)
+	healthy.Shuffle = transport.Shuffle{Enabled: true, Window: 10}
 	healthy.Epochs = 3
-	want, err := stepSums(context.Background(), ts.client, healthy, 0, nil)
+	want, err := stepSums(context.Background(), ts.Client, healthy, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	healthy.Epochs = 0
 	hctx, hcancel := context.WithCancel(context.Background())
 	defer hcancel()
-	hs, err := ts.client.DoGet(hctx, ticket(t, healthy))
+	hs, err := ts.Client.DoGet(hctx, ticket(t, healthy))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,8 +160,8 @@ func TestBadInputMatrix(t *testing.T) {
 	}
 	checkHealthy("start")
 
-	req := func(dir string, mut func(r *Request)) []byte {
-		r := pipeRequest(dir, 8, 2, []int{0, 1}, LastBatchPad)
+	req := func(dir string, mut func(r *transport.Request)) []byte {
+		r := pipeRequest(dir, 8, 2, []int{0, 1}, transport.LastBatchPad)
 		r.Epochs = 1
 		if mut != nil {
 			mut(r)
@@ -171,8 +172,10 @@ func TestBadInputMatrix(t *testing.T) {
 		}
 		return b
 	}
-	big := req(good, func(r *Request) { r.Datasets = []string{good + "/" + strings.Repeat("x", MaxTicketBytes)} })
-	past := req(good, func(r *Request) { r.Start = Position{Step: 13} })
+	big := req(good, func(r *transport.Request) {
+		r.Datasets = []string{good + "/" + strings.Repeat("x", transport.MaxTicketBytes)}
+	})
+	past := req(good, func(r *transport.Request) { r.Start = transport.Position{Step: 13} })
 	cases := []struct {
 		name    string
 		ticket  []byte
@@ -184,29 +187,29 @@ func TestBadInputMatrix(t *testing.T) {
 		{"truncated file", req(dirs["truncated"], nil), nil, codes.FailedPrecondition, []string{dirs["truncated"] + "/a.parquet"}},
 		{"corrupt page", req(dirs["page"], nil), nil, codes.FailedPrecondition, []string{dirs["page"] + "/a.parquet", "row group 0"}},
 		{"schema mismatch", req(dirs["mismatch"], nil), nil, codes.FailedPrecondition, []string{"a.parquet", "b.parquet", "features"}},
-		{"missing column", req(good, func(r *Request) { r.Columns = []Column{{Name: "id"}, {Name: "nope"}} }), nil,
+		{"missing column", req(good, func(r *transport.Request) { r.Columns = []transport.Column{{Name: "id"}, {Name: "nope"}} }), nil,
 			codes.InvalidArgument, []string{`"nope"`}},
-		{"null without fill", req(dirs["null"], func(r *Request) { r.Columns = []Column{{Name: "id"}} }), nil,
+		{"null without fill", req(dirs["null"], func(r *transport.Request) { r.Columns = []transport.Column{{Name: "id"}} }), nil,
 			codes.FailedPrecondition, []string{dirs["null"] + "/a.parquet", `"id"`, "null"}},
 		{"empty file", req(dirs["empty"], nil), nil, codes.FailedPrecondition, []string{dirs["empty"] + "/a.parquet"}},
-		{"zero matching files", req(good, func(r *Request) { r.Datasets = []string{good + "/none-*.parquet"} }), nil,
+		{"zero matching files", req(good, func(r *transport.Request) { r.Datasets = []string{good + "/none-*.parquet"} }), nil,
 			codes.NotFound, []string{"none-*.parquet"}},
-		{"B % D != 0", req(good, func(r *Request) { r.GlobalBatchSize, r.NumSlices = 9, 2 }), nil,
+		{"B % D != 0", req(good, func(r *transport.Request) { r.GlobalBatchSize, r.NumSlices = 9, 2 }), nil,
 			codes.InvalidArgument, []string{"not a multiple of num_slices"}},
-		{"raise with remainder", req(good, func(r *Request) { r.LastBatch = LastBatchRaise }), nil,
+		{"raise with remainder", req(good, func(r *transport.Request) { r.LastBatch = transport.LastBatchRaise }), nil,
 			codes.FailedPrecondition, []string{"N=103", "B=8", "remainder"}},
 		{"start past the end", past, nil, codes.FailedPrecondition, []string{"start step 13", "13 steps"}},
 		{"malformed ticket", []byte(`{"version":1,"datasets":[`), nil, codes.InvalidArgument, []string{"invalid request"}},
 		{"unknown field", []byte(`{"version":1,"colums":[]}`), nil, codes.InvalidArgument, []string{`"colums"`}},
 		{"wrong version", []byte(`{"version":2}`), nil, codes.InvalidArgument, []string{"version"}},
 		{"oversized ticket", big, nil, codes.InvalidArgument, []string{"ticket too large"}},
-		{"outside the roots", req(good, func(r *Request) { r.Datasets = []string{"/etc/passwd"} }), nil,
+		{"outside the roots", req(good, func(r *transport.Request) { r.Datasets = []string{"/etc/passwd"} }), nil,
 			codes.PermissionDenied, []string{`"/etc/passwd"`, "allowed root"}},
-		{"dot-dot traversal", req(good, func(r *Request) { r.Datasets = []string{root + "/../etc/*.parquet"} }), nil,
+		{"dot-dot traversal", req(good, func(r *transport.Request) { r.Datasets = []string{root + "/../etc/*.parquet"} }), nil,
 			codes.PermissionDenied, []string{`".."`}},
-		{"cast overflow", req(good, func(r *Request) { r.Columns = []Column{{Name: "label", DType: "int8"}} }), nil,
+		{"cast overflow", req(good, func(r *transport.Request) { r.Columns = []transport.Column{{Name: "label", DType: "int8"}} }), nil,
 			codes.FailedPrecondition, []string{`"label"`, "int8"}},
-		{"unknown dtype", req(good, func(r *Request) { r.Columns = []Column{{Name: "id", DType: "int3"}} }), nil,
+		{"unknown dtype", req(good, func(r *transport.Request) { r.Columns = []transport.Column{{Name: "id", DType: "int3"}} }), nil,
 			codes.InvalidArgument, []string{`"id"`, `"int3"`}},
 		{"cancelled deadline", req(good, nil), func() (context.Context, context.CancelFunc) {
 			return context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
@@ -220,20 +223,20 @@ func TestBadInputMatrix(t *testing.T) {
 				ctx, cancel = c.ctx()
 			}
 			defer cancel()
-			_, err := stepSumsRaw(ctx, ts.client, c.ticket, 0, nil)
+			_, err := stepSumsRaw(ctx, ts.Client, c.ticket, 0, nil)
 			checkStatus(t, "DoGet("+c.name+")", err, c.code, c.message)
 		})
 		checkHealthy(c.name)
 	}
 	hcancel()
-	waitFor(t, "no stream active", func() bool { return ts.srv.Metrics().StreamsActive == 0 })
+	waitFor(t, "no stream active", func() bool { return ts.Srv.Metrics().StreamsActive == 0 })
 }
 
 // TestBadInputNonLoopbackBind: binding a non-loopback address without TLS
-// and token (and without the explicit insecure flag) is refused at New,
+// and token (and without the explicit insecure flag) is refused at transport.New,
 // naming the address.
 func TestBadInputNonLoopbackBind(t *testing.T) {
-	_, err := New(&DemoBackend{NumRows: 10}, WithLogger(discard), WithAddress("0.0.0.0:0"), WithAllowedRoots("/data"))
+	_, err := transport.New(&transport.DemoBackend{NumRows: 10}, transport.WithLogger(discard), transport.WithAddress("0.0.0.0:0"), transport.WithAllowedRoots("/data"))
 	if err == nil || !strings.Contains(err.Error(), "0.0.0.0:0") {
 		t.Fatalf("New(addr 0.0.0.0:0, no TLS) = %v, want an error naming the address", err)
 	}

@@ -1,4 +1,4 @@
-package transport
+package feed
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/transport"
 )
 
 // soakDuration is how long TestSoak runs its 16 concurrent streams:
@@ -50,26 +51,26 @@ func TestSoak(t *testing.T) {
 	spec.Rows, spec.Files, spec.RowGroupRows, spec.Features, spec.Seed = 600, 3, 40, 8, 9
 	dir := writeDataset(t, spec)
 	mem := checkedMem(t)
-	p, err := NewPipeline(context.Background(), WithPipelineAllocator(mem),
-		WithPipelineLoaderOptions(loader.WithReadAhead(16<<10), loader.WithDecodeWorkers(2)))
+	p, err := NewPipeline(context.Background(), WithAllocator(mem),
+		WithLoaderOptions(loader.WithReadAhead(16<<10), loader.WithDecodeWorkers(2)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	ts := startServer(t, viaTCP, p, []Option{WithAllowedRoots(dir), WithMaxStreams(64)})
+	ts := startServer(t, viaTCP, p, []transport.Option{transport.WithAllowedRoots(dir), transport.WithMaxStreams(64)})
 
-	variants := []*Request{
-		pipeRequest(dir, 32, 4, []int{0, 1, 2, 3}, LastBatchPad),
-		pipeRequest(dir, 32, 4, []int{1, 3}, LastBatchDrop),
-		pipeRequest(dir, 24, 2, []int{0}, LastBatchPad),
-		pipeRequest(dir, 24, 2, []int{0, 1}, LastBatchDrop),
+	variants := []*transport.Request{
+		pipeRequest(dir, 32, 4, []int{0, 1, 2, 3}, transport.LastBatchPad),
+		pipeRequest(dir, 32, 4, []int{1, 3}, transport.LastBatchDrop),
+		pipeRequest(dir, 24, 2, []int{0}, transport.LastBatchPad),
+		pipeRequest(dir, 24, 2, []int{0, 1}, transport.LastBatchDrop),
 	}
-	variants[0].Shuffle = Shuffle{Enabled: true, Window: 30}
-	variants[3].Shuffle = Shuffle{Enabled: true}
+	variants[0].Shuffle = transport.Shuffle{Enabled: true, Window: 30}
+	variants[3].Shuffle = transport.Shuffle{Enabled: true}
 	want := make([][]string, len(variants))
 	for i, v := range variants {
 		v.Epochs = 1
-		if want[i], err = stepSums(context.Background(), ts.client, v, 0, nil); err != nil || len(want[i]) == 0 {
+		if want[i], err = stepSums(context.Background(), ts.Client, v, 0, nil); err != nil || len(want[i]) == 0 {
 			t.Fatalf("variant %d: %d steps, %v", i, len(want[i]), err)
 		}
 	}
@@ -87,7 +88,7 @@ func TestSoak(t *testing.T) {
 			defer wg.Done()
 			for it := 0; time.Now().Before(deadline); it++ {
 				v := (g + it) % len(variants)
-				got, err := stepSums(context.Background(), ts.client, variants[v], 0, nil)
+				got, err := stepSums(context.Background(), ts.Client, variants[v], 0, nil)
 				if err == nil {
 					err = sameSums(got, want[v])
 				}
@@ -115,7 +116,7 @@ func TestSoak(t *testing.T) {
 	const cycles = 1000
 	for i := range cycles {
 		ctx, cancel := context.WithCancel(context.Background())
-		stream, err := ts.client.DoGet(ctx, tkt)
+		stream, err := ts.Client.DoGet(ctx, tkt)
 		if err != nil {
 			cancel()
 			t.Fatalf("cycle %d: %v", i, err)
@@ -130,7 +131,7 @@ func TestSoak(t *testing.T) {
 		}
 		cancel()
 	}
-	waitFor(t, "no stream active", func() bool { return ts.srv.Metrics().StreamsActive == 0 })
+	waitFor(t, "no stream active", func() bool { return ts.Srv.Metrics().StreamsActive == 0 })
 	checkGoroutines(t, base, 0)
 	waitFor(t, "the pipeline's allocator to be empty", func() bool { return mem.CurrentAlloc() == 0 })
 	const tolerance = 16 << 20

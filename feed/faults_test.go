@@ -1,4 +1,4 @@
-package transport
+package feed
 
 // End-to-end storage fault tests: a Pipeline reading a dataset from the
 // in-process GCS emulator through a fault-injecting HTTP front
@@ -33,6 +33,7 @@ import (
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/loader/loadertest"
+	"github.com/meshfeed/meshfeed/transport"
 )
 
 // faultSpec is the dataset of the fault tests: 1200 rows in 2 files of
@@ -41,7 +42,7 @@ import (
 func faultSpec() datagen.Spec {
 	s := datagen.DefaultSpec()
 	// 48 row groups, 12 per stream: reading one row group at a time per slice
-	// (WithPipelineReadAhead below), the outage armed after step 3 always
+	// (WithReadAhead below), the outage armed after step 3 always
 	// finds row groups still to read.
 	s.Rows, s.Files, s.RowGroupRows, s.Features, s.Seed = 4800, 2, 100, 8, 3
 	return s
@@ -79,30 +80,30 @@ func (e *faultEnv) serve(t *testing.T, endpoint string, opts ...loader.GCSOption
 	t.Helper()
 	store := loadertest.NewStore(t, endpoint, opts...)
 	p, err := NewPipeline(context.Background(),
-		WithPipelineAllocator(checkedMem(t)),
-		WithPipelineStore(store),
-		WithPipelineCacheTTL(0),
-		WithPipelineReadAhead(4), // one row group at a time per slice: reading spans the epoch
-		WithPipelineLoaderOptions(loader.WithFooterCache(nil)))
+		WithAllocator(checkedMem(t)),
+		WithStore(store),
+		WithCacheTTL(0),
+		WithReadAhead(4), // one row group at a time per slice: reading spans the epoch
+		WithLoaderOptions(loader.WithFooterCache(nil)))
 	if err != nil {
 		t.Fatalf("NewPipeline: %v", err)
 	}
 	t.Cleanup(func() { p.Close() })
-	return startServer(t, viaTCP, p, []Option{WithAllowedRoots("gs://bucket/train")}), store
+	return startServer(t, viaTCP, p, []transport.Option{transport.WithAllowedRoots("gs://bucket/train")}), store
 }
 
 // faultRequest streams one shuffled, windowed epoch of every slice.
-func faultRequest() *Request {
-	return &Request{Version: Version, Datasets: []string{"gs://bucket/train/ds/*.parquet"}, GlobalBatchSize: 64,
-		NumSlices: 4, Slices: []int{0, 1, 2, 3}, LastBatch: LastBatchPad, Epochs: 1, Seed: 7,
-		Shuffle: Shuffle{Enabled: true, Window: 50}}
+func faultRequest() *transport.Request {
+	return &transport.Request{Version: transport.Version, Datasets: []string{"gs://bucket/train/ds/*.parquet"}, GlobalBatchSize: 64,
+		NumSlices: 4, Slices: []int{0, 1, 2, 3}, LastBatch: transport.LastBatchPad, Epochs: 1, Seed: 7,
+		Shuffle: transport.Shuffle{Enabled: true, Window: 50}}
 }
 
 // stepSums reads a DoGet stream to its end and returns, per step, the
 // SHA-256 of its app_metadata and its record serialized as Arrow IPC. after
 // (if set) runs once afterN steps were received. Safe to call from any
 // goroutine: problems are returned, not reported through a testing.T.
-func stepSums(ctx context.Context, c flight.Client, req *Request, afterN int, after func()) ([]string, error) {
+func stepSums(ctx context.Context, c flight.Client, req *transport.Request, afterN int, after func()) ([]string, error) {
 	tkt, err := req.Encode()
 	if err != nil {
 		return nil, err
@@ -145,7 +146,7 @@ func stepSumsRaw(ctx context.Context, c flight.Client, tkt []byte, afterN int, a
 func (e *faultEnv) referenceSums(t *testing.T) []string {
 	t.Helper()
 	ts, _ := e.serve(t, e.fake.URL)
-	sums, err := stepSums(context.Background(), ts.client, faultRequest(), 0, nil)
+	sums, err := stepSums(context.Background(), ts.Client, faultRequest(), 0, nil)
 	if err != nil {
 		t.Fatalf("fault-free run: %v", err)
 	}
@@ -204,7 +205,7 @@ func TestFaultsTransient(t *testing.T) {
 			front := loadertest.NewFaultFront(t, env.fake.URL)
 			ts, store := env.serve(t, front.URL(), faultRetry()...)
 			front.Arm(c.kind, c.status, c.at, c.n)
-			got, err := stepSums(context.Background(), ts.client, faultRequest(), 0, nil)
+			got, err := stepSums(context.Background(), ts.Client, faultRequest(), 0, nil)
 			if err != nil {
 				t.Fatalf("DoGet under %s: %v", c.name, err)
 			}
@@ -253,7 +254,7 @@ func TestFaultsPermanent(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			var outage time.Time
-			got, err := stepSums(ctx, ts.client, faultRequest(), 3, func() {
+			got, err := stepSums(ctx, ts.Client, faultRequest(), 3, func() {
 				front.Arm(c.kind, c.status, c.at, -1)
 				outage = time.Now()
 			})
@@ -327,7 +328,7 @@ func TestFaultsToxiproxy(t *testing.T) {
 			addr := startToxiproxy(t, up, c.toxics...)
 			ts, store := env.serve(t, "http://"+addr, loader.WithRetryBudget(4, 10*time.Second), loader.WithStallTimeout(5*time.Second))
 			start := time.Now()
-			got, err := stepSums(context.Background(), ts.client, faultRequest(), 0, nil)
+			got, err := stepSums(context.Background(), ts.Client, faultRequest(), 0, nil)
 			el := time.Since(start)
 			if err != nil {
 				t.Fatalf("DoGet through toxiproxy (%s): %v", c.name, err)

@@ -1,0 +1,29 @@
+// Package feed answers one question: how does one client's request become
+// its steps?
+//
+// It composes the server's work. A Pipeline maps a request (the wire's
+// transport.Request, decoded and checked by the transport) onto the
+// vocabulary of the packages below it, once (configOf); opens its datasets
+// with package loader, projected to the requested columns; plans the epochs
+// with package batching; and produces each step as this client's slices, each
+// cut from its own stream by its own batching.Cutter, fed by its own
+// loader.RowGroupReader over exactly the row groups that cutter asks for
+// (batching.Plan.StreamReads), and shaped by a shape.Shaper. A step leaves as
+// transport.Step{Slices, Meta}: how the slices travel (one Flight message,
+// shared memory) is the transport's business.
+//
+// It imports loader, batching, shape and transport (for the Backend
+// interface it implements and the wire's request type); nothing below it
+// imports feed. Its errors keep the sentinels of the package that found them;
+// ErrorCodes is the one table from those sentinels to status codes.
+//
+// # Caveats
+//
+//   - A step's records belong to the caller of Next, who releases them. Slices
+//     inside one row group are views of the decoded row group (no bytes
+//     copied); the row group's memory returns to the allocator when the last
+//     view is released, which for a step sent zero-copy is when gRPC has
+//     written it.
+//   - Next must not be called concurrently with itself or Close; Close is
+//     called once, after the last Next returned.
+package feed

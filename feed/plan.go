@@ -1,0 +1,61 @@
+package feed
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/meshfeed/meshfeed/batching"
+	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/shape"
+	"github.com/meshfeed/meshfeed/transport"
+)
+
+// pipelinePlan is a request planned on its dataset.
+type pipelinePlan struct {
+	cfg    *streamConfig
+	ds     *loader.Dataset
+	plan   *batching.Plan
+	refs   []loader.RowGroupRef // the plan's row groups, same indices
+	cutIn  *arrow.Schema        // schema of the decoded row groups
+	shaper *shape.Shaper        // nil: no column is shaped
+	schema *arrow.Schema        // schema of every slice sent
+}
+
+// planFor maps the request (configOf), opens its dataset and plans it, from
+// footers alone.
+func (p *Pipeline) planFor(ctx context.Context, req *transport.Request) (*pipelinePlan, error) {
+	cfg, err := configOf(req)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := p.dataset(ctx, cfg.datasets, cfg.columns, cfg.fills)
+	if err != nil {
+		return nil, err
+	}
+	refs := ds.RowGroups()
+	rgs := make([]batching.RowGroup, len(refs))
+	for i, r := range refs {
+		rgs[i] = batching.RowGroup{File: r.File, Index: r.Index, Rows: r.Rows, Bytes: r.Bytes}
+	}
+	plan, err := batching.NewPlan(rgs, cfg.plan)
+	if err != nil {
+		return nil, fmt.Errorf("feed: plan %s: %w", strings.Join(cfg.datasets, ", "), err)
+	}
+	cutOut, err := batching.SliceSchema(ds.Schema, cfg.plan.Policy, cfg.mask)
+	if err != nil {
+		return nil, fmt.Errorf("feed: %w: the dataset already has a column %q, the mask column's name: set mask_column to another name or leave the column out of columns",
+			transport.ErrBadRequest, cfg.mask)
+	}
+	pl := &pipelinePlan{cfg: cfg, ds: ds, plan: plan, refs: refs, cutIn: ds.Schema, schema: cutOut}
+	if len(cfg.shaping) > 0 {
+		sh, err := shape.NewShaper(cutOut, cfg.shaping)
+		if err != nil {
+			return nil, fmt.Errorf("feed: %w", err)
+		}
+		pl.shaper, pl.schema = sh, sh.Schema()
+	}
+	return pl, nil
+}

@@ -1,0 +1,229 @@
+package feed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/meshfeed/meshfeed/batching"
+	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/transport"
+)
+
+// pipelineStream is one DoGet over a Pipeline.
+type pipelineStream struct {
+	pl     *pipelinePlan
+	cfg    *pipelineConfig
+	mem    memory.Allocator
+	ctx    context.Context // the readers' context
+	cancel context.CancelFunc
+	pos    batching.Position // position of the next step
+	slices []*sliceCut       // per request slice, for epoch pos.Epoch; nil between epochs
+	closed bool
+}
+
+// sliceCut cuts one slice (stream d) of one epoch.
+type sliceCut struct {
+	d    int
+	cut  *batching.Cutter
+	rd   *loader.RowGroupReader // nil when the stream reads nothing
+	refs []loader.RowGroupRef   // what rd reads, in order (to check what it returns)
+	got  int                    // row groups taken from rd
+}
+
+// Schema implements transport.Stream.
+func (s *pipelineStream) Schema() *arrow.Schema { return s.pl.schema }
+
+// openEpoch sets up, for every requested slice, the cutter and the reader of
+// epoch s.pos.Epoch starting at step s.pos.Step.
+func (s *pipelineStream) openEpoch() error {
+	pl := s.pl
+	for _, d := range pl.cfg.slices {
+		cut, err := batching.NewCutter(pl.plan, s.pos.Epoch, d, s.pos.Step, s.mem,
+			batching.WithMaskColumn(pl.cfg.mask), batching.WithSchema(pl.cutIn))
+		if err != nil {
+			return fmt.Errorf("feed: epoch %d step %d slice %d: %w", s.pos.Epoch, s.pos.Step, d, err)
+		}
+		sc := &sliceCut{d: d, cut: cut, refs: s.readRefs(d)}
+		if len(sc.refs) > 0 {
+			n := int64(len(pl.cfg.slices))
+			sc.rd = pl.ds.NewReader(s.ctx, sc.refs, s.mem,
+				loader.WithReaderReadAhead(s.cfg.readAhead/n),
+				loader.WithReaderDecodeWorkers(max(runtime.GOMAXPROCS(0)/int(n), 1)))
+		}
+		s.slices = append(s.slices, sc)
+	}
+	return nil
+}
+
+// readRefs returns the row groups that stream d's cutter will ask for from
+// s.pos on, in that order (batching.Plan.StreamReads): nothing earlier is
+// read.
+func (s *pipelineStream) readRefs(d int) []loader.RowGroupRef {
+	idx := s.pl.plan.StreamReads(s.pos, d)
+	refs := make([]loader.RowGroupRef, len(idx))
+	for i, g := range idx {
+		refs[i] = s.pl.refs[g]
+	}
+	return refs
+}
+
+// closeEpoch releases the cutters and readers of the current epoch.
+func (s *pipelineStream) closeEpoch() {
+	for _, sc := range s.slices {
+		sc.cut.Release()
+		if sc.rd != nil {
+			sc.rd.Close()
+		}
+	}
+	s.slices = nil
+}
+
+// Next implements transport.Stream: the step's slices, one record per
+// requested slice in slice order.
+func (s *pipelineStream) Next(ctx context.Context) (transport.Step, error) {
+	if s.closed {
+		return transport.Step{}, errors.New("feed: Next after Close")
+	}
+	if err := ctx.Err(); err != nil {
+		return transport.Step{}, err
+	}
+	stop := context.AfterFunc(ctx, s.cancel)
+	defer stop()
+	step, err := s.next()
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return transport.Step{}, cerr
+		}
+		return transport.Step{}, err
+	}
+	return step, nil
+}
+
+func (s *pipelineStream) next() (transport.Step, error) {
+	pl := s.pl
+	if s.pos.Step >= pl.plan.StepsPerEpoch() {
+		s.closeEpoch()
+		s.pos = batching.Position{Epoch: s.pos.Epoch + 1}
+	}
+	if pl.cfg.epochs > 0 && s.pos.Epoch >= pl.cfg.epochs {
+		s.closeEpoch()
+		return transport.Step{}, io.EOF
+	}
+	if s.slices == nil {
+		if err := s.openEpoch(); err != nil {
+			return transport.Step{}, err
+		}
+	}
+	step := transport.Step{
+		Slices: make([]arrow.RecordBatch, len(s.slices)),
+		Meta:   transport.StepMeta{Epoch: s.pos.Epoch, Step: s.pos.Step, Slices: slices.Clone(pl.cfg.slices), RealRows: make([]int, len(s.slices))},
+	}
+	if err := s.cutStep(step.Slices, step.Meta.RealRows); err != nil {
+		step.Release()
+		return transport.Step{}, err
+	}
+	s.pos.Step++
+	return step, nil
+}
+
+// cutStep cuts (and shapes) the slices of step s.pos into recs and their
+// real rows into real, one slice after the other. (Cutting them on one
+// goroutine each was measured on 2 cores with BenchmarkServePipeline and
+// did not help: the readers already decode ahead in the background and
+// cutting views of decoded row groups is cheap.) On error, the records cut
+// so far are left in recs for the caller to release.
+func (s *pipelineStream) cutStep(recs []arrow.RecordBatch, real []int) error {
+	for i, sc := range s.slices {
+		var err error
+		if recs[i], real[i], err = s.cutShaped(sc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cutShaped returns the next slice of sc's stream, shaped, and its real
+// rows. Errors are wrapped with the step and slice and mapped to this
+// package's sentinels.
+func (s *pipelineStream) cutShaped(sc *sliceCut) (arrow.RecordBatch, int, error) {
+	pl := s.pl
+	rec, real, err := s.cutSlice(sc)
+	if err != nil {
+		return nil, 0, fmt.Errorf("feed: epoch %d step %d slice %d: %w", s.pos.Epoch, s.pos.Step, sc.d, err)
+	}
+	if pl.shaper != nil {
+		shaped, err := pl.shaper.Apply(rec, s.mem)
+		rec.Release()
+		if err != nil {
+			b := pl.plan.SliceRows()
+			return nil, 0, fmt.Errorf("feed: epoch %d step %d slice %d (rows %d..%d of stream %d; the row named below counts from the slice's first row): %w",
+				s.pos.Epoch, s.pos.Step, sc.d, s.pos.Step*b, (s.pos.Step+1)*b-1, sc.d, err)
+		}
+		rec = shaped
+		if pl.cfg.packed {
+			real = int(rec.NumRows()) // packed rows; drop and raise deliver full slices
+		}
+	}
+	return rec, real, nil
+}
+
+// cutSlice returns the next slice of sc's stream, pushing the row groups its
+// cutter asks for.
+func (s *pipelineStream) cutSlice(sc *sliceCut) (arrow.RecordBatch, int, error) {
+	for {
+		rec, real, ok, err := sc.cut.Next()
+		if err != nil {
+			return nil, 0, err
+		}
+		if ok {
+			return rec, real, nil
+		}
+		seg, want := sc.cut.Wants()
+		if !want {
+			return nil, 0, fmt.Errorf("stream %d: the cutter has no slice for step %d and wants no row group (done=%v)", sc.d, sc.cut.Step(), sc.cut.Done())
+		}
+		if sc.rd == nil || sc.got >= len(sc.refs) {
+			return nil, 0, fmt.Errorf("stream %d: the cutter wants row group %d past the %d row groups read", sc.d, seg.RowGroup, len(sc.refs))
+		}
+		if err := s.ctx.Err(); err != nil {
+			return nil, 0, err
+		}
+		rg, ref, err := sc.rd.Next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = fmt.Errorf("stream %d: reader ended after %d of %d row groups", sc.d, sc.got, len(sc.refs))
+			}
+			return nil, 0, err
+		}
+		sc.got++
+		if exp := s.pl.refs[seg.RowGroup]; ref.File != exp.File || ref.Index != exp.Index {
+			rg.Release()
+			return nil, 0, fmt.Errorf("stream %d: read file %d row group %d, but the cutter wants file %d row group %d",
+				sc.d, ref.File, ref.Index, exp.File, exp.Index)
+		}
+		err = sc.cut.Push(rg, seg)
+		rg.Release()
+		if err != nil {
+			return nil, 0, fmt.Errorf("%s row group %d: %w", s.pl.ds.Files[ref.File].Object.URI, ref.Index, err)
+		}
+	}
+}
+
+// Close implements Stream: it stops the readers and releases the cutters and
+// everything they hold.
+func (s *pipelineStream) Close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.cancel()
+	s.closeEpoch()
+	return nil
+}
