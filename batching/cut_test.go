@@ -214,8 +214,55 @@ func runStream(t *testing.T, p *Plan, ds dataset, epoch, d, start int, mem *memo
 	if _, ok := c.Wants(); ok {
 		t.Errorf("stream %d from step %d: done but still wants a segment (pushed %v, stream %v, read end %d)", d, start, r.pushed, p.Stream(epoch, d), p.ReadEnd(d))
 	}
+	// The read set a reader fetches for this cutter (Plan.StreamReads) is
+	// exactly the row groups it asked for, in order.
+	reads := p.StreamReads(Position{Epoch: epoch, Step: start}, d)
+	if len(reads) != len(r.pushed) {
+		t.Fatalf("stream %d from step %d: StreamReads = %v, but the cutter asked for %v", d, start, reads, r.pushed)
+	}
+	for i, g := range reads {
+		if r.pushed[i].RowGroup != g {
+			t.Fatalf("stream %d from step %d: StreamReads = %v, but the cutter asked for %v", d, start, reads, r.pushed)
+		}
+	}
 	r.copied = c.CopiedBytes()
 	return r
+}
+
+// TestSliceSchema: the mask column is appended under Pad only, and a
+// dataset column of the mask's name is refused.
+func TestSliceSchema(t *testing.T) {
+	in := arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	for _, tc := range []struct {
+		policy  Policy
+		mask    string
+		want    []string
+		wantErr error
+	}{
+		{Drop, "valid", []string{"id"}, nil},
+		{Raise, "valid", []string{"id"}, nil},
+		{Pad, "valid", []string{"id", "valid"}, nil},
+		{Pad, "m", []string{"id", "m"}, nil},
+		{Pad, "id", nil, ErrMaskColumnExists},
+	} {
+		got, err := SliceSchema(in, tc.policy, tc.mask)
+		if tc.wantErr != nil {
+			if !errors.Is(err, tc.wantErr) {
+				t.Errorf("SliceSchema(%v, %q) = %v, want %v", tc.policy, tc.mask, err, tc.wantErr)
+			}
+			continue
+		}
+		var names []string
+		for _, f := range got.Fields() {
+			names = append(names, f.Name)
+		}
+		if err != nil || !slices.Equal(names, tc.want) {
+			t.Errorf("SliceSchema(%v, %q) = %v, %v; want fields %v", tc.policy, tc.mask, names, err, tc.want)
+		}
+		if tc.policy == Pad && got.Field(1).Type.ID() != arrow.BOOL {
+			t.Errorf("SliceSchema(pad): mask type %v, want bool", got.Field(1).Type)
+		}
+	}
 }
 
 // expectedSlices computes, independently of the cutter, the real ids of every

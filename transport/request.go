@@ -204,24 +204,7 @@ func (r *Request) Validate() error {
 		}
 		seenURI[u] = true
 	}
-	seenCol := make(map[string]bool, len(r.Columns))
-	for i, c := range r.Columns {
-		if c.Name == "" {
-			p.add("columns[%d].name is empty", i)
-		} else if seenCol[c.Name] {
-			p.add("columns[%d] %q is listed twice", i, c.Name)
-		}
-		seenCol[c.Name] = true
-		if c.Length < 0 {
-			p.add("columns[%d] %q: length %d is negative", i, c.Name, c.Length)
-		}
-		if c.PackRatio < 0 {
-			p.add("columns[%d] %q: pack_ratio %v is negative", i, c.Name, c.PackRatio)
-		}
-		if _, err := ParseFill(c.Fill); len(c.Fill) > 0 && err != nil {
-			p.add("columns[%d] %q: fill %s is neither a number nor one of \"nan\", \"inf\", \"-inf\"", i, c.Name, c.Fill)
-		}
-	}
+	seenCol := r.validateColumns(&p)
 	if r.GlobalBatchSize <= 0 {
 		p.add("global_batch_size %d must be > 0", r.GlobalBatchSize)
 	}
@@ -275,6 +258,30 @@ func (r *Request) Validate() error {
 		p.add("start.epoch %d is not below epochs %d", r.Start.Epoch, r.Epochs)
 	}
 	return p.err("transport", ErrBadRequest)
+}
+
+// validateColumns adds the problems of r.Columns to p and returns the set of
+// column names.
+func (r *Request) validateColumns(p *problems) map[string]bool {
+	seenCol := make(map[string]bool, len(r.Columns))
+	for i, c := range r.Columns {
+		if c.Name == "" {
+			p.add("columns[%d].name is empty", i)
+		} else if seenCol[c.Name] {
+			p.add("columns[%d] %q is listed twice", i, c.Name)
+		}
+		seenCol[c.Name] = true
+		if c.Length < 0 {
+			p.add("columns[%d] %q: length %d is negative", i, c.Name, c.Length)
+		}
+		if c.PackRatio < 0 {
+			p.add("columns[%d] %q: pack_ratio %v is negative", i, c.Name, c.PackRatio)
+		}
+		if _, err := ParseFill(c.Fill); len(c.Fill) > 0 && err != nil {
+			p.add("columns[%d] %q: fill %s is neither a number nor one of \"nan\", \"inf\", \"-inf\"", i, c.Name, c.Fill)
+		}
+	}
+	return seenCol
 }
 
 // FillKind is how a ticket's fill value was written.

@@ -402,25 +402,11 @@ func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWrit
 	if schema == nil {
 		return n, errors.New("transport: backend stream has no schema")
 	}
-	// The schema goes out at once, before the first step is read, so a
-	// client sees the stream accepted and its schema without waiting.
-	hw := flight.NewRecordWriter(fs, ipc.WithSchema(schema), ipc.WithAllocator(s.cfg.mem))
-	if err := hw.Close(); err != nil {
-		return n, fmt.Errorf("transport: send schema: %w", err)
+	send, closeWriter, err := s.stepWriter(fs, schema)
+	if err != nil {
+		return n, err
 	}
-	// Steps go out zero-copy when the stream allows it, else through the
-	// stock writer (zstd bodies, dictionaries, a writer that is not gRPC's).
-	zw := newZeroCopyWriter(fs, schema, s.cfg.zstd, s.cfg.mem)
-	var w *flight.Writer
-	if zw == nil {
-		opts := []ipc.Option{ipc.WithSchema(schema), ipc.WithAllocator(s.cfg.mem)}
-		if s.cfg.zstd {
-			opts = append(opts, ipc.WithZstd())
-		}
-		// The record writer starts with the schema message, already sent: skip it.
-		w = flight.NewRecordWriter(&skipFirst{w: fs, skip: 1}, opts...)
-		defer w.Close()
-	}
+	defer closeWriter()
 
 	for {
 		var it item
@@ -448,19 +434,7 @@ func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWrit
 		rows := it.rec.NumRows()
 		sending := time.Now()
 		s.metrics.waitSeconds.Observe(sending.Sub(waited).Seconds())
-		if zw != nil {
-			// The record and its budget share are held until gRPC has
-			// written (or dropped) its buffers.
-			err = zw.write(it.rec, meta, func() { s.drop(it) })
-		} else {
-			// A step sent as its slices (multiRecord) is concatenated here.
-			var rec arrow.RecordBatch
-			if rec, err = flatRecord(it.rec); err == nil {
-				err = w.WriteWithAppMetadata(rec, meta)
-			}
-			s.drop(it)
-		}
-		if err != nil {
+		if err := send(it, meta); err != nil {
 			return n, fmt.Errorf("transport: send epoch %d step %d: %w", it.meta.Epoch, it.meta.Step, err)
 		}
 		s.metrics.sendSeconds.Observe(time.Since(sending).Seconds())
@@ -471,6 +445,40 @@ func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWrit
 		s.metrics.rows.Add(rows)
 		s.metrics.bytes.Add(it.size)
 	}
+}
+
+// stepWriter sends the schema of a DoGet at once, before the first step is
+// read (so a client sees the stream accepted and its schema without
+// waiting), and returns how each step goes out: zero-copy when the stream
+// allows it, else through the stock writer (zstd bodies, dictionaries, a
+// writer that is not gRPC's). send releases the item (at once, or once gRPC
+// has written its buffers); closeWriter ends the stock writer.
+func (s *Server) stepWriter(fs flight.DataStreamWriter, schema *arrow.Schema) (send func(item, []byte) error, closeWriter func(), err error) {
+	hw := flight.NewRecordWriter(fs, ipc.WithSchema(schema), ipc.WithAllocator(s.cfg.mem))
+	if err := hw.Close(); err != nil {
+		return nil, nil, fmt.Errorf("transport: send schema: %w", err)
+	}
+	if zw := newZeroCopyWriter(fs, schema, s.cfg.zstd, s.cfg.mem); zw != nil {
+		// The record and its budget share are held until gRPC has written
+		// (or dropped) its buffers.
+		return func(it item, meta []byte) error { return zw.write(it.rec, meta, func() { s.drop(it) }) }, func() {}, nil
+	}
+	opts := []ipc.Option{ipc.WithSchema(schema), ipc.WithAllocator(s.cfg.mem)}
+	if s.cfg.zstd {
+		opts = append(opts, ipc.WithZstd())
+	}
+	// The record writer starts with the schema message, already sent: skip it.
+	w := flight.NewRecordWriter(&skipFirst{w: fs, skip: 1}, opts...)
+	send = func(it item, meta []byte) error {
+		defer s.drop(it)
+		// A step sent as its slices (multiRecord) is concatenated here.
+		rec, err := flatRecord(it.rec)
+		if err != nil {
+			return err
+		}
+		return w.WriteWithAppMetadata(rec, meta)
+	}
+	return send, func() { w.Close() }, nil
 }
 
 // produce reads steps from st into items until an error (io.EOF included),

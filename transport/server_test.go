@@ -393,6 +393,50 @@ func TestMidStreamError(t *testing.T) {
 	waitFor(t, "stream closed", func() bool { return tb.closed.Load() == 1 })
 }
 
+// panicking panics in Next after the first `after` steps of its stream.
+type panicking struct {
+	Backend
+	after int
+}
+
+func (b *panicking) Open(ctx context.Context, req *Request) (Stream, error) {
+	st, err := b.Backend.Open(ctx, req)
+	return &panickingStream{Stream: st, left: b.after}, err
+}
+
+type panickingStream struct {
+	Stream
+	left int
+}
+
+func (s *panickingStream) Next(ctx context.Context) (Step, error) {
+	if s.left == 0 {
+		panic("backend bug")
+	}
+	s.left--
+	return s.Stream.Next(ctx)
+}
+
+// TestBackendPanic: a panic in a backend's Next ends that stream with an
+// Internal error naming the step, after the steps before it; the stream is
+// closed and the server keeps serving.
+func TestBackendPanic(t *testing.T) {
+	mem := checkedMem(t)
+	tb := &tracking{Backend: &panicking{Backend: &DemoBackend{NumRows: 100, Mem: mem}, after: 3}}
+	ts := startServer(t, viaBufconn, tb, nil)
+	req := baseRequest()
+	req.Epochs = 0
+	_, steps, err := readAll(t, context.Background(), ts.client, ticket(t, req))
+	checkStatus(t, "DoGet", err, codes.Internal, []string{"step 3", "panicked", "backend bug"})
+	if len(steps) != 3 {
+		t.Errorf("got %d steps before the panic, want 3", len(steps))
+	}
+	waitFor(t, "stream closed", func() bool { return tb.closed.Load() == 1 })
+	if _, _, err := readAll(t, context.Background(), ts.client, ticket(t, baseRequest())); err == nil || status.Code(err) != codes.Internal {
+		t.Errorf("second stream = %v, want the same Internal error (the server must survive the first)", err)
+	}
+}
+
 func TestMaxStreams(t *testing.T) {
 	tb := &tracking{Backend: &DemoBackend{NumRows: 10}}
 	ts := startServer(t, viaBufconn, tb, []Option{WithMaxStreams(1)})
