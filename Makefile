@@ -57,7 +57,7 @@ demo: setup
 # Benchmarks: each BENCH_COUNT times into bench.txt; BENCHMARKS.md quotes
 # medians from such a run. MESHFEED_BENCH_ROWS sets the loader's dataset size.
 bench: setup
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCH_COUNT) -timeout 60m ./loader ./batching ./shard ./transport | tee bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCH_COUNT) -timeout 60m ./loader ./batching ./shape ./shard ./transport ./feed | tee bench.txt
 
 # Fuzz each target for FUZZTIME (not part of make test; seeds run in make test).
 FUZZTIME ?= 60s
