@@ -55,6 +55,11 @@ type Server struct {
 	mu         sync.Mutex
 	metricsSrv *http.Server
 	metricsLis net.Listener
+	// The shared-memory wire (shm.go).
+	shmLis    []*net.UnixListener
+	shmConns  map[*net.UnixConn]struct{}
+	shmClosed bool
+	shmWG     sync.WaitGroup
 }
 
 // New validates the configuration built from opts (reporting every problem at
@@ -173,6 +178,7 @@ func (s *Server) MetricsAddr() net.Addr {
 // and returns ctx's error once they have returned.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.health.Shutdown()
+	s.shutdownShm()
 	done := make(chan struct{})
 	go func() {
 		s.gs.GracefulStop()

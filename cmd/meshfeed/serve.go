@@ -44,6 +44,7 @@ func runServe(ctx context.Context, args []string) error {
 	maxMsg := fs.Int("max-message-size", transport.DefaultMaxMessageSize, "largest gRPC message sent, bytes (clients must accept at least this)")
 	metrics := fs.String("metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (and JSON counters at /debug/vars); off when empty")
 	zstd := fs.Bool("zstd", false, "compress IPC bodies with zstd")
+	shmAddr := fs.String("shm", "", "also serve the same-host shared-memory wire on this Unix socket (unix:///path.sock; docs/PROTOCOL.md); off when empty")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long streams in flight may finish before they are cancelled")
 	backend := fs.String("backend", "pipeline", "pipeline (loader+batching) or demo (synthetic rows, for tests)")
 	demoRows := fs.Int64("demo-rows", 1000, "rows of the demo backend's dataset")
@@ -110,7 +111,21 @@ func runServe(ctx context.Context, args []string) error {
 	if lis.Addr().Network() == "unix" {
 		bound = "unix://" + bound
 	}
-	served := make(chan error, 1)
+	served := make(chan error, 2)
+	if *shmAddr != "" {
+		slis, err := transport.ListenShm(*shmAddr)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		go func() {
+			if err := srv.ServeShm(slis); err != nil {
+				served <- err
+			}
+		}()
+		// Printed before the Flight line, which tells a client the server is ready.
+		fmt.Printf("meshfeed: shared memory on unix://%s\n", slis.Addr().String())
+	}
 	go func() { served <- srv.Serve(lis) }()
 	fmt.Printf("meshfeed: listening on %s\n", bound)
 

@@ -1,0 +1,529 @@
+package transport
+
+// The same-host wire: steps through shared memory instead of gRPC.
+//
+// A client on the same host connects to a Unix socket (ServeShm), sends one
+// hello frame with the ticket, and receives the stream's schema, then one
+// shared-memory region (a memfd passed with SCM_RIGHTS), then one small
+// descriptor frame per step naming the slot of the region that holds the
+// step's buffers, each 64-byte aligned. The client maps the region once and
+// views the buffers in place; it sends a release frame for a slot once every
+// array made from it is gone, and the server reuses the slot only then.
+// docs/PROTOCOL.md specifies the frames.
+//
+// The server side is this file alone: it shares the Flight server's
+// configuration (roots, limits, memory budget, metrics, status codes) and its
+// producer (produce), and differs only in how a step's buffers leave.
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"golang.org/x/sys/unix"
+)
+
+// ShmVersion is the version of the shared-memory protocol; a hello with any
+// other version is refused.
+const ShmVersion = 1
+
+// Shared-memory defaults and bounds.
+const (
+	// DefaultShmSlots is the steps in flight when the hello names none: a
+	// step being filled, steps queued for the client, steps the client holds.
+	DefaultShmSlots = 4
+	// MaxShmSlots bounds the slots one client may ask for.
+	MaxShmSlots = 64
+	// shmAlign is the alignment of every buffer in the region: XLA's CPU
+	// client aliases host memory aligned to 64 bytes instead of copying it.
+	shmAlign = 64
+	// maxShmFrame bounds a frame a client sends (the hello holds a ticket).
+	maxShmFrame = MaxTicketBytes + 4096
+	// shmHelloTimeout bounds the wait for a client's hello.
+	shmHelloTimeout = 10 * time.Second
+)
+
+// shmHello is the first frame of a client.
+type shmHello struct {
+	Version int             `json:"version"`
+	Ticket  json.RawMessage `json:"ticket"`
+	Slots   int             `json:"slots,omitempty"`
+}
+
+// shmClientFrame is every later frame of a client.
+type shmClientFrame struct {
+	Release *int `json:"release,omitempty"`
+}
+
+// shmRegion describes the region sent with the first step.
+type shmRegion struct {
+	Bytes     int64 `json:"bytes"`
+	Slots     int   `json:"slots"`
+	SlotBytes int64 `json:"slot_bytes"`
+}
+
+// shmStep is one step's descriptor: its metadata, its slot, and its buffers
+// as [offset, length] in the region, in the Arrow IPC body order of the
+// schema (depth first, a validity bitmap before each array's buffers;
+// [0, 0] is an absent validity bitmap: no nulls).
+type shmStep struct {
+	StepMeta
+	Slot    int        `json:"slot"`
+	Rows    int64      `json:"rows"`
+	Buffers [][2]int64 `json:"buffers"`
+}
+
+// shmError ends a stream: the status code's name and the message.
+type shmError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// shmFrame is a frame the server sends: exactly one field is set.
+type shmFrame struct {
+	Schema []byte     `json:"schema,omitempty"` // the IPC-serialized schema (pyarrow.ipc.read_schema)
+	Region *shmRegion `json:"region,omitempty"` // comes with the region's file descriptor
+	Step   *shmStep   `json:"step,omitempty"`
+	End    bool       `json:"end,omitempty"`
+	Error  *shmError  `json:"error,omitempty"`
+}
+
+// ListenShm binds the Unix socket of the shared-memory wire: addr is
+// "unix:///path/to.sock" (or the bare path). A stale socket file that nobody
+// listens on is removed first; the socket is readable by its owner alone.
+func ListenShm(addr string) (*net.UnixListener, error) {
+	path := strings.TrimPrefix(addr, "unix://")
+	if path == "" || !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("transport: %w: shared-memory address %q: want unix:///absolute/path.sock", ErrConfig, addr)
+	}
+	removeStaleSocket(path)
+	lis, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("transport: listen %s: %w", addr, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("transport: listen %s: %w", addr, err)
+	}
+	return lis, nil
+}
+
+// ServeShm serves the shared-memory wire on lis, a Unix socket listener,
+// until Shutdown. Each connection is one stream.
+func (s *Server) ServeShm(lis *net.UnixListener) error {
+	s.mu.Lock()
+	if s.shmClosed {
+		s.mu.Unlock()
+		lis.Close()
+		return nil
+	}
+	s.shmLis = append(s.shmLis, lis)
+	s.mu.Unlock()
+	s.log.Info("serving shared memory", "addr", lis.Addr().String())
+	for {
+		conn, err := lis.AcceptUnix()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.shmClosed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			return fmt.Errorf("transport: shm accept: %w", err)
+		}
+		s.shmWG.Add(1)
+		go func() {
+			defer s.shmWG.Done()
+			s.serveShmConn(conn)
+		}()
+	}
+}
+
+// shutdownShm closes the shared-memory listeners and ends their streams.
+func (s *Server) shutdownShm() {
+	s.mu.Lock()
+	s.shmClosed = true
+	lis := s.shmLis
+	s.shmLis = nil
+	conns := make([]*net.UnixConn, 0, len(s.shmConns))
+	for c := range s.shmConns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, l := range lis {
+		l.Close()
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	s.shmWG.Wait()
+}
+
+// serveShmConn runs one shared-memory stream and closes conn.
+func (s *Server) serveShmConn(conn *net.UnixConn) {
+	s.mu.Lock()
+	if s.shmClosed {
+		s.mu.Unlock()
+		conn.Close()
+		return
+	}
+	if s.shmConns == nil {
+		s.shmConns = map[*net.UnixConn]struct{}{}
+	}
+	s.shmConns[conn] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.shmConns, conn)
+		s.mu.Unlock()
+		conn.Close()
+	}()
+	w := &shmConn{conn: conn}
+	if err := s.shmStream(w); err != nil {
+		s.metrics.countError(codeOf(s.cfg.rules, s.codes, err))
+		code := codeOf(s.cfg.rules, s.codes, err)
+		s.log.Debug("shm stream ended", "code", code.String(), "err", err)
+		_ = w.send(shmFrame{Error: &shmError{Code: code.String(), Message: err.Error()}}, nil)
+	}
+}
+
+// shmStream runs the stream of one connection: hello, schema, steps.
+func (s *Server) shmStream(w *shmConn) error {
+	_ = w.conn.SetReadDeadline(time.Now().Add(shmHelloTimeout))
+	raw, err := w.read()
+	if err != nil {
+		return fmt.Errorf("transport: shm: %w: read hello: %v", ErrBadRequest, err)
+	}
+	_ = w.conn.SetReadDeadline(time.Time{})
+	var hello shmHello
+	if err := json.Unmarshal(raw, &hello); err != nil {
+		return fmt.Errorf("transport: shm: %w: hello: %v", ErrBadRequest, err)
+	}
+	if hello.Version != ShmVersion {
+		return fmt.Errorf("transport: shm: %w: hello version %d, this server speaks %d", ErrBadRequest, hello.Version, ShmVersion)
+	}
+	slots := hello.Slots
+	if slots == 0 {
+		slots = DefaultShmSlots
+	}
+	if slots < 2 || slots > MaxShmSlots {
+		return fmt.Errorf("transport: shm: %w: slots %d: want 2..%d (0: %d)", ErrBadRequest, hello.Slots, MaxShmSlots, DefaultShmSlots)
+	}
+	req, err := s.request(hello.Ticket)
+	if err != nil {
+		return err
+	}
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		return fmt.Errorf("transport: %w: the server serves its limit of %d streams; retry later", ErrTooManyStreams, cap(s.slots))
+	}
+	defer func() { <-s.slots }()
+	s.metrics.streamsActive.Add(1)
+	s.metrics.streamsTotal.Add(1)
+	defer s.metrics.streamsActive.Add(-1)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := s.backend.Open(ctx, req)
+	if err != nil {
+		return fmt.Errorf("open stream: %w", err)
+	}
+	schema := st.Schema()
+	if err := shmEligible(schema); err != nil {
+		st.Close()
+		return err
+	}
+	sb := flight.SerializeSchema(schema, s.cfg.mem)
+	if err := w.send(shmFrame{Schema: sb}, nil); err != nil {
+		st.Close()
+		return fmt.Errorf("transport: shm: send schema: %w", err)
+	}
+
+	// The client's frames: releases, then EOF when it goes away, which ends
+	// the stream.
+	free := make(chan int, slots)
+	go func() {
+		defer cancel()
+		for {
+			raw, err := w.read()
+			if err != nil {
+				return
+			}
+			var f shmClientFrame
+			if json.Unmarshal(raw, &f) != nil || f.Release == nil || *f.Release < 0 || *f.Release >= slots {
+				continue
+			}
+			select {
+			case free <- *f.Release:
+			default: // a slot released twice: ignore
+			}
+		}
+	}()
+
+	items := make(chan item, s.cfg.prefetch)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(items)
+		s.produce(ctx, st, items)
+	}()
+	var reg *shmMapping
+	defer func() {
+		cancel()
+		for it := range items {
+			s.drop(it)
+		}
+		wg.Wait()
+		st.Close()
+		reg.close()
+	}()
+	for {
+		var it item
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return nil // the client went away: nobody to tell
+		case it, ok = <-items:
+		}
+		if !ok {
+			return errors.New("transport: producer stopped without a reason")
+		}
+		if it.err != nil {
+			if errors.Is(it.err, io.EOF) {
+				return w.send(shmFrame{End: true}, nil)
+			}
+			return fmt.Errorf("transport: step: %w", it.err)
+		}
+		bufs, err := shmLayout(it.rec)
+		if err != nil {
+			s.drop(it)
+			return fmt.Errorf("transport: shm: epoch %d step %d: %w", it.meta.Epoch, it.meta.Step, err)
+		}
+		need := shmBytes(bufs)
+		var fd int = -1
+		if reg == nil {
+			if reg, err = newShmMapping(slots, need); err != nil {
+				s.drop(it)
+				return err
+			}
+			for k := range slots {
+				free <- k
+			}
+			fd = reg.fd
+		}
+		if need > reg.slotBytes {
+			s.drop(it)
+			return fmt.Errorf("transport: shm: epoch %d step %d needs %d bytes, more than the %d of a slot (the first step's size)", it.meta.Epoch, it.meta.Step, need, reg.slotBytes)
+		}
+		var slot int
+		select {
+		case <-ctx.Done():
+			s.drop(it)
+			return nil
+		case slot = <-free:
+		}
+		desc := &shmStep{StepMeta: it.meta, Slot: slot, Rows: it.rec.NumRows(), Buffers: reg.fill(slot, bufs)}
+		rows, size := it.rec.NumRows(), it.size
+		s.drop(it) // the bytes are in the region now
+		if fd >= 0 {
+			region := &shmRegion{Bytes: int64(slots) * reg.slotBytes, Slots: slots, SlotBytes: reg.slotBytes}
+			if err := w.send(shmFrame{Region: region}, unix.UnixRights(fd)); err != nil {
+				return nil
+			}
+		}
+		if err := w.send(shmFrame{Step: desc}, nil); err != nil {
+			return nil // the client went away
+		}
+		s.metrics.steps.Add(1)
+		s.metrics.rows.Add(rows)
+		s.metrics.bytes.Add(size)
+	}
+}
+
+// shmEligible reports whether every column of schema can travel as
+// fixed-width buffers (what shmLayout lays out).
+func shmEligible(schema *arrow.Schema) error {
+	for _, f := range schema.Fields() {
+		if !shmFixedType(f.Type) {
+			return fmt.Errorf("transport: shm: %w: column %q of type %s cannot travel through shared memory (only fixed-width columns: numbers, booleans, fixed-size lists and tensors of them); read it over Flight",
+				ErrFailedPrecondition, f.Name, f.Type)
+		}
+	}
+	return nil
+}
+
+func shmFixedType(dt arrow.DataType) bool {
+	switch t := dt.(type) {
+	case *arrow.BooleanType:
+		return true
+	case *arrow.FixedSizeListType:
+		return shmFixedType(t.Elem())
+	case arrow.ExtensionType:
+		return shmFixedType(t.StorageType())
+	}
+	return virtualFixedWidth(dt.ID())
+}
+
+// shmLayout returns the body buffers of rec in IPC order, each as the byte
+// ranges (pieces) that make it up, without copying: a multiRecord's pieces
+// as they are, else each column's own ranges.
+func shmLayout(rec arrow.RecordBatch) ([][][]byte, error) {
+	if m, ok := rec.(*multiRecord); ok {
+		return m.bufs, nil
+	}
+	var out [][][]byte
+	var layout [][]byte
+	for j, col := range rec.Columns() {
+		d := col.Data()
+		var ok bool
+		if d.DataType().ID() == arrow.BOOL && d.NullN() == 0 && d.Offset()%8 == 0 {
+			// One record's booleans start on a byte: its bits as they are,
+			// whatever the row count (appendLayout wants whole bytes, to
+			// concatenate).
+			off := d.Offset() / 8
+			layout, ok = append(layout[:0], nil, d.Buffers()[1].Bytes()[off:off+(d.Len()+7)/8]), true
+		} else {
+			layout, ok = appendLayout(layout[:0], d, 0, d.Len())
+		}
+		if !ok {
+			return nil, fmt.Errorf("%w: column %q (%s, %d nulls) has no fixed-width layout without nulls: give it a fill value, or read it over Flight",
+				ErrFailedPrecondition, rec.ColumnName(j), d.DataType(), d.NullN())
+		}
+		for _, b := range layout {
+			if b == nil {
+				out = append(out, nil)
+			} else {
+				out = append(out, [][]byte{b})
+			}
+		}
+	}
+	return out, nil
+}
+
+// shmBytes is the slot room that bufs take, each buffer 64-byte aligned.
+func shmBytes(bufs [][][]byte) int64 {
+	var n int64
+	for _, pieces := range bufs {
+		var l int64
+		for _, p := range pieces {
+			l += int64(len(p))
+		}
+		n += alignUp(l, shmAlign)
+	}
+	return max(n, shmAlign)
+}
+
+func alignUp(n, a int64) int64 { return (n + a - 1) / a * a }
+
+// shmMapping is the server's mapping of a stream's region.
+type shmMapping struct {
+	fd        int
+	mem       []byte
+	slotBytes int64
+}
+
+// newShmMapping creates a region of slots slots of at least need bytes each,
+// in an anonymous memfd: it has no name in any file system, so nothing is
+// left behind when both sides have closed it.
+func newShmMapping(slots int, need int64) (*shmMapping, error) {
+	slotBytes := alignUp(need, int64(os.Getpagesize()))
+	fd, err := unix.MemfdCreate("meshfeed-shm", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("transport: shm: %w: memfd_create: %v", ErrUnavailable, err)
+	}
+	size := slotBytes * int64(slots)
+	if err := unix.Ftruncate(fd, size); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("transport: shm: %w: size the region to %d bytes: %v", ErrUnavailable, size, err)
+	}
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("transport: shm: %w: map the region (%d bytes): %v", ErrUnavailable, size, err)
+	}
+	return &shmMapping{fd: fd, mem: mem, slotBytes: slotBytes}, nil
+}
+
+// fill copies bufs into slot and returns their [offset, length] in the
+// region ([0, 0] for an absent buffer).
+func (m *shmMapping) fill(slot int, bufs [][][]byte) [][2]int64 {
+	out := make([][2]int64, len(bufs))
+	at := int64(slot) * m.slotBytes
+	for i, pieces := range bufs {
+		if len(pieces) == 0 {
+			continue // an absent validity bitmap
+		}
+		start := at
+		for _, p := range pieces {
+			at += int64(copy(m.mem[at:], p))
+		}
+		out[i] = [2]int64{start, at - start}
+		at = start + alignUp(at-start, shmAlign)
+	}
+	return out
+}
+
+func (m *shmMapping) close() {
+	if m == nil {
+		return
+	}
+	_ = unix.Munmap(m.mem)
+	_ = unix.Close(m.fd)
+}
+
+// shmConn frames a connection: a 4-byte little-endian length, then JSON.
+type shmConn struct {
+	conn *net.UnixConn
+	mu   sync.Mutex
+	hdr  [4]byte
+}
+
+func (c *shmConn) send(f shmFrame, oob []byte) error {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	msg := make([]byte, 4+len(b))
+	binary.LittleEndian.PutUint32(msg, uint32(len(b)))
+	copy(msg[4:], b)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if oob == nil {
+		_, err = c.conn.Write(msg)
+		return err
+	}
+	// The descriptor travels with the frame's first bytes.
+	n, _, err := c.conn.WriteMsgUnix(msg, oob, nil)
+	if err == nil && n < len(msg) {
+		_, err = c.conn.Write(msg[n:])
+	}
+	return err
+}
+
+func (c *shmConn) read() ([]byte, error) {
+	if _, err := io.ReadFull(c.conn, c.hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.LittleEndian.Uint32(c.hdr[:])
+	if n > maxShmFrame {
+		return nil, fmt.Errorf("frame of %d bytes is over the limit of %d", n, maxShmFrame)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c.conn, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}

@@ -1,0 +1,364 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"golang.org/x/sys/unix"
+)
+
+// shmClient is a minimal client of the shared-memory wire, written from
+// docs/PROTOCOL.md: frames are read with recvmsg so that the region's
+// descriptor is not lost.
+type shmClient struct {
+	t    testing.TB
+	conn *net.UnixConn
+	buf  bytes.Buffer
+	fds  []int
+	mem  []byte
+}
+
+func dialShm(t testing.TB, path string, hello any) *shmClient {
+	t.Helper()
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &shmClient{t: t, conn: conn}
+	t.Cleanup(c.close)
+	c.write(hello)
+	return c
+}
+
+func (c *shmClient) write(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	msg := binary.LittleEndian.AppendUint32(nil, uint32(len(b)))
+	if _, err := c.conn.Write(append(msg, b...)); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
+}
+
+// fill reads until the buffer holds n bytes, keeping any descriptors.
+func (c *shmClient) fill(n int) error {
+	p := make([]byte, 1<<16)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	for c.buf.Len() < n {
+		k, oobn, _, _, err := c.conn.ReadMsgUnix(p, oob)
+		if oobn > 0 {
+			msgs, perr := unix.ParseSocketControlMessage(oob[:oobn])
+			if perr != nil {
+				c.t.Fatalf("control message: %v", perr)
+			}
+			for _, m := range msgs {
+				fds, err := unix.ParseUnixRights(&m)
+				if err == nil {
+					c.fds = append(c.fds, fds...)
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+		c.buf.Write(p[:k])
+		if k == 0 && oobn == 0 {
+			return net.ErrClosed
+		}
+	}
+	return nil
+}
+
+func (c *shmClient) frame() (shmFrame, error) {
+	if err := c.fill(4); err != nil {
+		return shmFrame{}, err
+	}
+	n := int(binary.LittleEndian.Uint32(c.buf.Next(4)))
+	if err := c.fill(n); err != nil {
+		return shmFrame{}, err
+	}
+	var f shmFrame
+	if err := json.Unmarshal(c.buf.Next(n), &f); err != nil {
+		c.t.Fatalf("frame: %v", err)
+	}
+	if f.Region != nil {
+		if len(c.fds) != 1 {
+			c.t.Fatalf("region frame came with %d descriptors, want 1", len(c.fds))
+		}
+		mem, err := unix.Mmap(c.fds[0], 0, int(f.Region.Bytes), unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.mem = mem
+	}
+	return f, nil
+}
+
+// release tells the server a slot is free again. It is best effort: after
+// the last step the server may already have closed the connection.
+func (c *shmClient) release(slot int) {
+	b, _ := json.Marshal(map[string]int{"release": slot})
+	_, _ = c.conn.Write(append(binary.LittleEndian.AppendUint32(nil, uint32(len(b))), b...))
+}
+
+func (c *shmClient) close() {
+	c.conn.Close()
+	if c.mem != nil {
+		unix.Munmap(c.mem)
+		c.mem = nil
+	}
+	for _, fd := range c.fds {
+		unix.Close(fd)
+	}
+	c.fds = nil
+}
+
+// demoStep decodes a demo step (id int64, x fixed_size_list<float32>[4],
+// valid) from the region.
+func (c *shmClient) demoStep(s *shmStep) step {
+	out := step{meta: map[string]any{"epoch": float64(s.Epoch), "step": float64(s.Step)}}
+	// IPC order: id validity, id values, x validity, x child validity, x values, [mask validity, mask bits].
+	for i, b := range s.Buffers {
+		if b[0]%shmAlign != 0 {
+			c.t.Errorf("buffer %d at offset %d is not %d-byte aligned", i, b[0], shmAlign)
+		}
+	}
+	id := c.mem[s.Buffers[1][0] : s.Buffers[1][0]+s.Buffers[1][1]]
+	for r := range s.Rows {
+		out.ids = append(out.ids, int64(binary.LittleEndian.Uint64(id[8*r:])))
+	}
+	x := c.mem[s.Buffers[4][0] : s.Buffers[4][0]+s.Buffers[4][1]]
+	for r := range s.Rows {
+		var v [4]float32
+		for k := range 4 {
+			v[k] = math.Float32frombits(binary.LittleEndian.Uint32(x[16*r+4*int64(k):]))
+		}
+		out.x = append(out.x, v)
+	}
+	if len(s.Buffers) > 5 {
+		bits := c.mem[s.Buffers[6][0] : s.Buffers[6][0]+s.Buffers[6][1]]
+		for r := range s.Rows {
+			out.mask = append(out.mask, bits[r/8]&(1<<(r%8)) != 0)
+		}
+	}
+	return out
+}
+
+// startShm runs a server over backend with its shared-memory wire on a
+// socket in a temporary directory, and returns the socket's path.
+func startShm(t *testing.T, backend Backend) (*testServer, string) {
+	t.Helper()
+	ts := startServer(t, viaBufconn, backend, nil)
+	path := filepath.Join(t.TempDir(), "shm.sock")
+	lis, err := ListenShm("unix://" + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ts.srv.ServeShm(lis) }()
+	t.Cleanup(func() {
+		ts.stop(t)
+		if err := <-done; err != nil {
+			t.Errorf("ServeShm: %v", err)
+		}
+	})
+	return ts, path
+}
+
+// TestShmSteps: the shared-memory wire delivers exactly the steps Flight
+// delivers for the same ticket, every buffer 64-byte aligned, padding and
+// mask included; the stream ends with an end frame.
+func TestShmSteps(t *testing.T) {
+	mem := checkedMem(t)
+	be := &DemoBackend{NumRows: 1003, Mem: mem}
+	ts, path := startShm(t, be)
+	req := baseRequest()
+	req.LastBatch = LastBatchPad
+	req.Epochs = 2
+	_, want, err := readAll(t, context.Background(), ts.client, ticket(t, req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := req.Encode()
+	c := dialShm(t, path, shmHello{Version: ShmVersion, Ticket: raw, Slots: 3})
+	f, err := c.frame()
+	if err != nil || len(f.Schema) == 0 {
+		t.Fatalf("first frame = %+v, %v; want the schema", f, err)
+	}
+	var got []step
+	held := map[int]bool{}
+	for {
+		f, err := c.frame()
+		if err != nil {
+			t.Fatalf("after %d steps: %v", len(got), err)
+		}
+		if f.Error != nil {
+			t.Fatalf("error frame: %+v", f.Error)
+		}
+		if f.End {
+			break
+		}
+		if f.Region != nil {
+			if f.Region.Slots != 3 || f.Region.SlotBytes%int64(os.Getpagesize()) != 0 {
+				t.Errorf("region %+v: want 3 page-aligned slots", f.Region)
+			}
+			continue
+		}
+		if f.Step == nil {
+			t.Fatalf("frame %+v has no step", f)
+		}
+		if held[f.Step.Slot] {
+			t.Fatalf("step %d reuses slot %d, which the client has not released", len(got), f.Step.Slot)
+		}
+		got = append(got, c.demoStep(f.Step))
+		c.release(f.Step.Slot)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("shm delivered %d steps, Flight %d", len(got), len(want))
+	}
+	for i := range want {
+		if !slices.Equal(got[i].ids, want[i].ids) || !slices.Equal(got[i].x, want[i].x) || !slices.Equal(got[i].mask, want[i].mask) {
+			t.Fatalf("step %d: shm %+v, Flight %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// TestShmBackpressure: a client that releases nothing gets as many steps as
+// it has slots and no more; the producer stops within the prefetch queue;
+// closing the connection ends the stream and closes the backend's stream.
+func TestShmBackpressure(t *testing.T) {
+	mem := checkedMem(t)
+	tb := &tracking{Backend: &DemoBackend{NumRows: 100000, Mem: mem}}
+	ts, path := startShm(t, tb)
+	req := baseRequest()
+	req.Epochs = 0
+	raw, _ := req.Encode()
+	c := dialShm(t, path, shmHello{Version: ShmVersion, Ticket: raw, Slots: 2})
+	steps := 0
+	for steps < 2 {
+		f, err := c.frame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Step != nil {
+			steps++
+		}
+	}
+	waitFor(t, "the producer to fill its queue", func() bool { return tb.nexts.Load() >= 2 })
+	time.Sleep(50 * time.Millisecond)
+	// 2 in the slots, the prefetch queue, one waiting for a slot, one
+	// waiting for room in the queue.
+	if n, most := tb.nexts.Load(), int64(2+DefaultPrefetch+2); n > most {
+		t.Errorf("backend produced %d steps for a client holding 2 slots, want at most %d", n, most)
+	}
+	_ = c.conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if f, err := c.frame(); err == nil && f.Step != nil {
+		t.Errorf("a third step arrived before any release: %+v", f.Step.StepMeta)
+	}
+	c.close()
+	waitFor(t, "the stream to close", func() bool { return tb.closed.Load() == 1 })
+	waitFor(t, "no stream active", func() bool { return ts.srv.Metrics().StreamsActive == 0 })
+}
+
+// TestShmErrors: a bad hello or ticket ends the connection with an error
+// frame carrying the status code's name and a message that says what to do.
+func TestShmErrors(t *testing.T) {
+	_, path := startShm(t, &DemoBackend{NumRows: 100})
+	good, _ := baseRequest().Encode()
+	outside := baseRequest()
+	outside.Datasets = []string{"/etc/*.parquet"}
+	bad, _ := outside.Encode()
+	for _, tc := range []struct {
+		name  string
+		hello any
+		code  string
+		msg   string
+	}{
+		{"version", shmHello{Version: 9, Ticket: good}, "InvalidArgument", "hello version 9"},
+		{"slots", shmHello{Version: ShmVersion, Ticket: good, Slots: 1}, "InvalidArgument", "slots 1"},
+		{"ticket", shmHello{Version: ShmVersion, Ticket: json.RawMessage(`{"version":1}`)}, "InvalidArgument", "datasets is empty"},
+		{"roots", shmHello{Version: ShmVersion, Ticket: bad}, "PermissionDenied", "/etc"},
+		{"not json", "hello", "InvalidArgument", "hello"},
+	} {
+		c := dialShm(t, path, tc.hello)
+		f, err := c.frame()
+		if err != nil || f.Error == nil {
+			t.Errorf("%s: frame = %+v, %v; want an error frame", tc.name, f, err)
+			continue
+		}
+		if f.Error.Code != tc.code || !strings.Contains(f.Error.Message, tc.msg) {
+			t.Errorf("%s: error %+v, want code %s and %q", tc.name, f.Error, tc.code, tc.msg)
+		}
+	}
+}
+
+// halves hands each step of its backend as two slices (views of its record),
+// as package feed does for a client of several slices.
+type halves struct{ Backend }
+
+func (b halves) Open(ctx context.Context, req *Request) (Stream, error) {
+	st, err := b.Backend.Open(ctx, req)
+	return halvesStream{st}, err
+}
+
+type halvesStream struct{ Stream }
+
+func (s halvesStream) Next(ctx context.Context) (Step, error) {
+	st, err := s.Stream.Next(ctx)
+	if err != nil {
+		return st, err
+	}
+	rec := st.Slices[0]
+	n := rec.NumRows() / 2
+	st.Slices = []arrow.RecordBatch{rec.NewSlice(0, n), rec.NewSlice(n, rec.NumRows())}
+	rec.Release()
+	return st, nil
+}
+
+// TestShmSlices: steps of several slices (joined virtually by the server)
+// arrive in shared memory exactly as over Flight.
+func TestShmSlices(t *testing.T) {
+	ts, path := startShm(t, halves{&DemoBackend{NumRows: 1000}})
+	req := baseRequest()
+	req.GlobalBatchSize, req.NumSlices, req.Slices, req.LastBatch, req.Epochs = 64, 2, []int{0, 1}, LastBatchPad, 1
+	_, want, err := readAll(t, context.Background(), ts.client, ticket(t, req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := req.Encode()
+	c := dialShm(t, path, shmHello{Version: ShmVersion, Ticket: raw})
+	var got []step
+	for {
+		f, err := c.frame()
+		if err != nil || f.Error != nil {
+			t.Fatalf("after %d steps: %v %+v", len(got), err, f.Error)
+		}
+		if f.End {
+			break
+		}
+		if f.Step != nil {
+			got = append(got, c.demoStep(f.Step))
+			c.release(f.Step.Slot)
+		}
+	}
+	if len(got) != len(want) || len(got) == 0 {
+		t.Fatalf("shm delivered %d steps, Flight %d", len(got), len(want))
+	}
+	for i := range want {
+		if !slices.Equal(got[i].ids, want[i].ids) || !slices.Equal(got[i].x, want[i].x) || !slices.Equal(got[i].mask, want[i].mask) {
+			t.Fatalf("step %d: shm %+v, Flight %+v", i, got[i], want[i])
+		}
+	}
+}
