@@ -28,10 +28,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
 )
 
 // ShmVersion is the version of the shared-memory protocol; a hello with any
@@ -191,10 +193,10 @@ func (s *Server) serveShmConn(conn *net.UnixConn) {
 	}()
 	w := &shmConn{conn: conn}
 	if err := s.shmStream(w); err != nil {
-		s.metrics.countError(codeOf(s.cfg.rules, s.codes, err))
 		code := codeOf(s.cfg.rules, s.codes, err)
+		s.metrics.countError(code)
 		s.log.Debug("shm stream ended", "code", code.String(), "err", err)
-		_ = w.send(shmFrame{Error: &shmError{Code: code.String(), Message: err.Error()}}, nil)
+		_ = w.send(shmFrame{Error: &shmError{Code: codeName(code), Message: err.Error()}}, nil)
 	}
 }
 
@@ -351,6 +353,19 @@ func (s *Server) shmStream(w *shmConn) error {
 		s.metrics.rows.Add(rows)
 		s.metrics.bytes.Add(size)
 	}
+}
+
+// codeName is a status code's canonical name, as gRPC's documentation and
+// pyarrow's FlightError messages spell it: "INVALID_ARGUMENT".
+func codeName(c codes.Code) string {
+	var b strings.Builder
+	for i, r := range c.String() {
+		if i > 0 && unicode.IsUpper(r) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToUpper(r))
+	}
+	return b.String()
 }
 
 // shmEligible reports whether every column of schema can travel as

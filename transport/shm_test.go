@@ -286,11 +286,11 @@ func TestShmErrors(t *testing.T) {
 		code  string
 		msg   string
 	}{
-		{"version", shmHello{Version: 9, Ticket: good}, "InvalidArgument", "hello version 9"},
-		{"slots", shmHello{Version: ShmVersion, Ticket: good, Slots: 1}, "InvalidArgument", "slots 1"},
-		{"ticket", shmHello{Version: ShmVersion, Ticket: json.RawMessage(`{"version":1}`)}, "InvalidArgument", "datasets is empty"},
-		{"roots", shmHello{Version: ShmVersion, Ticket: bad}, "PermissionDenied", "/etc"},
-		{"not json", "hello", "InvalidArgument", "hello"},
+		{"version", shmHello{Version: 9, Ticket: good}, "INVALID_ARGUMENT", "hello version 9"},
+		{"slots", shmHello{Version: ShmVersion, Ticket: good, Slots: 1}, "INVALID_ARGUMENT", "slots 1"},
+		{"ticket", shmHello{Version: ShmVersion, Ticket: json.RawMessage(`{"version":1}`)}, "INVALID_ARGUMENT", "datasets is empty"},
+		{"roots", shmHello{Version: ShmVersion, Ticket: bad}, "PERMISSION_DENIED", "/etc"},
+		{"not json", "hello", "INVALID_ARGUMENT", "hello"},
 	} {
 		c := dialShm(t, path, tc.hello)
 		f, err := c.frame()

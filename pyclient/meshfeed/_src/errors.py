@@ -124,3 +124,25 @@ def from_flight(exc: BaseException) -> BaseException:
     err = cls(f"meshfeed server{label}: {server_msg}", code=code, server_message=server_msg)
     err.__cause__ = exc
     return err
+
+
+# Status code names (as gRPC spells them) onto the exceptions, for errors that
+# arrive with their code (the shared-memory wire's error frames).
+_BY_CODE: dict[str, type[MeshfeedError]] = {
+    "INVALID_ARGUMENT": InvalidRequestError,
+    "NOT_FOUND": NotFoundError,
+    "PERMISSION_DENIED": PermissionDeniedError,
+    "UNAUTHENTICATED": PermissionDeniedError,
+    "FAILED_PRECONDITION": PlanError,
+    "UNAVAILABLE": UnavailableError,
+    "DEADLINE_EXCEEDED": UnavailableError,
+    "RESOURCE_EXHAUSTED": ResourceExhaustedError,
+}
+
+
+def from_code(code: str | None, message: str) -> MeshfeedError:
+    """Returns the meshfeed exception for a server error given by its status
+    code's name (``"FAILED_PRECONDITION"``) and message."""
+    cls = _BY_CODE.get(code or "", MeshfeedError)
+    label = f" ({code})" if code else ""
+    return cls(f"meshfeed server{label}: {message}", code=code, server_message=message)

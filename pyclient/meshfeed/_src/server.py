@@ -19,6 +19,7 @@ ENV_BIN = "MESHFEED_BIN"
 BIN_NAME = "meshfeed"
 _PKG_DIR = pathlib.Path(__file__).resolve().parent.parent  # .../meshfeed
 READY_PREFIX = "meshfeed: listening on "
+SHM_PREFIX = "meshfeed: shared memory on "
 
 
 def _candidates(explicit: str | os.PathLike | None) -> list[tuple[str, str | None]]:
@@ -82,19 +83,24 @@ class LocalServer:
 
     def __init__(self, binary: str, roots: Sequence[str], *, backend: str = "pipeline",
                  extra_args: Sequence[str] = (), start_timeout: float = 30.0, stop_timeout: float = 10.0,
-                 socket: str | os.PathLike | None = None):
+                 socket: str | os.PathLike | None = None, shm: bool = False):
         """Starts ``meshfeed serve`` allowed to read ``roots`` and waits until
         it accepts calls. ``socket``: the Unix socket path to listen on
         (default: one in a new private temporary directory); a server
-        restarted on the same path is reachable at the same address."""
+        restarted on the same path is reachable at the same address.
+        ``shm``: also serve the shared-memory wire, on a socket beside it
+        (``shm_address``; None when off)."""
         self._tmpdir = tempfile.mkdtemp(prefix="meshfeed-")
         sock = os.fspath(socket) if socket is not None else os.path.join(self._tmpdir, "meshfeed.sock")
+        self.shm_address: str | None = None
         # A local server feeds one Loader: a few streams (a reopen after a
         # failure may overlap the old one), bounded memory (queued steps plus
         # read-ahead, which serve also hands to the Go runtime as its limit).
         args = [binary, "serve", "--addr", "unix://" + sock, "--backend", backend, "--drain-timeout", "2s",
                 "--max-streams", "2", "--memory-budget", str(LOCAL_MEMORY_BUDGET),
                 "--read-ahead", str(LOCAL_READ_AHEAD)]
+        if shm:
+            args += ["--shm", "unix://" + sock + ".shm"]
         for r in dict.fromkeys(roots):
             args += ["--allow", r]
         args += list(extra_args)
@@ -147,8 +153,12 @@ class LocalServer:
                 if not chunk:
                     break
                 buf += chunk
-                if b"\n" in buf:
-                    line = buf.split(b"\n", 1)[0].decode("utf-8", "replace")
+                while b"\n" in buf:
+                    raw, buf = buf.split(b"\n", 1)
+                    line = raw.decode("utf-8", "replace")
+                    if line.startswith(SHM_PREFIX):
+                        self.shm_address = line[len(SHM_PREFIX):].strip()
+                        continue
                     if line.startswith(READY_PREFIX):
                         return line[len(READY_PREFIX):].strip()
                     raise MeshfeedError(f"meshfeed server printed {line!r}, want {READY_PREFIX!r}...; "

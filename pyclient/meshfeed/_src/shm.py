@@ -1,0 +1,208 @@
+"""The same-host shared-memory wire (docs/PROTOCOL.md, "Shared memory").
+
+A ``ShmReader`` connects to a server's shared-memory socket, sends the ticket,
+maps the region the server passes (a memfd, received with SCM_RIGHTS) once,
+and yields each step as a ``pyarrow.RecordBatch`` whose buffers are views of
+that region: no byte is copied on the client. A slot of the region is handed
+back to the server (a release frame) only when every object made from the
+step (the record batch, NumPy views, ``jax.Array``s that alias them) is gone:
+the step's buffers all hang off one NumPy array of the slot, and a weakref
+finalizer on it sends the release.
+
+It reads like pyarrow's ``FlightStreamReader`` (``schema``, ``read_chunk()``
+raising ``StopIteration`` at the end, ``cancel()``), so the client's
+prefetcher drives either wire the same way.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import mmap
+import os
+import socket
+import struct
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import MeshfeedError, from_code
+
+VERSION = 1
+_HDR = struct.Struct("<I")
+_MAX_FRAME = 64 << 20
+
+
+@dataclass(frozen=True)
+class ShmChunk:
+    """One step: its record batch (views of the region) and its metadata
+    (the JSON of Flight's app_metadata, as bytes)."""
+
+    data: pa.RecordBatch
+    app_metadata: pa.Buffer
+
+
+class _Region:
+    """The client's mapping of a stream's region. The mapping closes itself
+    when the last view of it is gone (the mmap object outlives the reader
+    as long as a step's arrays do)."""
+
+    def __init__(self, fd: int, size: int, slots: int, slot_bytes: int):
+        try:
+            self.mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        self.slots = slots
+        self.slot_bytes = slot_bytes
+
+    def slot(self, k: int) -> np.ndarray:
+        """A NumPy array over slot k. Views of it keep it (not the mapping's
+        other slots) alive: NumPy stops collapsing a view's base at an array
+        whose base is not an ndarray (here a memoryview)."""
+        sb = self.slot_bytes
+        return np.frombuffer(memoryview(self.mm)[k * sb:(k + 1) * sb], dtype=np.uint8)
+
+
+class ShmReader:
+    """A stream over the shared-memory wire; see the module docstring.
+
+    ``path`` is the server's shared-memory socket, ``ticket`` the request's
+    JSON bytes (as for DoGet), ``slots`` the steps in flight (2..64).
+    """
+
+    def __init__(self, path: str, ticket: bytes, slots: int = 4, timeout: float = 60.0):
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout)
+        try:
+            self._sock.connect(path)
+        except OSError:
+            self._sock.close()
+            raise
+        self._sock.settimeout(None)
+        self._buf = bytearray()
+        self._fds: list[int] = []
+        self._send_lock = threading.Lock()
+        self._closed = False
+        self._region: _Region | None = None
+        self.released = 0  # slots handed back (for tests)
+        self._send({"version": VERSION, "ticket": json.loads(ticket), "slots": slots})
+        first = self._frame()
+        if "schema" not in first:
+            raise MeshfeedError(f"shared-memory server sent {sorted(first)}, want the schema first")
+        self.schema = pa.ipc.read_schema(pa.py_buffer(_b64(first["schema"])))
+
+    # --- frames -----------------------------------------------------------
+
+    def _send(self, obj: Any) -> None:
+        b = json.dumps(obj).encode()
+        with self._send_lock:
+            if self._closed:
+                return
+            self._sock.sendall(_HDR.pack(len(b)) + b)
+
+    def _fill(self, n: int) -> None:
+        while len(self._buf) < n:
+            data, fds, _flags, _addr = socket.recv_fds(self._sock, 1 << 16, 4)
+            self._fds.extend(fds)
+            if not data:
+                raise MeshfeedError("the shared-memory server closed the stream", code="UNAVAILABLE")
+            self._buf += data
+
+    def _frame(self) -> dict:
+        self._fill(_HDR.size)
+        (n,) = _HDR.unpack_from(self._buf)
+        if n > _MAX_FRAME:
+            raise MeshfeedError(f"shared-memory frame of {n} bytes is over the limit of {_MAX_FRAME}")
+        self._fill(_HDR.size + n)
+        frame = json.loads(bytes(self._buf[_HDR.size:_HDR.size + n]))
+        del self._buf[:_HDR.size + n]
+        if "error" in frame:
+            e = frame["error"]
+            raise from_code(e.get("code"), e.get("message", ""))
+        return frame
+
+    # --- the reader API ---------------------------------------------------
+
+    def read_chunk(self) -> ShmChunk:
+        """The next step; ``StopIteration`` after the last."""
+        while True:
+            f = self._frame()
+            if f.get("end"):
+                raise StopIteration
+            if "region" in f:
+                r = f["region"]
+                if len(self._fds) != 1:
+                    raise MeshfeedError(f"shared-memory region came with {len(self._fds)} descriptors, want 1")
+                self._region = _Region(self._fds.pop(), r["bytes"], r["slots"], r["slot_bytes"])
+                continue
+            if "step" in f:
+                return self._step(f["step"])
+
+    def _step(self, s: dict) -> ShmChunk:
+        reg = self._region
+        if reg is None:
+            raise MeshfeedError("shared-memory step before its region")
+        slot = s["slot"]
+        # Every buffer of the step is a view of `hold`; when the last one is
+        # gone, the slot goes back to the server.
+        hold = reg.slot(slot)
+        weakref.finalize(hold, self._release, slot)
+        base = slot * reg.slot_bytes
+        bufs = [None if ln == 0 else pa.py_buffer(hold[off - base:off - base + ln]) for off, ln in s["buffers"]]
+        rows = s["rows"]
+        it = iter(bufs)
+        cols = [_array(f.type, rows, it) for f in self.schema]
+        rec = pa.RecordBatch.from_arrays(cols, schema=self.schema)
+        meta = {k: s[k] for k in ("epoch", "step", "slices", "real_rows")}
+        return ShmChunk(rec, pa.py_buffer(json.dumps(meta).encode()))
+
+    def _release(self, slot: int) -> None:
+        try:
+            self._send({"release": slot})
+            self.released += 1
+        except OSError:
+            pass  # the stream is gone; so is the server's region
+
+    def cancel(self) -> None:
+        """Ends the stream: the server stops and frees its side of the region."""
+        with self._send_lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
+        # The mapping lives on only as long as steps made from it do.
+        self._region = None
+
+    close = cancel
+
+
+def _array(t: pa.DataType, n: int, bufs) -> pa.Array:
+    """Rebuilds an array of type t and n rows from the buffers in IPC order."""
+    if isinstance(t, pa.BaseExtensionType):
+        return pa.ExtensionArray.from_storage(t, _array(t.storage_type, n, bufs))
+    validity = next(bufs)
+    if pa.types.is_fixed_size_list(t):
+        child = _array(t.value_type, n * t.list_size, bufs)
+        return pa.Array.from_buffers(t, n, [validity], children=[child])
+    return pa.Array.from_buffers(t, n, [validity, next(bufs)])
+
+
+def _b64(s: str) -> bytes:
+    return base64.b64decode(s)
+
+
+def available() -> bool:
+    """Whether this platform can receive a region (Linux: memfd and SCM_RIGHTS)."""
+    return hasattr(socket, "recv_fds") and hasattr(os, "memfd_create")
+

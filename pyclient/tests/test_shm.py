@@ -1,0 +1,183 @@
+"""The same-host shared-memory wire, client side (meshfeed._src.shm): the
+steps equal Flight's, buffers alias the region without a copy, a slot is
+reused only when every array made from it is gone, and no mapping survives a
+killed server or client."""
+
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import jax
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+import pyarrow.parquet as pq
+import pytest
+
+from meshfeed._src.errors import InvalidRequestError, MeshfeedError, PlanError
+from meshfeed._src.server import LocalServer
+from meshfeed._src.shm import ShmReader
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs Linux memfd")
+
+
+@pytest.fixture(scope="module")
+def shm_server(dataset, binary):
+    srv = LocalServer(binary, [str(dataset.parent)], shm=True)
+    yield srv
+    srv.stop()
+
+
+def _ticket(glob, **kw):
+    req = {"version": 1, "datasets": [glob], "global_batch_size": 40, "num_slices": 4, "slices": [0, 1, 2, 3],
+           "last_batch": "pad", "epochs": 1, "columns": [{"name": "id"}, {"name": "features"}, {"name": "image"}]}
+    req.update(kw)
+    return json.dumps(req).encode()
+
+
+def _shm_path(srv):
+    return srv.shm_address[len("unix://"):]
+
+
+def _region_maps(pid="self"):
+    with open(f"/proc/{pid}/maps") as f:
+        return [line for line in f if "meshfeed-shm" in line]
+
+
+def _region_fds(pid):
+    out = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out += "meshfeed-shm" in os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            pass
+    return out
+
+
+def test_steps_equal_flight(shm_server, glob):
+    """Every step, values, schema and metadata, equals the Flight stream's for
+    the same ticket; every buffer is 64-byte aligned."""
+    tkt = _ticket(glob, shuffle={"enabled": True, "window": 64}, seed=5, epochs=2)
+    r = ShmReader(_shm_path(shm_server), tkt, slots=3)
+    c = flight.connect(shm_server.address.replace("unix://", "grpc+unix://"))
+    fr = c.do_get(flight.Ticket(tkt))
+    assert r.schema.equals(fr.schema)
+    n = 0
+    while True:
+        try:
+            a = r.read_chunk()
+        except StopIteration:
+            break
+        b = fr.read_chunk()
+        assert a.data.equals(b.data), f"step {n}"
+        assert json.loads(a.app_metadata.to_pybytes()) == json.loads(b.app_metadata.to_pybytes())
+        for col in a.data.columns:
+            arr = col.storage if isinstance(col.type, pa.BaseExtensionType) else col
+            while True:
+                for buf in arr.buffers():
+                    if buf is not None:
+                        assert buf.address % 64 == 0, f"step {n}: buffer at {buf.address:#x}"
+                if not pa.types.is_fixed_size_list(arr.type):
+                    break
+                arr = arr.values
+        n += 1
+    with pytest.raises(StopIteration):
+        fr.read_chunk()
+    assert n == 2 * 25
+    r.close()
+    c.close()
+
+
+def test_held_batch_unchanged(shm_server, glob):
+    """A step held as jax.Arrays that alias the region (no copy) keeps its
+    slot: 100 later steps stream through the other slots and its values are
+    unchanged; once it is dropped, its slot is released."""
+    tkt = _ticket(glob, global_batch_size=8, num_slices=1, slices=[0], epochs=2)
+    r = ShmReader(_shm_path(shm_server), tkt, slots=2)
+    first = r.read_chunk()
+    ids_np = first.data.column("id").to_numpy()
+    assert ids_np.ctypes.data % 64 == 0
+    held = jax.device_put(ids_np, jax.devices()[0])
+    aliased = held.unsafe_buffer_pointer() == ids_np.ctypes.data
+    expect = np.array(ids_np, copy=True)
+    del first, ids_np
+    gc.collect()
+    for _ in range(100):
+        chunk = r.read_chunk()
+        del chunk
+    assert aliased, "XLA copied an aligned view: this test would not guard slot reuse"
+    np.testing.assert_array_equal(np.asarray(held), expect)
+    released = r.released
+    del held
+    gc.collect()
+    assert r.released == released + 1, "dropping the last jax.Array of a step did not release its slot"
+    last = r.read_chunk()  # the server may now use the held slot again
+    assert last.data.num_rows == 8
+    r.close()
+
+
+def test_bad_request_and_ineligible_column(shm_server, glob, dataset):
+    with pytest.raises(InvalidRequestError, match="global_batch_size 0"):
+        ShmReader(_shm_path(shm_server), _ticket(glob, global_batch_size=0))
+    d = dataset.parent / "strings"
+    d.mkdir(exist_ok=True)
+    pq.write_table(pa.table({"s": ["a", "b", "c", "d"]}), d / "s.parquet")
+    with pytest.raises(PlanError, match="cannot travel through shared memory"):
+        ShmReader(_shm_path(shm_server), _ticket(str(d / "*.parquet"), global_batch_size=4, num_slices=1, slices=[0],
+                                                 columns=[{"name": "s"}])).read_chunk()
+
+
+def test_server_killed(dataset, binary, glob):
+    """SIGKILL of the server mid-stream: the reader raises an UNAVAILABLE
+    error, and once the client drops the steps no mapping is left."""
+    srv = LocalServer(binary, [str(dataset.parent)], shm=True)
+    try:
+        r = ShmReader(_shm_path(srv), _ticket(glob, global_batch_size=8, num_slices=1, slices=[0], epochs=0), slots=4)
+        chunks = [r.read_chunk() for _ in range(3)]
+        assert _region_maps()
+        os.kill(srv.pid, signal.SIGKILL)
+        srv.proc.wait(5)
+        with pytest.raises(MeshfeedError) as e:
+            for _ in range(1000):
+                chunks.append(r.read_chunk())
+        assert e.value.code == "UNAVAILABLE"
+        # The steps received stay readable after the server died.
+        assert all(c.data.num_rows == 8 for c in chunks)
+        r.close()
+        del chunks, e
+        gc.collect()
+        assert not _region_maps(), "a mapping of the region outlived every step made from it"
+    finally:
+        srv.stop()
+
+
+def test_client_killed(shm_server, glob, tmp_path):
+    """SIGKILL of a client mid-stream: the server closes its side of the
+    region (no descriptor left) and keeps serving."""
+    pid = shm_server.pid
+    base = _region_fds(pid)
+    script = tmp_path / "client.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.dirname(__file__)))!r})
+        from meshfeed._src.shm import ShmReader
+        r = ShmReader({_shm_path(shm_server)!r}, {_ticket(glob, epochs=0)!r}, slots=4)
+        for _ in range(5):
+            r.read_chunk()
+        print("ready", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert "ready" in p.stdout, p.stderr
+    deadline = time.monotonic() + 10
+    while _region_fds(pid) > base and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _region_fds(pid) == base, "the server kept the killed client's region"
+    r = ShmReader(_shm_path(shm_server), _ticket(glob))
+    assert r.read_chunk().data.num_rows == 40
+    r.close()
