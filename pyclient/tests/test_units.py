@@ -1,6 +1,9 @@
 """Unit tests of the client's parts that need no server."""
 
 
+import dataclasses
+import os
+
 import jax
 import ml_dtypes
 import numpy as np
@@ -242,3 +245,41 @@ def test_public_surface():
         "BinaryNotFoundError", "StateMismatchError"}
     assert meshfeed.PlanError.__module__ == "meshfeed"
     assert [n for n in dir(meshfeed) if not n.startswith("_")] == sorted(meshfeed.__all__)
+
+
+def test_loader_config_reports_every_problem_at_once():
+    from meshfeed._src.config import LoaderConfig
+    with pytest.raises(meshfeed.InvalidRequestError) as e:
+        LoaderConfig(data=[], global_batch_size=0, sharding="data", last_batch="keep", num_epochs=0,
+                     prefetch=True, mask_key="", recovery_timeout=-1, server="unix:///s", server_args=["--x"],
+                     columns={"id": "int32"}, shuffle=3)
+    msg = str(e.value)
+    for want in ["11 problems", "data: name at least one dataset URI", "global_batch_size=0", "sharding='data'",
+                 "last_batch='keep'", "num_epochs=0", "prefetch=True", "mask_key=''", "recovery_timeout=-1",
+                 "server_args: only for a local server", "columns['id']='int32'", "shuffle=3"]:
+        assert want in msg, f"{want!r} not in {msg!r}"
+
+
+def test_loader_config_request_and_fingerprint_derive_from_one_config():
+    from meshfeed._src.config import LoaderConfig
+    sh = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    cfg = LoaderConfig(data="rel/*.parquet", global_batch_size=8, sharding=sh, last_batch="pad",
+                       shuffle=meshfeed.Shuffle(seed=5, window=3), num_epochs=None,
+                       columns={"id": None, "t": meshfeed.Column(length=4)})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.global_batch_size = 16
+    assert cfg.datasets == (os.path.abspath("rel/*.parquet"),)
+    req = cfg.request(4, [1, 3], (2, 7))
+    assert req == {"version": 1, "datasets": list(cfg.datasets), "global_batch_size": 8, "num_slices": 4,
+                   "slices": [1, 3], "last_batch": "pad", "epochs": 0, "start": {"epoch": 2, "step": 7},
+                   "columns": [{"name": "id"}, {"name": "t", "length": 4}], "seed": 5,
+                   "shuffle": {"enabled": True, "window": 3}, "mask_column": "valid"}
+    fp = cfg.fingerprint(4, {"num_rows": 100, "steps_per_epoch": 13})
+    # every request field but the per-process and per-position ones, plus the plan
+    assert set(fp) == set(req) - {"version", "slices", "start", "epochs"} | {"num_rows", "steps_per_epoch"}
+    assert all(fp[k] == req[k] for k in req if k in fp)
+    # the same stream read by another process, from another position, for other epochs: same fingerprint
+    other = LoaderConfig(data="rel/*.parquet", global_batch_size=8, sharding=sh, last_batch="pad",
+                         shuffle=meshfeed.Shuffle(seed=5, window=3), num_epochs=3,
+                         columns={"id": None, "t": meshfeed.Column(length=4)})
+    assert other.fingerprint(4, {"num_rows": 100, "steps_per_epoch": 13}) == fp
