@@ -216,11 +216,14 @@ def test_local_server_start_failure_shows_stderr(binary, tmp_path):
 @pytest.mark.parametrize("make,msg", [
     (lambda: meshfeed.Shuffle(seed=-1), "Shuffle(seed=-1)"),
     (lambda: meshfeed.Shuffle(window=1.5), "Shuffle(window=1.5)"),
-    (lambda: meshfeed.Column(dtype="float8"), "Column(dtype='float8')"),
-    (lambda: meshfeed.Column(length=-2), "Column(length=-2)"),
-    (lambda: meshfeed.Column(fill="zero"), "Column(fill='zero')"),
-    (lambda: meshfeed.Column(overflow="wrap"), "Column(overflow='wrap')"),
-    (lambda: meshfeed.Column(pack_ratio=1.0), "packing needs length"),
+    # Only what makes a well-formed request; the values the server refuses
+    # (dtype names, negative lengths, fills, overflow rules, packing) moved to
+    # test_shaping.py::test_server_judges_column_shaping.
+    (lambda: meshfeed.Column(dtype=3), "Column(dtype=3)"),
+    (lambda: meshfeed.Column(length=1.5), "Column(length=1.5)"),
+    (lambda: meshfeed.Column(fill=float("nan")), "write non-finite fills as 'nan'"),
+    (lambda: meshfeed.Column(fill=[1]), "Column(fill=[1])"),
+    (lambda: meshfeed.Column(pack_ratio=float("inf")), "Column(pack_ratio=inf)"),
 ])
 def test_config_validation(make, msg):
     with pytest.raises(ValueError) as e:
