@@ -286,3 +286,115 @@ def test_loader_config_request_and_fingerprint_derive_from_one_config():
                          shuffle=meshfeed.Shuffle(seed=5, window=3), num_epochs=3,
                          columns={"id": None, "t": meshfeed.Column(length=4)})
     assert other.fingerprint(4, {"num_rows": 100, "steps_per_epoch": 13}) == fp
+
+
+# -- recovery decides by type, code and the server's detail ----------------------
+
+def _pb_varint(x):
+    out = bytearray()
+    while True:
+        out.append((x & 0x7F) | (0x80 if x > 0x7F else 0))
+        x >>= 7
+        if not x:
+            return bytes(out)
+
+
+def _pb(num, v):
+    """One protobuf field: an int (varint) or bytes/str (length-delimited)."""
+    if isinstance(v, int):
+        return _pb_varint(num << 3) + _pb_varint(v)
+    v = v.encode() if isinstance(v, str) else v
+    return _pb_varint(num << 3 | 2) + _pb_varint(len(v)) + v
+
+
+def rpc_status(code, message, retry_s=None, reason=None, metadata=None):
+    """A google.rpc.Status as grpc-go's status.WithDetails sends it."""
+    out = _pb(1, code) + _pb(2, message)
+    if retry_s is not None:
+        delay = _pb(1, _pb(1, int(retry_s)) + _pb(2, int(retry_s % 1 * 1e9)))
+        out += _pb(3, _pb(1, "type.googleapis.com/google.rpc.RetryInfo") + _pb(2, delay))
+    if reason is not None:
+        info = _pb(1, reason) + _pb(2, "meshfeed") + b"".join(
+            _pb(3, _pb(1, k) + _pb(2, v)) for k, v in (metadata or {}).items())
+        out += _pb(3, _pb(1, "type.googleapis.com/google.rpc.ErrorInfo") + _pb(2, info))
+    return out
+
+
+def test_status_detail_decodes_and_tolerates_absence():
+    from meshfeed._src.errors import status_detail
+    d = status_detail(rpc_status(14, "draining", retry_s=1.5, reason="SERVER_DRAINING", metadata={"step": "3"}))
+    assert d.code == "UNAVAILABLE" and d.message == "draining" and d.retry and d.retry_delay == 1.5
+    assert (d.reason, d.domain, d.metadata) == ("SERVER_DRAINING", "meshfeed", {"step": "3"})
+    d = status_detail(rpc_status(9, "overflow"))
+    assert d.code == "FAILED_PRECONDITION" and not d.retry and d.reason is None
+    for junk in (None, b"", b"\xff\xff", b"not a proto", rpc_status(99, "x"), rpc_status(0, "ok")):
+        assert status_detail(junk) is None, junk
+
+
+@pytest.mark.parametrize("exc,want", [
+    # a killed server: UNAVAILABLE, whatever the message says
+    (flight.FlightUnavailableError("Flight returned unavailable error, with message: Stream removed"), True),
+    (flight.FlightUnavailableError("Flight returned unavailable error, with message: anything"), True),
+    (flight.FlightTimedOutError("Flight returned timeout error, with message: deadline"), True),
+    (ConnectionResetError(104, "Connection reset by peer"), True),
+    (BrokenPipeError(32, "Broken pipe"), True),
+    # words in a message decide nothing any more
+    (flight.FlightInternalError("Flight returned internal error, with message: socket closed eof goaway"), False),
+    (flight.FlightCancelledError("Flight returned cancelled error, with message: connection reset rst_stream"), False),
+    (pa.ArrowInvalid("gRPC returned precondition failed error, with message: storage unavailable"), False),
+    (RuntimeError("connection refused"), False),
+    # the server's detail decides: an INTERNAL it marks retryable, an UNAVAILABLE it explains
+    (flight.FlightInternalError("Flight returned internal error, with message: x",
+                                rpc_status(13, "backend restarted", retry_s=0.1)), True),
+    (flight.FlightInternalError("Flight returned internal error, with message: x",
+                                rpc_status(14, "draining", reason="SERVER_DRAINING")), True),
+    (flight.FlightInternalError("Flight returned internal error, with message: x",
+                                rpc_status(9, "column id row 5: overflow")), False),
+])
+def test_recoverable_by_type_code_and_detail(exc, want):
+    from meshfeed._src.errors import recoverable
+    assert recoverable(exc) is want, f"recoverable({exc!r}) = {not want}, want {want}"
+
+
+def test_from_flight_takes_the_code_from_the_server_detail():
+    """pyarrow raises FlightInternalError for any code that carries a detail:
+    the detail's code decides the exception type."""
+    e = flight.FlightInternalError("Flight returned internal error, with message: plan: N=10",
+                                   rpc_status(9, "plan: N=10 B=3", reason="PLAN"))
+    got = from_flight(e)
+    assert type(got) is meshfeed.PlanError and got.code == "FAILED_PRECONDITION", repr(got)
+    assert got.server_message == "plan: N=10 B=3" and got.detail.reason == "PLAN" and got.__cause__ is e
+
+
+@pytest.fixture
+def detail_server(tmp_path):
+    """A real Flight server (pyarrow's, on a Unix socket) whose calls fail with
+    a status and extra_info, as the Go server is to send them: pyarrow's
+    server puts extra_info in grpc-status-details-bin beside x-arrow-status."""
+    class Failing(flight.FlightServerBase):
+        def do_get(self, context, ticket):
+            code, retry = ticket.ticket.decode().split(":")
+            detail = rpc_status(int(code), f"code {code}", retry_s=0.5 if retry == "1" else None, reason="TEST")
+            raise flight.FlightInternalError(f"code {code}", detail)
+
+    sock = str(tmp_path / "f.sock")
+    srv = Failing(f"grpc+unix://{sock}")
+    yield flight.connect(f"grpc+unix://{sock}")
+    srv.shutdown()
+
+
+@pytest.mark.parametrize("ticket,cls,code,want", [
+    ("14:0", meshfeed.UnavailableError, "UNAVAILABLE", True),
+    ("13:1", meshfeed.MeshfeedError, "INTERNAL", True),
+    ("13:0", meshfeed.MeshfeedError, "INTERNAL", False),
+    ("3:0", meshfeed.InvalidRequestError, "INVALID_ARGUMENT", False),
+    ("9:0", meshfeed.PlanError, "FAILED_PRECONDITION", False),
+])
+def test_status_detail_over_the_wire(detail_server, ticket, cls, code, want):
+    from meshfeed._src.errors import recoverable
+    with pytest.raises(flight.FlightError) as e:
+        detail_server.do_get(flight.Ticket(ticket.encode())).read_all()
+    assert e.value.extra_info, "extra_info lost on the wire"
+    got = from_flight(e.value)
+    assert type(got) is cls and got.code == code and got.detail.reason == "TEST", repr(got)
+    assert recoverable(e.value) is want

@@ -18,11 +18,11 @@ import jax
 import numpy as np
 
 from .config import Column, LoaderConfig, Shuffle
-from .errors import MeshfeedError, PlanError, StateMismatchError
+from .errors import MeshfeedError, PlanError, StateMismatchError, recoverable
 from .layout import Materializer, layout_of
 from .prefetch import END, Failure, Prefetcher
 from .server import LocalServer
-from .session import Session, recoverable
+from .session import Session
 
 STATE_VERSION = 1
 

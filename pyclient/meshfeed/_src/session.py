@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from .config import LoaderConfig
-from .errors import MeshfeedError, PlanError, UnavailableError, from_flight
+from .errors import MeshfeedError, PlanError, UnavailableError, from_flight, recoverable
 from .server import LocalServer, allowed_root, find_binary
 
 
@@ -22,20 +22,6 @@ def _location(server: str) -> str:
     if server.startswith("unix://"):
         return "grpc+unix://" + server[len("unix://"):]
     return "grpc+tcp://" + server
-
-
-def recoverable(exc: BaseException) -> bool:
-    """Whether a stream error means the server (or its storage) went away for
-    now: UNAVAILABLE or DEADLINE_EXCEEDED, a broken connection (a killed server
-    ends the call with UNAVAILABLE, or with INTERNAL/CANCELLED and a message
-    about the closed connection)."""
-    if isinstance(exc, UnavailableError) or isinstance(exc, (ConnectionError, flight.FlightUnavailableError)):
-        return True
-    if isinstance(exc, MeshfeedError) and exc.code in ("INTERNAL", "CANCELLED", None) and exc.__cause__ is not None:
-        msg = str(exc).lower()
-        return any(w in msg for w in ("socket closed", "connection reset", "broken pipe", "rst_stream",
-                                      "connection refused", "failed to connect", "goaway", "eof"))
-    return False
 
 
 class Session:
