@@ -398,3 +398,67 @@ def test_status_detail_over_the_wire(detail_server, ticket, cls, code, want):
     got = from_flight(e.value)
     assert type(got) is cls and got.code == code and got.detail.reason == "TEST", repr(got)
     assert recoverable(e.value) is want
+
+
+@pytest.mark.parametrize("make", [
+    lambda: named((4, 2), ("data", "model"), P("data")),
+    lambda: named((8,), ("data",), P("data")),
+    lambda: named((4, 2), ("data", "model"), P(("data", "model"))),
+    lambda: named((4, 2), ("data", "model"), P("model")),  # replicated over data
+    lambda: named((4, 2), ("data", "model"), P()),  # fully replicated
+    lambda: jax.sharding.SingleDeviceSharding(jax.devices()[5]),
+], ids=["4x2-data", "8-data", "4x2-data+model", "4x2-model", "replicated", "single-device"])
+def test_one_placement_call_per_step(make, monkeypatch):
+    """Every array column of a step goes to the devices in one jax.device_put
+    call (a batched transfer), whatever the sharding; each device holds
+    exactly its rows, and aligned rows are still aliased, not copied."""
+    sh = make()
+    B = 64
+    L = layout_of(sh, B)
+    rb = _aligned_batch(B)
+    mat = Materializer(rb.schema, sh, L, "valid")
+    from jax._src import api as jax_api  # what make_array_from_process_local_data calls on one process
+    calls, makes = [], []
+
+    def counting(real, into):
+        def f(*a, **kw):
+            into.append(len(a[0]) if isinstance(a[0], (list, tuple)) else 1)
+            return real(*a, **kw)
+        return f
+
+    monkeypatch.setattr(jax, "device_put", counting(jax.device_put, calls))
+    monkeypatch.setattr(jax_api, "device_put", counting(jax_api.device_put, calls))
+    monkeypatch.setattr(jax, "make_array_from_process_local_data",
+                        counting(jax.make_array_from_process_local_data, makes))
+    for step in range(3):
+        out = mat(rb)
+        assert len(calls) == step + 1, f"step {step}: {len(calls) - step} device_put calls, want 1"
+    # id, x, bf, img and valid in one call per step; name stays a pyarrow array
+    assert calls == [5, 5, 5] and makes == [5, 5, 5], (calls, makes)
+    want = {"id": np.arange(B), "valid": np.arange(B) % 3 != 0,
+            "x": np.arange(B * 4, dtype=np.float32).reshape(B, 4)}
+    for name, w in want.items():
+        assert out[name].sharding == sh
+        for shard in out[name].addressable_shards:
+            np.testing.assert_array_equal(np.asarray(shard.data), w[shard.index], err_msg=f"{name} {shard.device}")
+    buf = rb.column(0).buffers()[1]
+    for shard in out["id"].addressable_shards:
+        p = shard.data.unsafe_buffer_pointer()
+        assert buf.address <= p < buf.address + buf.size, f"id on {shard.device}: copied"
+    # independently, per device: the rows of each Arrow-backed view that do not start 64-byte aligned
+    unaligned = sum(1 for view, b in mat.last_views.values() if b is not None for _, k in L.devices
+                    if view[k * L.b:(k + 1) * L.b].ctypes.data % 64)
+    assert mat.counts == {"host_copies": 0, "mask_unpacks": 1, "unaligned_transfers": unaligned}
+
+
+def test_unaligned_transfers_counted_per_device():
+    """The counter without a loop over devices: a record sliced one row in
+    puts every device's int64 rows 8 bytes off a 64-byte boundary."""
+    sh = named((4, 2), ("data", "model"), P("data"))
+    L = layout_of(sh, 64)
+    rb = _aligned_batch(65).slice(1, 64).select(["id"])
+    mat = Materializer(rb.schema, sh, L, None)
+    out = mat(rb)
+    np.testing.assert_array_equal(np.asarray(out["id"]), np.arange(1, 65))
+    want = sum(1 for dev, k in L.devices if (rb.column(0).buffers()[1].address + 8 * (1 + k * L.b)) % 64)
+    assert mat.counts["unaligned_transfers"] == want == 8
