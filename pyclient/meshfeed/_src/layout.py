@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import jax
 import ml_dtypes
@@ -126,6 +126,37 @@ def column_spec(field: pa.Field) -> ColumnSpec:
             raise MeshfeedError(f"column {field.name!r}: tensor shape {list(shape)} does not match {field.type}")
         trailing = shape
     return ColumnSpec(field.name, "dense", dtype, trailing, depth)
+
+
+# What the server narrows a 64-bit column to when jax_enable_x64 is off (JAX
+# would convert it on the host: a copy of every step).
+_NARROW = {np.dtype(np.int64): "int32", np.dtype(np.uint64): "uint32", np.dtype(np.float64): "float32"}
+
+
+def narrowed_columns(schema: pa.Schema, columns: Sequence[Mapping[str, Any]] | None,
+                     mask_key: str | None) -> list[dict[str, Any]] | None:
+    """The request's column objects with a narrowing dtype for every 64-bit
+    array column of ``schema`` that JAX would otherwise convert on the host
+    (jax_enable_x64 off): int64 to int32, uint64 to uint32, float64 to
+    float32, done by the server, which checks integer overflow. ``columns``
+    None means all of the schema's columns (the mask ``mask_key`` aside).
+    None when nothing needs narrowing."""
+    targets = {}
+    for f in schema:
+        spec = column_spec(f)
+        if spec.kind == "dense" and spec.dtype in _NARROW and jax.dtypes.canonicalize_dtype(spec.dtype) != spec.dtype:
+            targets[f.name] = _NARROW[spec.dtype]
+    if not targets:
+        return None
+    if columns is None:
+        columns = [{"name": f.name} for f in schema if f.name != mask_key]
+    out = []
+    for c in columns:
+        c = dict(c)
+        if c["name"] in targets and c.get("dtype") is None:
+            c["dtype"] = targets[c["name"]]
+        out.append(c)
+    return out
 
 
 def dense_view(arr: pa.Array, spec: ColumnSpec) -> tuple[np.ndarray, pa.Buffer]:

@@ -19,7 +19,7 @@ import numpy as np
 
 from .config import Column, LoaderConfig, Shuffle
 from .errors import MeshfeedError, PlanError, StateMismatchError, recoverable
-from .layout import Materializer, layout_of
+from .layout import Materializer, layout_of, narrowed_columns
 from .prefetch import END, Failure, Prefetcher
 from .server import LocalServer
 from .session import Session
@@ -59,6 +59,11 @@ class Loader:
         columns: None (all columns), a list of names, or ``{name: Column or None}``.
             Whether a column's shaping is valid is the server's to say: it is
             asked at construction, and its refusal raised (InvalidRequestError).
+            With ``jax_enable_x64`` off (JAX's default) the server narrows
+            64-bit columns before sending them, so that no host copy is made:
+            int64 to int32 and uint64 to uint32 (a value that does not fit
+            fails the stream with a PlanError naming the column), float64 to
+            float32. Enable x64 to keep them 64-bit.
         last_batch: ``"drop"``, ``"pad"`` (adds a boolean mask ``mask_key``) or
             ``"raise"`` (PlanError at construction unless ``N % B == 0``).
         shuffle: a :class:`Shuffle`, or None for file order.
@@ -116,11 +121,20 @@ class Loader:
     # -- configuration ---------------------------------------------------
 
     def _request(self, start: tuple[int, int]) -> dict[str, Any]:
-        return self._cfg.request(self._layout.D, self._layout.slices, start)
+        return self._cfg.request(self._layout.D, self._layout.slices, start, self._columns)
 
     def _plan(self, state: Mapping[str, Any] | None) -> None:
         cfg = self._cfg
+        self._columns = None  # the configured columns, until narrowed below
         schema, plan = self._session.plan(self._request((0, 0)))
+        # Without jax_enable_x64, 64-bit columns are narrowed by the server
+        # (a rendering of the same stream: the fingerprint does not change).
+        narrow = narrowed_columns(schema, cfg.wire_columns, cfg.pad_mask)
+        if narrow is not None:
+            self._columns = narrow
+            schema, again = self._session.plan(self._request((0, 0)))
+            if (again["num_rows"], again["steps_per_epoch"]) != (plan["num_rows"], plan["steps_per_epoch"]):
+                raise PlanError(f"the server plans {again} with 64-bit columns narrowed, {plan} without")
         self._plan_info = plan
         self._num_rows, self._spe = plan["num_rows"], plan["steps_per_epoch"]
         N, B = self._num_rows, cfg.global_batch_size
