@@ -38,11 +38,14 @@ def main():
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch", type=int, default=2000)
     ap.add_argument("--x64", choices=["on", "off"], default="on")
+    ap.add_argument("--id-dtype", choices=["int64", "int32"], default=None,
+                    help="dtype of the id column received (default: int64 with x64 on, int32 with it off, "
+                         "as the client now asks the server for)")
     args = ap.parse_args()
     jax.config.update("jax_enable_x64", args.x64 == "on")
     from meshfeed._src.layout import Materializer, layout_of
     # With x64 off the client asks the server for int32 ids (no host copy); model that record.
-    rb = record(args.batch, np.int64 if args.x64 == "on" else np.int32)
+    rb = record(args.batch, np.dtype(args.id_dtype or ("int64" if args.x64 == "on" else "int32")))
     for name, shape, axes, spec in [("4x2 P(data)", (4, 2), ("data", "model"), P("data")),
                                     ("8 P(data)", (8,), ("data",), P("data"))]:
         sh = NamedSharding(jax.make_mesh(shape, axes), spec)
