@@ -118,6 +118,8 @@ WIRE_VERSION = 1
 
 def _normalize_uri(uri: Any) -> tuple[str | None, str | None]:
     """(normalized URI, None) or (None, problem)."""
+    if isinstance(uri, os.PathLike):
+        uri = os.fspath(uri)
     if not isinstance(uri, str) or not uri:
         return None, f"data URI {uri!r}: want a non-empty string"
     if uri.startswith("gs://") or uri.startswith("file://"):
@@ -136,6 +138,8 @@ def _wire_columns(columns: Any, bad: Any) -> tuple[dict[str, Any], ...] | None:
         return None
     out = []
     if isinstance(columns, Mapping):
+        if not columns:
+            bad("columns: empty; pass None for all columns")
         for name, col in columns.items():
             if not isinstance(name, str) or not name:
                 bad(f"columns: {name!r} is not a column name")
@@ -149,13 +153,13 @@ def _wire_columns(columns: Any, bad: Any) -> tuple[dict[str, Any], ...] | None:
         except TypeError:
             bad(f"columns={columns!r}: want None, a list of names or a dict of meshfeed.Column")
             return None
+        if not names:
+            bad("columns: empty; pass None for all columns")
         for name in names:
             if not isinstance(name, str) or not name:
                 bad(f"columns: {name!r} is not a column name")
             else:
                 out.append({"name": name})
-    if not (columns.items() if isinstance(columns, Mapping) else names):
-        bad("columns: empty; pass None for all columns")
     names = [c["name"] for c in out]
     if len(set(names)) != len(names):
         bad(f"columns: duplicate names in {names}")
@@ -171,8 +175,8 @@ class LoaderConfig:
     """Everything a Loader is asked for, checked once: the arguments of
     :class:`meshfeed.Loader` as given, validated in ``__post_init__``, which
     reports every problem at once (one InvalidRequestError naming each bad
-    value). ``datasets`` and ``columns`` hold the normalized forms (absolute
-    paths, the request's column objects).
+    value). ``datasets`` and ``wire_columns`` hold the normalized forms
+    (absolute paths, the request's column objects).
 
     The wire request (:meth:`request`) and the state fingerprint
     (:meth:`fingerprint`) both derive from it; which value the server accepts
@@ -198,7 +202,7 @@ class LoaderConfig:
     def __post_init__(self) -> None:
         problems: list[str] = []
         bad = problems.append
-        uris = [self.data] if isinstance(self.data, str) else list(self.data) \
+        uris = [self.data] if isinstance(self.data, (str, os.PathLike)) else list(self.data) \
             if isinstance(self.data, Sequence) else None
         datasets: list[str] = []
         if uris is None:
