@@ -31,6 +31,20 @@ def _pctl(xs: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q)) if len(xs) else 0.0
 
 
+def _upgrade_fingerprint(fp: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A fingerprint written before LoaderConfig (flat ``seed``, ``window``
+    and ``mask_key`` keys) in today's terms, so that such checkpoints resume."""
+    if "window" not in fp and "mask_key" not in fp:
+        return fp
+    out = dict(fp)
+    seed, window, mask = out.pop("seed", None), out.pop("window", None), out.pop("mask_key", None)
+    if seed is not None or window is not None:
+        out["seed"], out["shuffle"] = seed, {"enabled": True, "window": window}
+    if mask is not None:
+        out["mask_column"] = mask
+    return out
+
+
 def _close_all(prefetcher_box: list, session_box: list) -> None:
     """Stops the prefetcher and closes the session (connection and local
     server). The lists are the Loader's own: recovery replaces the
@@ -164,6 +178,7 @@ class Loader:
         mine, theirs = self._fingerprint(), state.get("fingerprint")
         if not isinstance(theirs, Mapping):
             raise StateMismatchError(f"state has no fingerprint: {state!r}")
+        theirs = _upgrade_fingerprint(theirs)
         # Compare through JSON so a state that went through json.dump/load matches.
         mine_j = json.loads(json.dumps(mine))
         diffs = [f"{k}: state has {theirs.get(k)!r}, this loader has {mine_j.get(k)!r}"
