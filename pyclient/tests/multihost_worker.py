@@ -60,6 +60,18 @@ def main() -> int:
                                process_id=args.process_id, initialization_timeout=30,
                                heartbeat_timeout_seconds=10, shutdown_timeout_seconds=30)
     import meshfeed
+    from meshfeed._src import layout as layout_mod
+
+    # Count the client's placement calls (one per step, issue 12): every
+    # array of a step goes through one make_array_from_process_local_data.
+    placements = []
+    real_make = layout_mod.jax.make_array_from_process_local_data
+
+    def counting_make(*a, **kw):
+        placements.append(1)
+        return real_make(*a, **kw)
+
+    layout_mod.jax.make_array_from_process_local_data = counting_make
 
     result = {"process_index": jax.process_index(), "process_count": jax.process_count(),
               "local_device_count": jax.local_device_count(), "device_count": jax.device_count(), "runs": {}}
@@ -80,6 +92,7 @@ def main() -> int:
         sharding = NamedSharding(mesh, P(*spec))
         shuf = meshfeed.Shuffle(seed=shuffle[0], window=shuffle[1]) if shuffle else None
         run = {"steps": []}
+        placements.clear()
         with meshfeed.Loader(args.data, global_batch_size=args.batch_size, sharding=sharding,
                              columns=["id", "label", "features"], last_batch="pad", shuffle=shuf,
                              num_epochs=epochs, binary=args.binary) as loader:
@@ -102,6 +115,7 @@ def main() -> int:
                                            "labels": np.asarray(labels[dev].data).tolist()})
                 run["steps"].append(step)
             run["stats"] = loader.stats()
+            run["placements"] = len(placements)
         result["runs"][name] = run
 
     result["seconds"] = time.monotonic() - t0

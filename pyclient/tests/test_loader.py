@@ -260,3 +260,47 @@ def test_server_args_reach_the_local_server(dataset, glob):
         meshfeed.Loader(glob, global_batch_size=64, sharding=sh, server_args=["--no-such-flag"])
     with pytest.raises(meshfeed.InvalidRequestError, match="server_args"):
         meshfeed.Loader(glob, global_batch_size=64, sharding=sh, server="unix:///nonexistent", server_args=["--x"])
+
+
+def test_one_placement_call_per_step_through_the_loader(server, glob, monkeypatch):
+    """The hot path places each step with one call (issue 12): no per-device
+    jax.device_put loop, whatever the mesh."""
+    calls = []
+    real = jax.make_array_from_process_local_data
+    real_put = jax.device_put
+    puts = []
+    monkeypatch.setattr(jax, "make_array_from_process_local_data", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    monkeypatch.setattr(jax, "device_put", lambda *a, **kw: puts.append(1) or real_put(*a, **kw))
+    for shape, names, spec, D in LAYOUTS:
+        calls.clear()
+        with meshfeed.Loader(glob, global_batch_size=64, sharding=sharding(shape, names, spec),
+                             server=server.address, last_batch="pad") as ld:
+            n = 0
+            for s, batch in enumerate(ld):
+                np.testing.assert_array_equal(np.asarray(batch["id"]), expected_ids(ROWS, 64, D, s)[0])
+                n += 1
+        assert n == ld.steps_per_epoch and len(calls) == n, (spec, n, len(calls))
+    assert not puts, f"{len(puts)} per-array jax.device_put calls on the hot path"
+
+
+def test_state_from_the_previous_fingerprint_format_resumes(server, glob):
+    """Checkpoints written before the fingerprint was derived from the request
+    (flat seed, window, mask_key) still resume; a changed value is still refused."""
+    sh = sharding((8,), ("data",), P("data"))
+    kw = dict(global_batch_size=64, sharding=sh, server=server.address, last_batch="pad", columns=["id"],
+              shuffle=meshfeed.Shuffle(seed=3, window=40))
+    with meshfeed.Loader(glob, **kw) as ld:
+        it = iter(ld)
+        next(it), next(it)
+        new = ld.state()
+        want = np.asarray(next(it)["id"])
+    fp = new["fingerprint"]
+    old = {"version": 1, "position": new["position"], "fingerprint": {
+        "datasets": fp["datasets"], "columns": [{"name": "id"}], "global_batch_size": 64, "num_slices": 8,
+        "seed": 3, "window": 40, "last_batch": "pad", "mask_key": "valid",
+        "num_rows": fp["num_rows"], "steps_per_epoch": fp["steps_per_epoch"]}}
+    with meshfeed.Loader(glob, state=old, **kw) as ld:
+        np.testing.assert_array_equal(np.asarray(next(iter(ld))["id"]), want)
+    old["fingerprint"]["window"] = 41
+    with pytest.raises(meshfeed.StateMismatchError, match="shuffle"):
+        meshfeed.Loader(glob, state=old, **kw)

@@ -1,6 +1,7 @@
 """Per-column shaping requested through meshfeed.Column, applied by the server."""
 
 import subprocess
+import threading
 
 import jax.numpy as jnp
 import ml_dtypes
@@ -56,3 +57,32 @@ def test_bfloat16_and_fixed_length_tokens(tokens_server):
                 assert (row[k:] == -1).all(), row
             n += 1
         assert n == ROWS // B
+
+
+# Moved from test_units.py::test_config_validation when the client stopped
+# keeping its own copy of the server's shaping rules: the same inputs are
+# still refused as ValueError (InvalidRequestError is one), now by the server,
+# at Loader construction, with the server's message naming the column.
+@pytest.mark.parametrize("col,msg", [
+    (meshfeed.Column(dtype="float8"), 'dtype "float8" is unknown'),
+    (meshfeed.Column(dtype="float64"), 'dtype "float64" is unknown'),
+    (meshfeed.Column(dtype="int64"), 'dtype "int64" is unknown'),
+    (meshfeed.Column(dtype="bool"), 'dtype "bool" is unknown'),
+    (meshfeed.Column(length=-2), "length -2 is negative"),
+    (meshfeed.Column(length=L, fill="zero"), 'fill "zero" is neither a number'),
+    (meshfeed.Column(length=L, overflow="wrap"), 'overflow "wrap" is unknown'),
+    (meshfeed.Column(pack_ratio=1.0), "PackRatio 1 needs a Length"),
+    (meshfeed.Column(length=L, pack_ratio=0.5), "PackRatio 0.5 must be 0"),
+])
+def test_server_judges_column_shaping(tokens_server, col, msg):
+    srv, glob = tokens_server
+    sharding = NamedSharding(jax.make_mesh((8,), ("data",)), P("data"))
+    with pytest.raises(ValueError, match="tokens") as e:
+        meshfeed.Loader(glob, global_batch_size=B, sharding=sharding, columns={"tokens": col}, server=srv.address)
+    assert isinstance(e.value, meshfeed.InvalidRequestError) and e.value.code == "INVALID_ARGUMENT", repr(e.value)
+    assert msg in e.value.server_message, f"{msg!r} not in {e.value.server_message!r}"
+    assert not [t for t in threading.enumerate() if t.name == "meshfeed-prefetch"]  # refused before streaming
+    # the server keeps serving: the same column unshaped plans fine
+    with meshfeed.Loader(glob, global_batch_size=B, sharding=sharding, columns=["tokens", "id"],
+                         server=srv.address) as ld:
+        assert ld.steps_per_epoch == ROWS // B

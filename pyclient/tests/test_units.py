@@ -1,6 +1,9 @@
 """Unit tests of the client's parts that need no server."""
 
 
+import dataclasses
+import os
+
 import jax
 import ml_dtypes
 import numpy as np
@@ -213,11 +216,14 @@ def test_local_server_start_failure_shows_stderr(binary, tmp_path):
 @pytest.mark.parametrize("make,msg", [
     (lambda: meshfeed.Shuffle(seed=-1), "Shuffle(seed=-1)"),
     (lambda: meshfeed.Shuffle(window=1.5), "Shuffle(window=1.5)"),
-    (lambda: meshfeed.Column(dtype="float8"), "Column(dtype='float8')"),
-    (lambda: meshfeed.Column(length=-2), "Column(length=-2)"),
-    (lambda: meshfeed.Column(fill="zero"), "Column(fill='zero')"),
-    (lambda: meshfeed.Column(overflow="wrap"), "Column(overflow='wrap')"),
-    (lambda: meshfeed.Column(pack_ratio=1.0), "packing needs length"),
+    # Only what makes a well-formed request; the values the server refuses
+    # (dtype names, negative lengths, fills, overflow rules, packing) moved to
+    # test_shaping.py::test_server_judges_column_shaping.
+    (lambda: meshfeed.Column(dtype=3), "Column(dtype=3)"),
+    (lambda: meshfeed.Column(length=1.5), "Column(length=1.5)"),
+    (lambda: meshfeed.Column(fill=float("nan")), "write non-finite fills as 'nan'"),
+    (lambda: meshfeed.Column(fill=[1]), "Column(fill=[1])"),
+    (lambda: meshfeed.Column(pack_ratio=float("inf")), "Column(pack_ratio=inf)"),
 ])
 def test_config_validation(make, msg):
     with pytest.raises(ValueError) as e:
@@ -242,3 +248,217 @@ def test_public_surface():
         "BinaryNotFoundError", "StateMismatchError"}
     assert meshfeed.PlanError.__module__ == "meshfeed"
     assert [n for n in dir(meshfeed) if not n.startswith("_")] == sorted(meshfeed.__all__)
+
+
+def test_loader_config_reports_every_problem_at_once():
+    from meshfeed._src.config import LoaderConfig
+    with pytest.raises(meshfeed.InvalidRequestError) as e:
+        LoaderConfig(data=[], global_batch_size=0, sharding="data", last_batch="keep", num_epochs=0,
+                     prefetch=True, mask_key="", recovery_timeout=-1, server="unix:///s", server_args=["--x"],
+                     columns={"id": "int32"}, shuffle=3)
+    msg = str(e.value)
+    for want in ["11 problems", "data: name at least one dataset URI", "global_batch_size=0", "sharding='data'",
+                 "last_batch='keep'", "num_epochs=0", "prefetch=True", "mask_key=''", "recovery_timeout=-1",
+                 "server_args: only for a local server", "columns['id']='int32'", "shuffle=3"]:
+        assert want in msg, f"{want!r} not in {msg!r}"
+
+
+def test_loader_config_request_and_fingerprint_derive_from_one_config():
+    from meshfeed._src.config import LoaderConfig
+    sh = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    cfg = LoaderConfig(data="rel/*.parquet", global_batch_size=8, sharding=sh, last_batch="pad",
+                       shuffle=meshfeed.Shuffle(seed=5, window=3), num_epochs=None,
+                       columns={"id": None, "t": meshfeed.Column(length=4)})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.global_batch_size = 16
+    assert cfg.datasets == (os.path.abspath("rel/*.parquet"),)
+    req = cfg.request(4, [1, 3], (2, 7))
+    assert req == {"version": 1, "datasets": list(cfg.datasets), "global_batch_size": 8, "num_slices": 4,
+                   "slices": [1, 3], "last_batch": "pad", "epochs": 0, "start": {"epoch": 2, "step": 7},
+                   "columns": [{"name": "id"}, {"name": "t", "length": 4}], "seed": 5,
+                   "shuffle": {"enabled": True, "window": 3}, "mask_column": "valid"}
+    fp = cfg.fingerprint(4, {"num_rows": 100, "steps_per_epoch": 13})
+    # every request field but the per-process and per-position ones, plus the plan
+    assert set(fp) == set(req) - {"version", "slices", "start", "epochs"} | {"num_rows", "steps_per_epoch"}
+    assert all(fp[k] == req[k] for k in req if k in fp)
+    # the same stream read by another process, from another position, for other epochs: same fingerprint
+    other = LoaderConfig(data="rel/*.parquet", global_batch_size=8, sharding=sh, last_batch="pad",
+                         shuffle=meshfeed.Shuffle(seed=5, window=3), num_epochs=3,
+                         columns={"id": None, "t": meshfeed.Column(length=4)})
+    assert other.fingerprint(4, {"num_rows": 100, "steps_per_epoch": 13}) == fp
+
+
+# -- recovery decides by type, code and the server's detail ----------------------
+
+def _pb_varint(x):
+    out = bytearray()
+    while True:
+        out.append((x & 0x7F) | (0x80 if x > 0x7F else 0))
+        x >>= 7
+        if not x:
+            return bytes(out)
+
+
+def _pb(num, v):
+    """One protobuf field: an int (varint) or bytes/str (length-delimited)."""
+    if isinstance(v, int):
+        return _pb_varint(num << 3) + _pb_varint(v)
+    v = v.encode() if isinstance(v, str) else v
+    return _pb_varint(num << 3 | 2) + _pb_varint(len(v)) + v
+
+
+def rpc_status(code, message, retry_s=None, reason=None, metadata=None):
+    """A google.rpc.Status as grpc-go's status.WithDetails sends it."""
+    out = _pb(1, code) + _pb(2, message)
+    if retry_s is not None:
+        delay = _pb(1, _pb(1, int(retry_s)) + _pb(2, int(retry_s % 1 * 1e9)))
+        out += _pb(3, _pb(1, "type.googleapis.com/google.rpc.RetryInfo") + _pb(2, delay))
+    if reason is not None:
+        info = _pb(1, reason) + _pb(2, "meshfeed") + b"".join(
+            _pb(3, _pb(1, k) + _pb(2, v)) for k, v in (metadata or {}).items())
+        out += _pb(3, _pb(1, "type.googleapis.com/google.rpc.ErrorInfo") + _pb(2, info))
+    return out
+
+
+def test_status_detail_decodes_and_tolerates_absence():
+    from meshfeed._src.errors import status_detail
+    d = status_detail(rpc_status(14, "draining", retry_s=1.5, reason="SERVER_DRAINING", metadata={"step": "3"}))
+    assert d.code == "UNAVAILABLE" and d.message == "draining" and d.retry and d.retry_delay == 1.5
+    assert (d.reason, d.domain, d.metadata) == ("SERVER_DRAINING", "meshfeed", {"step": "3"})
+    d = status_detail(rpc_status(9, "overflow"))
+    assert d.code == "FAILED_PRECONDITION" and not d.retry and d.reason is None
+    for junk in (None, b"", b"\xff\xff", b"not a proto", rpc_status(99, "x"), rpc_status(0, "ok")):
+        assert status_detail(junk) is None, junk
+
+
+@pytest.mark.parametrize("exc,want", [
+    # a killed server: UNAVAILABLE, whatever the message says
+    (flight.FlightUnavailableError("Flight returned unavailable error, with message: Stream removed"), True),
+    (flight.FlightUnavailableError("Flight returned unavailable error, with message: anything"), True),
+    (flight.FlightTimedOutError("Flight returned timeout error, with message: deadline"), True),
+    (ConnectionResetError(104, "Connection reset by peer"), True),
+    (BrokenPipeError(32, "Broken pipe"), True),
+    # words in a message decide nothing any more
+    (flight.FlightInternalError("Flight returned internal error, with message: socket closed eof goaway"), False),
+    (flight.FlightCancelledError("Flight returned cancelled error, with message: connection reset rst_stream"), False),
+    (pa.ArrowInvalid("gRPC returned precondition failed error, with message: storage unavailable"), False),
+    (RuntimeError("connection refused"), False),
+    # the server's detail decides: an INTERNAL it marks retryable, an UNAVAILABLE it explains
+    (flight.FlightInternalError("Flight returned internal error, with message: x",
+                                rpc_status(13, "backend restarted", retry_s=0.1)), True),
+    (flight.FlightInternalError("Flight returned internal error, with message: x",
+                                rpc_status(14, "draining", reason="SERVER_DRAINING")), True),
+    (flight.FlightInternalError("Flight returned internal error, with message: x",
+                                rpc_status(9, "column id row 5: overflow")), False),
+])
+def test_recoverable_by_type_code_and_detail(exc, want):
+    from meshfeed._src.errors import recoverable
+    assert recoverable(exc) is want, f"recoverable({exc!r}) = {not want}, want {want}"
+
+
+def test_from_flight_takes_the_code_from_the_server_detail():
+    """pyarrow raises FlightInternalError for any code that carries a detail:
+    the detail's code decides the exception type."""
+    e = flight.FlightInternalError("Flight returned internal error, with message: plan: N=10",
+                                   rpc_status(9, "plan: N=10 B=3", reason="PLAN"))
+    got = from_flight(e)
+    assert type(got) is meshfeed.PlanError and got.code == "FAILED_PRECONDITION", repr(got)
+    assert got.server_message == "plan: N=10 B=3" and got.detail.reason == "PLAN" and got.__cause__ is e
+
+
+@pytest.fixture
+def detail_server(tmp_path):
+    """A real Flight server (pyarrow's, on a Unix socket) whose calls fail with
+    a status and extra_info, as the Go server is to send them: pyarrow's
+    server puts extra_info in grpc-status-details-bin beside x-arrow-status."""
+    class Failing(flight.FlightServerBase):
+        def do_get(self, context, ticket):
+            code, retry = ticket.ticket.decode().split(":")
+            detail = rpc_status(int(code), f"code {code}", retry_s=0.5 if retry == "1" else None, reason="TEST")
+            raise flight.FlightInternalError(f"code {code}", detail)
+
+    sock = str(tmp_path / "f.sock")
+    srv = Failing(f"grpc+unix://{sock}")
+    yield flight.connect(f"grpc+unix://{sock}")
+    srv.shutdown()
+
+
+@pytest.mark.parametrize("ticket,cls,code,want", [
+    ("14:0", meshfeed.UnavailableError, "UNAVAILABLE", True),
+    ("13:1", meshfeed.MeshfeedError, "INTERNAL", True),
+    ("13:0", meshfeed.MeshfeedError, "INTERNAL", False),
+    ("3:0", meshfeed.InvalidRequestError, "INVALID_ARGUMENT", False),
+    ("9:0", meshfeed.PlanError, "FAILED_PRECONDITION", False),
+])
+def test_status_detail_over_the_wire(detail_server, ticket, cls, code, want):
+    from meshfeed._src.errors import recoverable
+    with pytest.raises(flight.FlightError) as e:
+        detail_server.do_get(flight.Ticket(ticket.encode())).read_all()
+    assert e.value.extra_info, "extra_info lost on the wire"
+    got = from_flight(e.value)
+    assert type(got) is cls and got.code == code and got.detail.reason == "TEST", repr(got)
+    assert recoverable(e.value) is want
+
+
+@pytest.mark.parametrize("make", [
+    lambda: named((4, 2), ("data", "model"), P("data")),
+    lambda: named((8,), ("data",), P("data")),
+    lambda: named((4, 2), ("data", "model"), P(("data", "model"))),
+    lambda: named((4, 2), ("data", "model"), P("model")),  # replicated over data
+    lambda: named((4, 2), ("data", "model"), P()),  # fully replicated
+    lambda: jax.sharding.SingleDeviceSharding(jax.devices()[5]),
+], ids=["4x2-data", "8-data", "4x2-data+model", "4x2-model", "replicated", "single-device"])
+def test_one_placement_call_per_step(make, monkeypatch):
+    """Every array column of a step goes to the devices in one jax.device_put
+    call (a batched transfer), whatever the sharding; each device holds
+    exactly its rows, and aligned rows are still aliased, not copied."""
+    sh = make()
+    B = 64
+    L = layout_of(sh, B)
+    rb = _aligned_batch(B)
+    mat = Materializer(rb.schema, sh, L, "valid")
+    from jax._src import api as jax_api  # what make_array_from_process_local_data calls on one process
+    calls, makes = [], []
+
+    def counting(real, into):
+        def f(*a, **kw):
+            into.append(len(a[0]) if isinstance(a[0], (list, tuple)) else 1)
+            return real(*a, **kw)
+        return f
+
+    monkeypatch.setattr(jax, "device_put", counting(jax.device_put, calls))
+    monkeypatch.setattr(jax_api, "device_put", counting(jax_api.device_put, calls))
+    monkeypatch.setattr(jax, "make_array_from_process_local_data",
+                        counting(jax.make_array_from_process_local_data, makes))
+    for step in range(3):
+        out = mat(rb)
+        assert len(calls) == step + 1, f"step {step}: {len(calls) - step} device_put calls, want 1"
+    # id, x, bf, img and valid in one call per step; name stays a pyarrow array
+    assert calls == [5, 5, 5] and makes == [5, 5, 5], (calls, makes)
+    want = {"id": np.arange(B), "valid": np.arange(B) % 3 != 0,
+            "x": np.arange(B * 4, dtype=np.float32).reshape(B, 4)}
+    for name, w in want.items():
+        assert out[name].sharding == sh
+        for shard in out[name].addressable_shards:
+            np.testing.assert_array_equal(np.asarray(shard.data), w[shard.index], err_msg=f"{name} {shard.device}")
+    buf = rb.column(0).buffers()[1]
+    for shard in out["id"].addressable_shards:
+        p = shard.data.unsafe_buffer_pointer()
+        assert buf.address <= p < buf.address + buf.size, f"id on {shard.device}: copied"
+    # independently, per device: the rows of each Arrow-backed view that do not start 64-byte aligned
+    unaligned = sum(1 for view, b in mat.last_views.values() if b is not None for _, k in L.devices
+                    if view[k * L.b:(k + 1) * L.b].ctypes.data % 64)
+    assert mat.counts == {"host_copies": 0, "mask_unpacks": 1, "unaligned_transfers": unaligned}
+
+
+def test_unaligned_transfers_counted_per_device():
+    """The counter without a loop over devices: a record sliced one row in
+    puts every device's int64 rows 8 bytes off a 64-byte boundary."""
+    sh = named((4, 2), ("data", "model"), P("data"))
+    L = layout_of(sh, 64)
+    rb = _aligned_batch(65).slice(1, 64).select(["id"])
+    mat = Materializer(rb.schema, sh, L, None)
+    out = mat(rb)
+    np.testing.assert_array_equal(np.asarray(out["id"]), np.arange(1, 65))
+    want = sum(1 for dev, k in L.devices if (rb.column(0).buffers()[1].address + 8 * (1 + k * L.b)) % 64)
+    assert mat.counts["unaligned_transfers"] == want == 8

@@ -1,7 +1,9 @@
-"""meshfeed's exceptions and the mapping of Flight/gRPC errors onto them."""
+"""meshfeed's exceptions, the mapping of Flight/gRPC errors onto them, and
+which of them a Loader recovers from."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pyarrow as pa
@@ -14,12 +16,16 @@ class MeshfeedError(Exception):
     Errors that come from the server carry the gRPC status code name in
     ``code`` (for example ``"NOT_FOUND"``) and the server's message in
     ``server_message``; both are ``None`` for errors raised by the client.
+    ``detail`` is the server's machine-readable detail (a
+    :class:`StatusDetail`) when it sent one, else None.
     """
 
-    def __init__(self, message: str, *, code: str | None = None, server_message: str | None = None):
+    def __init__(self, message: str, *, code: str | None = None, server_message: str | None = None,
+                 detail: "StatusDetail | None" = None):
         super().__init__(message)
         self.code = code
         self.server_message = server_message
+        self.detail = detail
 
 
 class InvalidRequestError(MeshfeedError, ValueError):
@@ -60,6 +66,138 @@ class StateMismatchError(MeshfeedError, ValueError):
     """A checkpoint state was taken from a loader with another configuration."""
 
 
+# gRPC status codes by number (grpc/status.proto), and the exception of each.
+GRPC_CODES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+              "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
+              "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")
+_CLASS_OF_CODE: dict[str, type[MeshfeedError]] = {
+    "INVALID_ARGUMENT": InvalidRequestError, "OUT_OF_RANGE": InvalidRequestError,
+    "UNIMPLEMENTED": InvalidRequestError, "NOT_FOUND": NotFoundError, "PERMISSION_DENIED": PermissionDeniedError,
+    "UNAUTHENTICATED": PermissionDeniedError, "FAILED_PRECONDITION": PlanError,
+    "RESOURCE_EXHAUSTED": ResourceExhaustedError, "UNAVAILABLE": UnavailableError,
+    "DEADLINE_EXCEEDED": UnavailableError,
+}
+# Codes after which the same request may succeed later: the server (or its
+# storage) is gone or overloaded for now. A killed server ends a stream with
+# UNAVAILABLE (pyarrow's FlightUnavailableError), over TCP and Unix sockets.
+RECOVERABLE_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
+
+_RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
+_ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+
+
+@dataclasses.dataclass(frozen=True)
+class StatusDetail:
+    """The server's machine-readable detail of an error: the
+    ``google.rpc.Status`` a gRPC server attaches with its details
+    (``grpc-status-details-bin``; pyarrow hands it over as ``extra_info``).
+
+    Attributes:
+        code: the gRPC code name (exact, where pyarrow's exception types
+            collapse several codes into one).
+        message: the status message.
+        retry: the server says the same request may succeed later (a
+            ``google.rpc.RetryInfo`` detail); ``retry_delay`` its delay in seconds.
+        reason, domain, metadata: a ``google.rpc.ErrorInfo`` detail, if any.
+    """
+
+    code: str
+    message: str
+    retry: bool = False
+    retry_delay: float | None = None
+    reason: str | None = None
+    domain: str | None = None
+    metadata: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def _varint(b: bytes, i: int) -> tuple[int, int]:
+    x = shift = 0
+    while True:
+        if i >= len(b) or shift > 63:
+            raise ValueError("truncated varint")
+        c = b[i]
+        i += 1
+        x |= (c & 0x7F) << shift
+        if c < 0x80:
+            return x, i
+        shift += 7
+
+
+def _fields(b: bytes) -> list[tuple[int, int | bytes]]:
+    """The (field number, value) pairs of one protobuf message (varint and
+    length-delimited values; fixed-width ones skipped)."""
+    out: list[tuple[int, int | bytes]] = []
+    i = 0
+    while i < len(b):
+        key, i = _varint(b, i)
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            v, i = _varint(b, i)
+            out.append((num, v))
+        elif wire == 2:
+            n, i = _varint(b, i)
+            if i + n > len(b):
+                raise ValueError("truncated field")
+            out.append((num, b[i:i + n]))
+            i += n
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        else:
+            raise ValueError(f"wire type {wire}")
+    return out
+
+
+def status_detail(extra_info: bytes | None) -> StatusDetail | None:
+    """Decodes the ``google.rpc.Status`` in a Flight error's ``extra_info``;
+    None when there is none or it does not decode (a server that sends no
+    detail, or another Flight server's bytes)."""
+    if not extra_info:
+        return None
+    try:
+        code, message, details = None, "", []
+        for num, v in _fields(bytes(extra_info)):
+            if num == 1 and isinstance(v, int):
+                code = v
+            elif num == 2 and isinstance(v, bytes):
+                message = v.decode("utf-8", "replace")
+            elif num == 3 and isinstance(v, bytes):
+                any_ = dict(_fields(v))
+                details.append((bytes(any_.get(1, b"")).decode("utf-8", "replace"), bytes(any_.get(2, b""))))
+        if code is None or not 0 < code < len(GRPC_CODES):
+            return None
+        kw: dict = {}
+        for url, value in details:
+            if url == _RETRY_INFO:
+                kw["retry"] = True
+                delay = dict(_fields(value)).get(1)
+                if isinstance(delay, bytes):
+                    d = dict(_fields(delay))
+                    kw["retry_delay"] = int(d.get(1, 0)) + int(d.get(2, 0)) / 1e9
+            elif url == _ERROR_INFO:
+                f = _fields(value)
+                kw["reason"] = next((bytes(v).decode() for n, v in f if n == 1 and isinstance(v, bytes)), None)
+                kw["domain"] = next((bytes(v).decode() for n, v in f if n == 2 and isinstance(v, bytes)), None)
+                kw["metadata"] = {bytes(e.get(1, b"")).decode(): bytes(e.get(2, b"")).decode()
+                                  for e in (dict(_fields(v)) for n, v in f if n == 3 and isinstance(v, bytes))}
+        return StatusDetail(code=GRPC_CODES[code], message=message, **kw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def recoverable(exc: BaseException) -> bool:
+    """Whether a Loader retries after ``exc`` broke its stream, decided by
+    type and code, never by the words of a message: a lost connection
+    (ConnectionError), a server error whose code is UNAVAILABLE or
+    DEADLINE_EXCEEDED, or any server error whose detail says retry
+    (``google.rpc.RetryInfo``)."""
+    if isinstance(exc, ConnectionError):
+        return True
+    exc = from_flight(exc)
+    if not isinstance(exc, MeshfeedError):
+        return False
+    return exc.code in RECOVERABLE_CODES or (exc.detail is not None and exc.detail.retry)
+
+
 # pyarrow collapses INVALID_ARGUMENT, FAILED_PRECONDITION and RESOURCE_EXHAUSTED
 # into ArrowInvalid; its message names the code ("... precondition failed
 # error, with message: ..."), see docs/PROTOCOL.md.
@@ -95,7 +233,14 @@ def from_flight(exc: BaseException) -> BaseException:
     words, server_msg = _server_message(text)
     cls: type[MeshfeedError] = MeshfeedError
     code: str | None = None
-    if isinstance(exc, flight.FlightUnavailableError):
+    detail = status_detail(getattr(exc, "extra_info", None))
+    if detail is not None:
+        # The server's own status: its code is exact (pyarrow raises
+        # FlightInternalError for any code that carries a detail).
+        code = detail.code
+        cls = _CLASS_OF_CODE.get(code, MeshfeedError)
+        server_msg = detail.message or server_msg
+    elif isinstance(exc, flight.FlightUnavailableError):
         cls, code = UnavailableError, "UNAVAILABLE"
     elif isinstance(exc, flight.FlightUnauthorizedError):
         cls, code = PermissionDeniedError, "PERMISSION_DENIED"
@@ -121,7 +266,7 @@ def from_flight(exc: BaseException) -> BaseException:
                 cls, code = k, c
                 break
     label = f" ({code})" if code else ""
-    err = cls(f"meshfeed server{label}: {server_msg}", code=code, server_message=server_msg)
+    err = cls(f"meshfeed server{label}: {server_msg}", code=code, server_message=server_msg, detail=detail)
     err.__cause__ = exc
     return err
 

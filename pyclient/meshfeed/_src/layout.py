@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import jax
 import ml_dtypes
@@ -128,6 +128,37 @@ def column_spec(field: pa.Field) -> ColumnSpec:
     return ColumnSpec(field.name, "dense", dtype, trailing, depth)
 
 
+# What the server narrows a 64-bit column to when jax_enable_x64 is off (JAX
+# would convert it on the host: a copy of every step).
+_NARROW = {np.dtype(np.int64): "int32", np.dtype(np.uint64): "uint32", np.dtype(np.float64): "float32"}
+
+
+def narrowed_columns(schema: pa.Schema, columns: Sequence[Mapping[str, Any]] | None,
+                     mask_key: str | None) -> list[dict[str, Any]] | None:
+    """The request's column objects with a narrowing dtype for every 64-bit
+    array column of ``schema`` that JAX would otherwise convert on the host
+    (jax_enable_x64 off): int64 to int32, uint64 to uint32, float64 to
+    float32, done by the server, which checks integer overflow. ``columns``
+    None means all of the schema's columns (the mask ``mask_key`` aside).
+    None when nothing needs narrowing."""
+    targets = {}
+    for f in schema:
+        spec = column_spec(f)
+        if spec.kind == "dense" and spec.dtype in _NARROW and jax.dtypes.canonicalize_dtype(spec.dtype) != spec.dtype:
+            targets[f.name] = _NARROW[spec.dtype]
+    if not targets:
+        return None
+    if columns is None:
+        columns = [{"name": f.name} for f in schema if f.name != mask_key]
+    out = []
+    for c in columns:
+        c = dict(c)
+        if c["name"] in targets and c.get("dtype") is None:
+            c["dtype"] = targets[c["name"]]
+        out.append(c)
+    return out
+
+
 def dense_view(arr: pa.Array, spec: ColumnSpec) -> tuple[np.ndarray, pa.Buffer]:
     """A numpy view (no copy) of the values of ``arr``, shaped (rows, *trailing),
     and the Arrow buffer it points into. Validity bitmaps are ignored: the
@@ -182,18 +213,39 @@ class Materializer:
                     f"column {s.name!r} of shape {shape}: sharding {sharding} gives shards of {got}, "
                     f"want {want} (only the batch dimension may be split)")
         # Without jax_enable_x64, device_put converts 64-bit values to 32 bits:
-        # a host copy (and a narrowing). Ask the server for the narrow dtype
-        # instead (Column(dtype="int32")) or enable x64.
+        # a host copy (and a narrowing). The Loader asks the server for the
+        # narrow dtype instead; a Materializer given such a schema anyway warns.
         self.narrowed = {s.name for s in self.specs
                          if s.kind == "dense" and jax.dtypes.canonicalize_dtype(s.dtype) != s.dtype}
         if self.narrowed:
             warnings.warn(
                 f"meshfeed: columns {sorted(self.narrowed)} are 64-bit but jax_enable_x64 is off: jax converts "
                 "them to 32 bits with a host copy; ask for Column(dtype=...) or enable x64", stacklevel=3)
+        # Placement, fixed per schema: every array column of a step goes to
+        # the devices in one make_array_from_process_local_data call (one
+        # batched device_put on a single process), with these shardings and
+        # global shapes.
+        self._placed = [s for s in self.specs if s.kind != "arrow"]
+        self._shardings = [sharding] * len(self._placed)
+        self._shapes = [(L.B, *s.trailing) for s in self._placed]
+        # For the unaligned_transfers counter without a loop over devices:
+        # how many devices hold local slice k, and each column's slice bytes.
+        self._devs_per_slice = np.bincount([k for _, k in L.devices], minlength=len(L.slices))
+        self._slice_bytes = [L.b * s.dtype.itemsize * int(np.prod(s.trailing, dtype=np.int64))
+                             if s.kind == "dense" else 0 for s in self._placed]
+        self._slice_starts = np.arange(len(L.slices), dtype=np.int64)
         # Counters of the last call; for tests, its (numpy view, Arrow buffer)
         # pairs (buffer None for unpacked booleans).
         self.counts = {"host_copies": 0, "mask_unpacks": 0, "unaligned_transfers": 0}
         self.last_views: dict[str, tuple[np.ndarray, pa.Buffer | None]] = {}
+
+    def _unaligned(self, view: np.ndarray, slice_bytes: int) -> int:
+        """Devices whose rows of ``view`` do not start 64-byte aligned."""
+        base = view.ctypes.data
+        if slice_bytes % CPU_ALIAS_ALIGNMENT == 0:
+            return int(self._devs_per_slice.sum()) if base % CPU_ALIAS_ALIGNMENT else 0
+        off = (base + self._slice_starts * slice_bytes) % CPU_ALIAS_ALIGNMENT != 0
+        return int(self._devs_per_slice[off].sum())
 
     def __call__(self, rb: pa.RecordBatch) -> dict[str, Any]:
         """Materializes one record; its counters are in ``counts`` afterwards."""
@@ -204,6 +256,8 @@ class Materializer:
             raise MeshfeedError(f"record of {rb.num_rows} rows, want {want_rows} ({len(L.slices)} slices of {L.b} rows)")
         out: dict[str, Any] = {}
         views: dict[str, tuple[np.ndarray, pa.Buffer | None]] = {}
+        local: list[np.ndarray] = []
+        ndev = len(L.devices)
         for i, spec in enumerate(self.specs):
             col = rb.column(i)
             if spec.kind == "arrow":
@@ -217,16 +271,27 @@ class Materializer:
                     copies += 1
             else:
                 view, buf = dense_view(col, spec)
-            views[spec.name] = (view, buf)
-            arrays = []
-            for dev, k in L.devices:
-                rows = view[k * L.b:(k + 1) * L.b]
                 if spec.name in self.narrowed:
-                    copies += 1
-                elif buf is not None and rows.ctypes.data % CPU_ALIAS_ALIGNMENT:
-                    unaligned += 1
-                arrays.append(jax.device_put(rows, dev))
-            out[spec.name] = jax.make_array_from_single_device_arrays((L.B, *spec.trailing), self.sharding, arrays)
+                    copies += ndev
+                else:
+                    unaligned += self._unaligned(view, self._slice_bytes[len(local)])
+            views[spec.name] = (view, buf)
+            out[spec.name] = None  # placed below, in schema order
+            local.append(view)
+        for spec, arr in zip(self._placed, place(self._shardings, local, self._shapes)):
+            out[spec.name] = arr
         self.last_views = views
         self.counts = {"host_copies": copies, "mask_unpacks": unpacks, "unaligned_transfers": unaligned}
         return out
+
+
+def place(shardings: list[jax.sharding.Sharding], local: list[np.ndarray],
+          shapes: list[tuple[int, ...]]) -> list[jax.Array]:
+    """Every array of one step onto the devices, in one call: each ``local``
+    view holds this process's slices (ascending, concatenated) of a global
+    array of ``shapes[i]`` laid out as ``shardings[i]``. On one process that
+    is a single batched ``jax.device_put``; XLA's CPU client aliases the
+    64-byte aligned per-device rows instead of copying them."""
+    if not local:
+        return []
+    return jax.make_array_from_process_local_data(shardings, local, shapes)

@@ -1,0 +1,112 @@
+"""The prefetcher: a background thread that reads one DoGet stream, checks
+each step's metadata against the position it expects, materializes the step
+on device and queues up to ``depth`` of them for the consumer."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from typing import Any
+
+import pyarrow.flight as flight
+
+from .errors import MeshfeedError, from_flight
+from .layout import Layout, Materializer
+
+END = object()  # queued after the last step: the stream ended with OK
+
+
+class Failure:
+    """Queued in place of a step: the stream (or materializing it) failed with ``exc``."""
+
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+class Prefetcher:
+    """Reads the stream of ``ticket`` from ``client`` on its own thread.
+
+    ``queue`` holds ``(info, batch)`` per step, ``info`` being ``(epoch, step,
+    real rows, padded rows, record bytes, materializer counts)``, then END or
+    a Failure. Holds no reference to the Loader, so that the Loader's
+    finalizer can stop it."""
+
+    def __init__(self, client: flight.FlightClient, ticket: bytes, materialize: Materializer,
+                 layout: Layout, first: tuple[int, int], steps_per_epoch: int, depth: int):
+        self._client = client
+        self._ticket = ticket
+        self._mat = materialize
+        self._layout = layout
+        self._expect = first
+        self._spe = steps_per_epoch
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._reader = None
+        self._lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, name="meshfeed-prefetch", daemon=True)
+        self.thread.start()
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self.queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        try:
+            reader = self._client.do_get(flight.Ticket(self._ticket))
+            with self._lock:
+                self._reader = reader
+            if self._stop.is_set():
+                reader.cancel()
+                return
+            L = self._layout
+            while not self._stop.is_set():
+                try:
+                    chunk = reader.read_chunk()
+                except StopIteration:
+                    break
+                meta = json.loads(chunk.app_metadata.to_pybytes()) if chunk.app_metadata is not None else {}
+                ep, st = meta.get("epoch"), meta.get("step")
+                if (ep, st) != self._expect or meta.get("slices") != list(L.slices):
+                    raise MeshfeedError(
+                        f"server sent epoch {ep} step {st} slices {meta.get('slices')}, "
+                        f"want epoch {self._expect[0]} step {self._expect[1]} slices {list(L.slices)}")
+                batch = self._mat(chunk.data)
+                real = meta.get("real_rows") or [L.b] * len(L.slices)
+                info = (ep, st, int(sum(real)), len(L.slices) * L.b - int(sum(real)), chunk.data.nbytes,
+                        dict(self._mat.counts))
+                nxt = st + 1
+                self._expect = (ep + 1, 0) if nxt >= self._spe else (ep, nxt)
+                if not self._put((info, batch)):
+                    return
+            self._put(END)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the consumer
+            if not self._stop.is_set():
+                self._put(Failure(from_flight(e)))
+
+    def get(self) -> Any:
+        """The next item (a step, END or a Failure), waiting for it."""
+        while True:
+            try:
+                return self.queue.get(timeout=0.1)
+            except queue.Empty:
+                if not self.thread.is_alive() and self.queue.empty():
+                    return Failure(MeshfeedError("prefetch thread ended without a result"))
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stops the thread: cancels the stream and waits for the thread to end."""
+        self._stop.set()
+        with self._lock:
+            reader = self._reader
+        if reader is not None:
+            try:
+                reader.cancel()
+            except Exception:  # noqa: BLE001
+                pass
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout)

@@ -1,0 +1,131 @@
+"""The Loader's side of the server: the local server it started (if any),
+the Flight connection, planning a request, and getting both back after the
+server went away (restart or reconnect, with backoff, within a budget)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from .config import LoaderConfig
+from .errors import MeshfeedError, PlanError, UnavailableError, from_flight, recoverable
+from .server import LocalServer, allowed_root, find_binary
+
+
+def _location(server: str) -> str:
+    if "://" in server and not server.startswith("unix://"):
+        return server  # grpc+tcp://, grpc+tls://, grpc+unix://
+    if server.startswith("unix://"):
+        return "grpc+unix://" + server[len("unix://"):]
+    return "grpc+tcp://" + server
+
+
+class Session:
+    """The server a Loader reads from and its connection.
+
+    With ``cfg.server`` None it starts a local server allowed to read the
+    datasets' roots (and restarts it when it died); else it connects to the
+    given address. Holds no reference to the Loader, so that the Loader's
+    finalizer can close it."""
+
+    def __init__(self, cfg: LoaderConfig):
+        self._cfg = cfg
+        self.server: LocalServer | None = None
+        self.client: flight.FlightClient | None = None
+        self.recoveries = 0
+        self._binary = None
+        self._roots: list[str] = []
+        if cfg.server is None:
+            self._roots = [allowed_root(u) for u in cfg.datasets]
+            self._binary = find_binary(cfg.binary)
+            self.server = self._start()
+            self.address = self.server.address
+        else:
+            self.address = cfg.server
+
+    def _start(self) -> LocalServer:
+        return LocalServer(self._binary, self._roots, extra_args=self._cfg.server_args)
+
+    def connect(self) -> flight.FlightClient:
+        """Opens (or reopens) the connection to ``address``."""
+        self._close_client()
+        self.client = flight.FlightClient(_location(self.address),
+                                          generic_options=[("grpc.max_receive_message_length", -1)])
+        return self.client
+
+    def plan(self, request: dict[str, Any]) -> tuple[pa.Schema, dict[str, Any]]:
+        """GetFlightInfo of ``request``: the schema of its records and the
+        plan (``num_rows``, ``steps_per_epoch``, ...). The server's refusal
+        (any validation of the request) is raised as meshfeed's typed error."""
+        assert self.client is not None
+        try:
+            info = self.client.get_flight_info(flight.FlightDescriptor.for_command(json.dumps(request).encode()))
+        except Exception as e:  # noqa: BLE001
+            raise from_flight(e) from e
+        try:
+            plan = json.loads(info.app_metadata)
+            plan["num_rows"], plan["steps_per_epoch"] = int(plan["num_rows"]), int(plan["steps_per_epoch"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise MeshfeedError(f"server's FlightInfo app_metadata {info.app_metadata!r}: {e}") from e
+        return info.schema, plan
+
+    def recover(self, cause: BaseException, deadline: float, where: str,
+                check: Callable[[dict[str, Any]], None], request: dict[str, Any]) -> None:
+        """Gets a working server back after ``cause`` broke the stream at
+        ``where``: restarts the local server if it died, reconnects, and
+        replans ``request``, which ``check`` compares with the first plan
+        (raising PlanError if the dataset changed). Retries with backoff
+        until ``deadline`` (time.monotonic), then raises UnavailableError."""
+        wait, attempts, last = 0.05, 0, cause
+        while True:
+            attempts += 1
+            try:
+                self._reconnect()
+                _, plan = self.plan(request)
+                check(plan)
+                self.recoveries += 1
+                return
+            except PlanError:
+                self._close_client()
+                raise
+            except BaseException as e:  # noqa: BLE001 - retried below, re-raised when the budget is spent
+                e = from_flight(e)
+                if not (recoverable(e) or isinstance(e, MeshfeedError)):
+                    self._close_client()
+                    raise
+                last = e
+            if time.monotonic() + wait > deadline:
+                self._close_client()
+                raise UnavailableError(
+                    f"meshfeed server at {self.address} did not come back within recovery_timeout="
+                    f"{self._cfg.recovery_timeout:g}s ({attempts} attempts; the stream broke at {where} "
+                    f"with: {cause}); last error: {last}", code="UNAVAILABLE") from cause
+            time.sleep(wait)
+            wait = min(wait * 2, 2.0)
+
+    def _reconnect(self) -> None:
+        self._close_client()
+        if self.server is not None and not self.server.alive():
+            self.server.stop()
+            self.server = None
+            self.server = self._start()
+            self.address = self.server.address
+        self.connect()
+
+    def _close_client(self) -> None:
+        client, self.client = self.client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def close(self) -> None:
+        """Closes the connection and stops the local server, if any. Idempotent."""
+        self._close_client()
+        if self.server is not None:
+            self.server.stop()
