@@ -86,11 +86,18 @@ type shmStep struct {
 	Buffers [][2]int64 `json:"buffers"`
 }
 
-// shmError ends a stream: the status code's name and the message.
+// shmError ends a stream: the status code's name, the message, and a
+// machine-readable reason where the client can act on it.
 type shmError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Reason is "SHM_INELIGIBLE" when the stream's columns cannot travel
+	// through shared memory (the client reads it over Flight instead).
+	Reason string `json:"reason,omitempty"`
 }
+
+// errShmIneligible marks a stream whose schema shared memory cannot carry.
+var errShmIneligible = errors.New("not shared-memory eligible")
 
 // shmFrame is a frame the server sends: exactly one field is set.
 type shmFrame struct {
@@ -196,7 +203,11 @@ func (s *Server) serveShmConn(conn *net.UnixConn) {
 		code := codeOf(s.cfg.rules, s.codes, err)
 		s.metrics.countError(code)
 		s.log.Debug("shm stream ended", "code", code.String(), "err", err)
-		_ = w.send(shmFrame{Error: &shmError{Code: codeName(code), Message: err.Error()}}, nil)
+		e := &shmError{Code: codeName(code), Message: err.Error()}
+		if errors.Is(err, errShmIneligible) {
+			e.Reason = "SHM_INELIGIBLE"
+		}
+		_ = w.send(shmFrame{Error: e}, nil)
 	}
 }
 
@@ -373,8 +384,8 @@ func codeName(c codes.Code) string {
 func shmEligible(schema *arrow.Schema) error {
 	for _, f := range schema.Fields() {
 		if !shmFixedType(f.Type) {
-			return fmt.Errorf("transport: shm: %w: column %q of type %s cannot travel through shared memory (only fixed-width columns: numbers, booleans, fixed-size lists and tensors of them); read it over Flight",
-				ErrFailedPrecondition, f.Name, f.Type)
+			return fmt.Errorf("transport: shm: %w (%w): column %q of type %s cannot travel through shared memory (only fixed-width columns: numbers, booleans, fixed-size lists and tensors of them); read it over Flight",
+				ErrFailedPrecondition, errShmIneligible, f.Name, f.Type)
 		}
 	}
 	return nil

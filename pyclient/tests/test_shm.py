@@ -21,7 +21,7 @@ import pytest
 
 from meshfeed._src.errors import InvalidRequestError, MeshfeedError, PlanError
 from meshfeed._src.server import LocalServer
-from meshfeed._src.shm import ShmReader
+from meshfeed._src.shm import ShmIneligible, ShmReader
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="needs Linux memfd")
 
@@ -127,7 +127,7 @@ def test_bad_request_and_ineligible_column(shm_server, glob, dataset):
     d = dataset.parent / "strings"
     d.mkdir(exist_ok=True)
     pq.write_table(pa.table({"s": ["a", "b", "c", "d"]}), d / "s.parquet")
-    with pytest.raises(PlanError, match="cannot travel through shared memory"):
+    with pytest.raises(ShmIneligible, match="cannot travel through shared memory"):
         ShmReader(_shm_path(shm_server), _ticket(str(d / "*.parquet"), global_batch_size=4, num_slices=1, slices=[0],
                                                  columns=[{"name": "s"}])).read_chunk()
 
@@ -165,7 +165,7 @@ def test_client_killed(shm_server, glob, tmp_path):
     script.write_text(textwrap.dedent(f"""
         import os, signal, sys
         sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.dirname(__file__)))!r})
-        from meshfeed._src.shm import ShmReader
+        from meshfeed._src.shm import ShmIneligible, ShmReader
         r = ShmReader({_shm_path(shm_server)!r}, {_ticket(glob, epochs=0)!r}, slots=4)
         for _ in range(5):
             r.read_chunk()
@@ -181,3 +181,50 @@ def test_client_killed(shm_server, glob, tmp_path):
     r = ShmReader(_shm_path(shm_server), _ticket(glob))
     assert r.read_chunk().data.num_rows == 40
     r.close()
+
+
+# --- the Loader over shared memory -------------------------------------------
+
+def _mesh_sharding():
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    mesh = jax.make_mesh((8,), ("data",))
+    return NamedSharding(mesh, P("data"))
+
+
+def test_loader_uses_shm_without_copies(glob):
+    """A Loader with its own server reads over shared memory by default, with
+    no host copy and no unaligned transfer (b = 16 rows per device), and
+    delivers exactly the batches the Flight path delivers."""
+    import meshfeed
+    kw = dict(global_batch_size=128, sharding=_mesh_sharding(), columns=["id", "label", "features"],
+              last_batch="drop", shuffle=meshfeed.Shuffle(seed=3, window=100))
+    with meshfeed.Loader(glob, **kw) as shm_loader, meshfeed.Loader(glob, transport="flight", **kw) as fl:
+        n = 0
+        for a, b in zip(shm_loader, fl):
+            assert a.keys() == b.keys()
+            for k in a:
+                np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]), err_msg=f"step {n} column {k}")
+                assert a[k].sharding == b[k].sharding
+            n += 1
+        st = shm_loader.stats()
+        assert n == shm_loader.steps_per_epoch == 1000 // 128
+        assert st["transport"] == "shm" and fl.stats()["transport"] == "flight"
+        assert st["host_copies"] == 0 and st["unaligned_transfers"] == 0, st
+
+
+def test_loader_falls_back_to_flight(dataset):
+    """Columns shared memory cannot carry (strings): "auto" reads over Flight
+    with a warning; "shm" refuses."""
+    import meshfeed
+    d = dataset.parent / "strings2"
+    d.mkdir(exist_ok=True)
+    pq.write_table(pa.table({"id": np.arange(64, dtype=np.int64), "s": [str(i) for i in range(64)]}), d / "s.parquet")
+    kw = dict(global_batch_size=16, sharding=_mesh_sharding(), columns=["id", "s"])
+    with pytest.warns(RuntimeWarning, match="instead of shared memory"):
+        with meshfeed.Loader(str(d / "*.parquet"), **kw) as ld:
+            got = [np.asarray(b["id"]) for b in ld]
+            assert ld.stats()["transport"] == "flight"
+    np.testing.assert_array_equal(np.sort(np.concatenate(got)), np.arange(64))  # every row once
+    with meshfeed.Loader(str(d / "*.parquet"), transport="shm", **kw) as ld:
+        with pytest.raises(MeshfeedError, match="cannot travel through shared memory"):
+            next(iter(ld))

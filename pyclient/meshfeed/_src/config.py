@@ -170,6 +170,11 @@ def _int_at_least(v: Any, lo: int) -> bool:
     return _is_int(v) and v >= lo
 
 
+# How steps travel: "auto" (shared memory from a local server, else Flight),
+# "shm" (shared memory, never Flight), "flight" (always Flight).
+TRANSPORTS = ("auto", "shm", "flight")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LoaderConfig:
     """Everything a Loader is asked for, checked once: the arguments of
@@ -196,6 +201,7 @@ class LoaderConfig:
     binary: Any = None
     recovery_timeout: Any = 60.0
     server_args: Any = ()
+    transport: Any = "auto"
     datasets: tuple[str, ...] = dataclasses.field(init=False)
     wire_columns: tuple[dict[str, Any], ...] | None = dataclasses.field(init=False)
 
@@ -240,6 +246,10 @@ class LoaderConfig:
         elif self.server is not None and sa:
             bad("server_args: only for a local server (server=None); "
                 "pass flags to the running server where it was started")
+        if self.transport not in TRANSPORTS:
+            bad(f"transport={self.transport!r}: want one of {', '.join(TRANSPORTS)}")
+        elif self.transport == "shm" and self.server is not None:
+            bad("transport='shm': only for a local server (server=None); a server given by address is read over Flight")
         if self.binary is not None and not isinstance(self.binary, (str, os.PathLike)):
             bad(f"binary={self.binary!r}: want a path or None")
         cols = _wire_columns(self.columns, bad)

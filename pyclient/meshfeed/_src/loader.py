@@ -22,7 +22,7 @@ from .errors import MeshfeedError, PlanError, StateMismatchError, recoverable
 from .layout import Materializer, layout_of, narrowed_columns
 from .prefetch import END, Failure, Prefetcher
 from .server import LocalServer
-from .session import Session
+from .session import SHM_EXTRA_SLOTS, Session
 
 STATE_VERSION = 1
 
@@ -101,6 +101,13 @@ class Loader:
             has no gap and no duplicate. The budget covers consecutive failed
             attempts without a step delivered in between; when it runs out
             the error is an :class:`UnavailableError`. 0 disables recovery.
+        transport: how steps travel from the server: ``"auto"`` (default:
+            shared memory from the local server this loader starts, falling
+            back to Flight with a warning where shared memory cannot carry
+            the columns; Flight to a ``server=`` address), ``"shm"`` (shared
+            memory or an error) or ``"flight"``. Shared memory hands the
+            step's buffers to jax without a copy: XLA's CPU client aliases
+            them. ``stats()["transport"]`` says which one served.
 
     Bad arguments raise one InvalidRequestError listing every problem.
     Iterating yields the steps from the start (or ``state``) position through
@@ -112,7 +119,7 @@ class Loader:
                  last_batch: str = "drop", shuffle: Shuffle | None = None, num_epochs: int | None = 1,
                  state: Mapping[str, Any] | None = None, prefetch: int = 2, server: str | None = None,
                  mask_key: str = "valid", binary: str | os.PathLike | None = None,
-                 recovery_timeout: float = 60.0, server_args: Sequence[str] = ()):
+                 recovery_timeout: float = 60.0, server_args: Sequence[str] = (), transport: str = "auto"):
         self._box: list = [None]  # [prefetcher]: what the finalizer stops
         self._sbox: list = [None]  # [session]: what the finalizer closes
         self._closed = False
@@ -120,7 +127,8 @@ class Loader:
         self._cfg = cfg = LoaderConfig(
             data=data, global_batch_size=global_batch_size, sharding=sharding, columns=columns,
             last_batch=last_batch, shuffle=shuffle, num_epochs=num_epochs, prefetch=prefetch, server=server,
-            mask_key=mask_key, binary=binary, recovery_timeout=recovery_timeout, server_args=server_args)
+            mask_key=mask_key, binary=binary, recovery_timeout=recovery_timeout, server_args=server_args,
+            transport=transport)
         self._layout = layout_of(sharding, global_batch_size)
         self._session = self._sbox[0] = Session(cfg)
         self._finalizer = weakref.finalize(self, _close_all, self._box, self._sbox)
@@ -270,8 +278,9 @@ class Loader:
         if self._box[0] is None:
             if self._finished():
                 raise StopIteration
-            self._box[0] = Prefetcher(client, json.dumps(self._request(self._pos)).encode(), self._mat,
-                                      self._layout, self._pos, self._spe, self._cfg.prefetch)
+            session, slots = self._session, self._cfg.prefetch + SHM_EXTRA_SLOTS
+            self._box[0] = Prefetcher(lambda t: session.open_stream(t, slots), json.dumps(self._request(self._pos)).encode(),
+                                      self._mat, self._layout, self._pos, self._spe, self._cfg.prefetch)
         pf: Prefetcher = self._box[0]
         if self._t0 is None:
             self._t0 = time.perf_counter()
@@ -316,7 +325,8 @@ class Loader:
         the standard path), ``mask_unpacks`` (mask bitmaps unpacked) and
         ``unaligned_transfers`` (per-device views not 64-byte aligned: XLA's
         CPU client copies those instead of aliasing them), ``recoveries``
-        (times the stream was resumed after the server went away).
+        (times the stream was resumed after the server went away),
+        ``transport`` (``"shm"`` or ``"flight"``: how the current stream travels).
         """
         el = time.perf_counter() - self._t0 if self._t0 is not None else 0.0
         w = self._waits
@@ -325,7 +335,8 @@ class Loader:
                             "max": max(w, default=0.0), "mean": float(np.mean(w)) if w else 0.0},
                 "rows_per_s": self._rows / el if el > 0 else 0.0,
                 "bytes_per_s": self._bytes / el if el > 0 else 0.0,
-                "recoveries": self._session.recoveries, **self._counts}
+                "recoveries": self._session.recoveries, "transport": self._session.transport,
+                **self._counts}
 
     def close(self) -> None:
         """Stops the prefetch thread, closes the connection and stops the local

@@ -7,9 +7,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
-from typing import Any
-
-import pyarrow.flight as flight
+from typing import Any, Callable
 
 from .errors import MeshfeedError, from_flight
 from .layout import Layout, Materializer
@@ -25,16 +23,18 @@ class Failure:
 
 
 class Prefetcher:
-    """Reads the stream of ``ticket`` from ``client`` on its own thread.
+    """Reads the stream of ``ticket``, opened by ``open_stream(ticket)`` (a
+    Flight DoGet reader or a shared-memory reader: both have ``read_chunk``
+    and ``cancel``), on its own thread.
 
     ``queue`` holds ``(info, batch)`` per step, ``info`` being ``(epoch, step,
     real rows, padded rows, record bytes, materializer counts)``, then END or
     a Failure. Holds no reference to the Loader, so that the Loader's
     finalizer can stop it."""
 
-    def __init__(self, client: flight.FlightClient, ticket: bytes, materialize: Materializer,
+    def __init__(self, open_stream: Callable[[bytes], Any], ticket: bytes, materialize: Materializer,
                  layout: Layout, first: tuple[int, int], steps_per_epoch: int, depth: int):
-        self._client = client
+        self._open = open_stream
         self._ticket = ticket
         self._mat = materialize
         self._layout = layout
@@ -58,7 +58,7 @@ class Prefetcher:
 
     def _run(self) -> None:
         try:
-            reader = self._client.do_get(flight.Ticket(self._ticket))
+            reader = self._open(self._ticket)
             with self._lock:
                 self._reader = reader
             if self._stop.is_set():

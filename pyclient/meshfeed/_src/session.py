@@ -6,14 +6,20 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from . import shm
 from .config import LoaderConfig
 from .errors import MeshfeedError, PlanError, UnavailableError, from_flight, recoverable
 from .server import LocalServer, allowed_root, find_binary
+
+# Steps in flight on the shared-memory wire: the one being filled, the
+# prefetched ones, and the ones the training loop still holds.
+SHM_EXTRA_SLOTS = 3
 
 
 def _location(server: str) -> str:
@@ -37,6 +43,10 @@ class Session:
         self.server: LocalServer | None = None
         self.client: flight.FlightClient | None = None
         self.recoveries = 0
+        # "shm" or "flight": how the next stream travels; "auto" falls back
+        # to Flight (with a warning) when shared memory is refused.
+        self.transport = "flight" if cfg.transport == "flight" or cfg.server is not None else "shm"
+        self.fallback: str | None = None  # why shared memory was given up, if it was
         self._binary = None
         self._roots: list[str] = []
         if cfg.server is None:
@@ -48,7 +58,35 @@ class Session:
             self.address = cfg.server
 
     def _start(self) -> LocalServer:
-        return LocalServer(self._binary, self._roots, extra_args=self._cfg.server_args)
+        return LocalServer(self._binary, self._roots, extra_args=self._cfg.server_args,
+                           shm=self.transport == "shm" and shm.available())
+
+    def open_stream(self, ticket: bytes, slots: int) -> Any:
+        """Opens the stream of ``ticket`` on this session's transport: a
+        :class:`shm.ShmReader` from the local server's shared-memory socket,
+        or a Flight DoGet reader. With ``transport="auto"``, a stream that
+        shared memory refuses (a column that is not fixed-width, or a
+        platform without memfd) goes over Flight from then on, with a
+        warning; ``stats()["transport"]`` says which one served."""
+        if self.transport == "shm":
+            srv = self.server
+            why = None
+            if not shm.available():
+                why = "this platform has no memfd or SCM_RIGHTS"
+            elif srv is None or srv.shm_address is None:
+                why = "the server offers no shared-memory socket"
+            else:
+                try:
+                    return shm.ShmReader(srv.shm_address[len("unix://"):], ticket, slots=slots)
+                except shm.ShmIneligible as e:
+                    why = str(e)
+            if self._cfg.transport == "shm":
+                raise MeshfeedError(f"transport='shm': {why}", code="FAILED_PRECONDITION")
+            self.transport, self.fallback = "flight", why
+            warnings.warn(f"meshfeed: reading over Flight instead of shared memory: {why}", RuntimeWarning,
+                          stacklevel=2)
+        assert self.client is not None
+        return self.client.do_get(flight.Ticket(ticket))
 
     def connect(self) -> flight.FlightClient:
         """Opens (or reopens) the connection to ``address``."""

@@ -30,11 +30,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import MeshfeedError, from_code
+from .errors import MeshfeedError, PlanError, UnavailableError, from_code
 
 VERSION = 1
 _HDR = struct.Struct("<I")
 _MAX_FRAME = 64 << 20
+
+
+class ShmIneligible(PlanError):
+    """The server will not send this stream through shared memory (its
+    error frame's reason is ``SHM_INELIGIBLE``): read it over Flight."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,8 @@ class ShmReader:
             data, fds, _flags, _addr = socket.recv_fds(self._sock, 1 << 16, 4)
             self._fds.extend(fds)
             if not data:
-                raise MeshfeedError("the shared-memory server closed the stream", code="UNAVAILABLE")
+                raise UnavailableError("meshfeed server closed the shared-memory stream without an end frame "
+                                       "(it stopped or was killed)", code="UNAVAILABLE")
             self._buf += data
 
     def _frame(self) -> dict:
@@ -122,6 +128,8 @@ class ShmReader:
         del self._buf[:_HDR.size + n]
         if "error" in frame:
             e = frame["error"]
+            if e.get("reason") == "SHM_INELIGIBLE":
+                raise ShmIneligible(e.get("message", ""), code=e.get("code"), server_message=e.get("message"))
             raise from_code(e.get("code"), e.get("message", ""))
         return frame
 
