@@ -214,6 +214,15 @@ func runStream(t *testing.T, p *Plan, ds dataset, epoch, d, start int, mem *memo
 	if _, ok := c.Wants(); ok {
 		t.Errorf("stream %d from step %d: done but still wants a segment (pushed %v, stream %v, read end %d)", d, start, r.pushed, p.Stream(epoch, d), p.ReadEnd(d))
 	}
+	// Plan.SourceRow names the dataset row of every real row delivered.
+	for j, ids := range r.ids {
+		for i, id := range ids {
+			g, row, ok := p.SourceRow(epoch, d, int64((start+j)*p.SliceRows()+i))
+			if !ok || ds.first[g]+row != id {
+				t.Fatalf("stream %d step %d row %d: SourceRow = (%d, %d, %v), but the cutter delivered row %d", d, start+j, i, g, row, ok, id)
+			}
+		}
+	}
 	// The read set a reader fetches for this cutter (Plan.StreamReads) is
 	// exactly the row groups it asked for, in order.
 	reads := p.StreamReads(Position{Epoch: epoch, Step: start}, d)

@@ -404,6 +404,30 @@ func (p *Plan) ReadStart(pos Position, d int) (segmentIndex int, rowInSegment in
 	return len(segs), 0, from
 }
 
+// SourceRow says which dataset row stream d delivers at stream position q of
+// an epoch (q = step*b + row within the slice): the index of its row group
+// (into the plan's row groups) and its row within that row group, after the
+// shuffle window's permutation. ok is false for positions past the stream's
+// rows (padding) and for invalid arguments.
+func (p *Plan) SourceRow(epoch, d int, q int64) (rowGroup int, row int64, ok bool) {
+	if epoch < 0 || d < 0 || d >= p.cfg.D || q < 0 || q >= p.lens[d] {
+		return 0, 0, false
+	}
+	r := q
+	if w := p.cfg.Window; w > 0 {
+		k := q / w
+		r = k*w + int64(p.WindowPerm(epoch, d, int(k))[q-k*w])
+	}
+	var at int64
+	for _, seg := range p.Stream(epoch, d) {
+		if r < at+seg.Len() {
+			return seg.RowGroup, seg.Start + r - at, true
+		}
+		at += seg.Len()
+	}
+	return 0, 0, false
+}
+
 // StreamReads returns the row groups (indices into the plan's row groups)
 // that the Cutter of stream d, started at pos, asks for, in the order it asks
 // for them: the segments of Stream(pos.Epoch, d) from ReadStart up to

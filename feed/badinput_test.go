@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -239,5 +240,49 @@ func TestBadInputNonLoopbackBind(t *testing.T) {
 	_, err := transport.New(&transport.DemoBackend{NumRows: 10}, transport.WithLogger(discard), transport.WithAddress("0.0.0.0:0"), transport.WithAllowedRoots("/data"))
 	if err == nil || !strings.Contains(err.Error(), "0.0.0.0:0") {
 		t.Fatalf("New(addr 0.0.0.0:0, no TLS) = %v, want an error naming the address", err)
+	}
+}
+
+// TestOverflowNamesFileRow: a value that does not fit the requested dtype
+// fails the stream with an error naming the column, the file, its row group
+// and the row, in the file and in its row group, however the rows were
+// shuffled on their way into the step.
+func TestOverflowNamesFileRow(t *testing.T) {
+	schema := arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	write := func(bad int) []byte {
+		bld := array.NewInt64Builder(memory.DefaultAllocator)
+		defer bld.Release()
+		for i := range 40 {
+			v := int64(i)
+			if i == bad {
+				v = 1 << 40
+			}
+			bld.Append(v)
+		}
+		col := bld.NewArray()
+		defer col.Release()
+		rec := array.NewRecordBatch(schema, []arrow.Array{col}, 40)
+		defer rec.Release()
+		tbl := array.NewTableFromRecords(schema, []arrow.RecordBatch{rec})
+		defer tbl.Release()
+		var sb strings.Builder
+		if err := pqarrow.WriteTable(tbl, &sb, 16, nil, pqarrow.DefaultWriterProps()); err != nil {
+			t.Fatal(err)
+		}
+		return []byte(sb.String())
+	}
+	root := t.TempDir()
+	// b.parquet's row 21 (row group 1, row 5): past a.parquet's 40 rows.
+	dir := badDir(t, root, "ds", map[string][]byte{"a.parquet": write(-1), "b.parquet": write(21)})
+	ts := startPipeline(t, memory.DefaultAllocator, []string{root})
+	for _, shuffle := range []bool{false, true} {
+		req := pipeRequest(dir, 8, 2, []int{0, 1}, transport.LastBatchDrop)
+		req.Columns = []transport.Column{{Name: "id", DType: "int32"}}
+		if shuffle {
+			req.Shuffle = transport.Shuffle{Enabled: true, Window: 16}
+		}
+		_, err := readSteps(t, context.Background(), ts.Client, req, false)
+		checkStatus(t, fmt.Sprintf("DoGet(shuffle %v)", shuffle), err, codes.FailedPrecondition,
+			[]string{`"id"`, "1099511627776", "does not fit", "b.parquet row group 1 row 5 (row 21 of the file)"})
 	}
 }

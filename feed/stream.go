@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshfeed/meshfeed/batching"
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/shape"
 	"github.com/meshfeed/meshfeed/transport"
 )
 
@@ -163,8 +164,8 @@ func (s *pipelineStream) cutShaped(sc *sliceCut) (arrow.RecordBatch, int, error)
 		rec.Release()
 		if err != nil {
 			b := pl.plan.SliceRows()
-			return nil, 0, fmt.Errorf("feed: epoch %d step %d slice %d (rows %d..%d of stream %d; the row named below counts from the slice's first row): %w",
-				s.pos.Epoch, s.pos.Step, sc.d, s.pos.Step*b, (s.pos.Step+1)*b-1, sc.d, err)
+			return nil, 0, fmt.Errorf("feed: epoch %d step %d slice %d (rows %d..%d of stream %d; the row named below counts from the slice's first row)%s: %w",
+				s.pos.Epoch, s.pos.Step, sc.d, s.pos.Step*b, (s.pos.Step+1)*b-1, sc.d, s.source(sc.d, err), err)
 		}
 		rec = shaped
 		if pl.cfg.packed {
@@ -172,6 +173,30 @@ func (s *pipelineStream) cutShaped(sc *sliceCut) (arrow.RecordBatch, int, error)
 		}
 	}
 	return rec, real, nil
+}
+
+// source names the file row that a shaping error of a row of the current
+// step's slice of stream d is about: ", from FILE row group G row R (row F
+// of the file)", or "" when the error names no row or the slice is packed
+// (its rows are not the stream's).
+func (s *pipelineStream) source(d int, err error) string {
+	var re *shape.RowError
+	if s.pl.cfg.packed || !errors.As(err, &re) {
+		return ""
+	}
+	q := int64(s.pos.Step*s.pl.plan.SliceRows() + re.Row)
+	g, row, ok := s.pl.plan.SourceRow(s.pos.Epoch, d, q)
+	if !ok {
+		return ", a padding row"
+	}
+	ref := s.pl.refs[g]
+	fileRow := row
+	for _, r := range s.pl.refs {
+		if r.File == ref.File && r.Index < ref.Index {
+			fileRow += r.Rows
+		}
+	}
+	return fmt.Sprintf(", from %s row group %d row %d (row %d of the file)", s.pl.ds.Files[ref.File].Object.URI, ref.Index, row, fileRow)
 }
 
 // cutSlice returns the next slice of sc's stream, pushing the row groups its

@@ -30,6 +30,23 @@ var (
 	ErrPackOverflow = errors.New("sequences do not fit into the packed rows")
 )
 
+// RowError is a shaping error caused by the data of one row of the slice
+// (a value out of range, a list too long, a null without a fill). It wraps
+// the sentinel (errors.Is) and says which row, so that a caller that knows
+// where the slice's rows come from can name the file and its row.
+type RowError struct {
+	Column string
+	Row    int // row within the slice given to Apply
+	Err    error
+}
+
+func (e *RowError) Error() string { return e.Err.Error() }
+func (e *RowError) Unwrap() error { return e.Err }
+
+func rowError(column string, row int, err error) error {
+	return &RowError{Column: column, Row: row, Err: err}
+}
+
 // Names and metadata that shaping adds to the output schema.
 const (
 	// DTypeMetadataKey is the field metadata key that tells the client the

@@ -594,7 +594,7 @@ func castArray(name string, arr arrow.Array, to castTarget, mem memory.Allocator
 	src := arr.Data()
 	d, bad := castData(src, to, mem, nil)
 	if bad != -1 {
-		return nil, castFault(name, src, to, bad, fmt.Sprintf("row %d", bad))
+		return nil, rowError(name, bad, castFault(name, src, to, bad, fmt.Sprintf("row %d", bad)))
 	}
 	return shapeMakeArray(d), nil
 }

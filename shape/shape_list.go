@@ -102,7 +102,7 @@ func prepareList(name string, arr arrow.Array, to castTarget, cast, fillSet bool
 	if listValid != nil && !fillSet {
 		for r := 0; r < n; r++ {
 			if isNull(r) {
-				return nil, fmt.Errorf("shape: column %q row %d: null list entry; set a Fill to read null lists as empty: %w", name, r, ErrNullList)
+				return nil, rowError(name, r, fmt.Errorf("shape: column %q row %d: null list entry; set a Fill to read null lists as empty: %w", name, r, ErrNullList))
 			}
 		}
 	}
@@ -117,7 +117,7 @@ func prepareList(name string, arr arrow.Array, to castTarget, cast, fillSet bool
 		if bad != -1 {
 			defer elems.Release()
 			r := rowOf(int64(bad))
-			return nil, castFault(name, elems, to, bad, fmt.Sprintf("row %d element %d", r, int64(bad)-lr.starts[r]))
+			return nil, rowError(name, r, castFault(name, elems, to, bad, fmt.Sprintf("row %d element %d", r, int64(bad)-lr.starts[r])))
 		}
 		elems.Release()
 		elems = casted
@@ -139,7 +139,7 @@ func prepareList(name string, arr arrow.Array, to castTarget, cast, fillSet bool
 				for j := 0; j < lr.lens[r]; j++ {
 					if !bitutil.BitIsSet(lr.valid, lr.voff+int(lr.starts[r])+j) {
 						lr.release()
-						return nil, fmt.Errorf("shape: column %q row %d element %d: null element inside a list; set a Fill to stand in for it: %w", name, r, j, ErrNullList)
+						return nil, rowError(name, r, fmt.Errorf("shape: column %q row %d element %d: null element inside a list; set a Fill to stand in for it: %w", name, r, j, ErrNullList))
 					}
 				}
 			}
@@ -184,8 +184,8 @@ func (lr *listRows) checkLength(name string, length int, rule ListRule) error {
 	if first < 0 || rule == Truncate {
 		return nil
 	}
-	return fmt.Errorf("shape: column %q row %d: list of %d elements is longer than Length %d (longest in this slice: %d elements, row %d); set Overflow to Truncate to keep the first %d elements, or raise Length to at least %d: %w",
-		name, first, lr.lens[first], length, longest, longestRow, length, longest, ErrTooLong)
+	return rowError(name, first, fmt.Errorf("shape: column %q row %d: list of %d elements is longer than Length %d (longest in this slice: %d elements, row %d); set Overflow to Truncate to keep the first %d elements, or raise Length to at least %d: %w",
+		name, first, lr.lens[first], length, longest, longestRow, length, longest, ErrTooLong))
 }
 
 // shapeFillPattern returns count copies of the one-element fill, or nil when
@@ -264,7 +264,7 @@ func castFixedSizeList(name string, arr arrow.Array, st shapeStep, mem memory.Al
 		return valid != nil && !bitutil.BitIsSet(valid, int(off)+e/int(size))
 	})
 	if bad != -1 {
-		return nil, castFault(name, elems, st.to, bad, fmt.Sprintf("row %d element %d", bad/int(size), bad%int(size)))
+		return nil, rowError(name, bad/int(size), castFault(name, elems, st.to, bad, fmt.Sprintf("row %d element %d", bad/int(size), bad%int(size))))
 	}
 	bm := shapeValidity(data, mem)
 	nulls := 0
@@ -331,7 +331,7 @@ func castList(name string, arr arrow.Array, st shapeStep, mem memory.Allocator) 
 		ob.Release()
 		r := rowOf(bad)
 		first := int(rel64At(rel, rel64, data.DataType().ID(), r))
-		return nil, castFault(name, elems, st.to, bad, fmt.Sprintf("row %d element %d", r, bad-first))
+		return nil, rowError(name, r, castFault(name, elems, st.to, bad, fmt.Sprintf("row %d element %d", r, bad-first)))
 	}
 	bm := shapeValidity(data, mem)
 	nulls := 0

@@ -124,8 +124,6 @@ def test_x64_off_overflow_fails_loudly_naming_the_column(wide, x64_off):
     assert pos == {"epoch": 0, "step": 6}  # steps before it were delivered
 
 
-@pytest.mark.xfail(strict=True, reason="Go side: the overflow error names the step, slice and the row within "
-                   "the slice, not the file and its row (shape.castFault; transport pipeline wrapping)")
 def test_x64_off_overflow_names_file_and_row(wide, x64_off):
     err, _ = _overflow(wide)
     assert f"part-{BIG_AT[0]}.parquet" in err.server_message and f"row {BIG_AT[1]}" in err.server_message
