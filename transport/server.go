@@ -371,12 +371,14 @@ func (s *Server) DoGet(t *flight.Ticket, fs flight.FlightService_DoGetServer) er
 	return err
 }
 
-// item is one step handed from the producer to the send loop.
+// item is one step handed from the producer to the send loop: its slices
+// joined into rec (Flight), or its slices as they came (shared memory).
 type item struct {
-	rec  arrow.RecordBatch
-	meta StepMeta
-	size int64
-	err  error
+	rec    arrow.RecordBatch
+	slices []arrow.RecordBatch
+	meta   StepMeta
+	size   int64
+	err    error
 }
 
 // sent counts what one stream sent.
@@ -391,7 +393,7 @@ func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWrit
 	go func() {
 		defer wg.Done()
 		defer close(items)
-		s.produce(ctx, st, items)
+		s.produce(ctx, st, items, true)
 	}()
 	defer func() {
 		cancel()
@@ -488,13 +490,14 @@ func (s *Server) stepWriter(fs flight.DataStreamWriter, schema *arrow.Schema) (s
 }
 
 // produce reads steps from st into items until an error (io.EOF included),
-// which it hands over as the last item, or until ctx is done. Each step's
-// slices are joined into one record (join.go); each queued record holds its
-// size in the memory budget until it is dropped.
-func (s *Server) produce(ctx context.Context, st Stream, items chan<- item) {
+// which it hands over as the last item, or until ctx is done. With join,
+// each step's slices are joined into one record (join.go); without, they are
+// queued as they are (the shared-memory writer lays them out itself). Each
+// queued step holds its size in the memory budget until it is dropped.
+func (s *Server) produce(ctx context.Context, st Stream, items chan<- item, join bool) {
 	schema := st.Schema()
 	for n := 0; ; n++ {
-		rec, meta, err := s.nextRecord(ctx, st, schema, n)
+		it, err := s.nextItem(ctx, st, schema, n, join)
 		if err != nil {
 			select {
 			case items <- item{err: err}:
@@ -502,12 +505,10 @@ func (s *Server) produce(ctx context.Context, st Stream, items chan<- item) {
 			}
 			return
 		}
-		size := recordBytes(rec)
-		if err := s.budget.acquire(ctx, size); err != nil {
-			rec.Release()
+		if err := s.budget.acquire(ctx, it.size); err != nil {
+			it.release()
 			return
 		}
-		it := item{rec: rec, meta: meta, size: size}
 		s.metrics.queued.Add(1)
 		select {
 		case items <- it:
@@ -518,10 +519,10 @@ func (s *Server) produce(ctx context.Context, st Stream, items chan<- item) {
 	}
 }
 
-// nextRecord returns the n-th step of st (counted from the stream's start)
-// as one record: the step's slices joined. A panic in the backend's Next
-// becomes an error naming the step.
-func (s *Server) nextRecord(ctx context.Context, st Stream, schema *arrow.Schema, n int) (rec arrow.RecordBatch, meta StepMeta, err error) {
+// nextItem returns the n-th step of st (counted from the stream's start) as
+// an item: its slices joined into one record, or (join false) as they are.
+// A panic in the backend's Next becomes an error naming the step.
+func (s *Server) nextItem(ctx context.Context, st Stream, schema *arrow.Schema, n int, join bool) (it item, err error) {
 	var step Step
 	func() {
 		defer func() {
@@ -533,24 +534,43 @@ func (s *Server) nextRecord(ctx context.Context, st Stream, schema *arrow.Schema
 	}()
 	if err != nil {
 		step.Release()
-		return nil, StepMeta{}, err
+		return item{}, err
 	}
 	if len(step.Slices) == 0 || slices.Contains(step.Slices, nil) {
 		step.Release()
-		return nil, StepMeta{}, fmt.Errorf("backend returned step %d (epoch %d step %d) without records", n, step.Meta.Epoch, step.Meta.Step)
+		return item{}, fmt.Errorf("backend returned step %d (epoch %d step %d) without records", n, step.Meta.Epoch, step.Meta.Step)
 	}
-	rec, err = joinSlices(schema, step.Slices, s.cfg.mem)
+	if !join {
+		return item{slices: step.Slices, meta: step.Meta, size: slicesBytes(step.Slices)}, nil
+	}
+	rec, err := joinSlices(schema, step.Slices, s.cfg.mem)
 	if err != nil {
-		return nil, StepMeta{}, fmt.Errorf("transport: epoch %d step %d: join slices: %w", step.Meta.Epoch, step.Meta.Step, err)
+		return item{}, fmt.Errorf("transport: epoch %d step %d: join slices: %w", step.Meta.Epoch, step.Meta.Step, err)
 	}
-	return rec, step.Meta, nil
+	return item{rec: rec, meta: step.Meta, size: recordBytes(rec)}, nil
+}
+
+// rows returns the item's rows.
+func (it item) rows() int64 {
+	if it.rec != nil {
+		return it.rec.NumRows()
+	}
+	return Step{Slices: it.slices}.Rows()
+}
+
+// release releases the item's records.
+func (it item) release() {
+	if it.rec != nil {
+		it.rec.Release()
+	}
+	Step{Slices: it.slices}.Release()
 }
 
 // drop releases an item's record and its share of the budget, and takes it
 // off the queue-depth gauge.
 func (s *Server) drop(it item) {
-	if it.rec != nil {
-		it.rec.Release()
+	if it.rec != nil || it.slices != nil {
+		it.release()
 		s.budget.release(it.size)
 		s.metrics.queued.Add(-1)
 	}

@@ -31,6 +31,7 @@ import (
 	"unicode"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -75,15 +76,16 @@ type shmRegion struct {
 	SlotBytes int64 `json:"slot_bytes"`
 }
 
-// shmStep is one step's descriptor: its metadata, its slot, and its buffers
-// as [offset, length] in the region, in the Arrow IPC body order of the
-// schema (depth first, a validity bitmap before each array's buffers;
-// [0, 0] is an absent validity bitmap: no nulls).
+// shmStep is one step's descriptor: its metadata, its slot, and for each of
+// its slices (in slice order, Rows rows each) the slice's buffers as
+// [offset, length] in the region, in the Arrow IPC body order of the schema
+// (depth first, a validity bitmap before each array's buffers; [0, 0] is an
+// absent validity bitmap: no nulls).
 type shmStep struct {
 	StepMeta
-	Slot    int        `json:"slot"`
-	Rows    int64      `json:"rows"`
-	Buffers [][2]int64 `json:"buffers"`
+	Slot    int          `json:"slot"`
+	Rows    int64        `json:"rows"` // rows of each slice
+	Buffers [][][2]int64 `json:"buffers"`
 }
 
 // shmError ends a stream: the status code's name, the message, and a
@@ -291,7 +293,7 @@ func (s *Server) shmStream(w *shmConn) error {
 	go func() {
 		defer wg.Done()
 		defer close(items)
-		s.produce(ctx, st, items)
+		s.produce(ctx, st, items, false)
 	}()
 	var reg *shmMapping
 	defer func() {
@@ -320,12 +322,22 @@ func (s *Server) shmStream(w *shmConn) error {
 			}
 			return fmt.Errorf("transport: step: %w", it.err)
 		}
-		bufs, err := shmLayout(it.rec)
-		if err != nil {
+		if err := splitSlices(&it); err != nil {
 			s.drop(it)
-			return fmt.Errorf("transport: shm: epoch %d step %d: %w", it.meta.Epoch, it.meta.Step, err)
+			return err
 		}
-		need := shmBytes(bufs)
+		layouts := make([][]shmBuf, len(it.slices))
+		for k, r := range it.slices {
+			if layouts[k], err = shmSliceLayout(r); err != nil {
+				s.drop(it)
+				return fmt.Errorf("transport: shm: epoch %d step %d slice %d: %w", it.meta.Epoch, it.meta.Step, it.meta.Slices[min(k, len(it.meta.Slices)-1)], err)
+			}
+			if r.NumRows() != it.slices[0].NumRows() {
+				s.drop(it)
+				return fmt.Errorf("transport: shm: epoch %d step %d: slices of %d and %d rows", it.meta.Epoch, it.meta.Step, it.slices[0].NumRows(), r.NumRows())
+			}
+		}
+		need := shmBytes(layouts)
 		var fd int = -1
 		if reg == nil {
 			if reg, err = newShmMapping(slots, need); err != nil {
@@ -348,8 +360,8 @@ func (s *Server) shmStream(w *shmConn) error {
 			return nil
 		case slot = <-free:
 		}
-		desc := &shmStep{StepMeta: it.meta, Slot: slot, Rows: it.rec.NumRows(), Buffers: reg.fill(slot, bufs)}
-		rows, size := it.rec.NumRows(), it.size
+		desc := &shmStep{StepMeta: it.meta, Slot: slot, Rows: it.slices[0].NumRows(), Buffers: reg.fill(slot, layouts)}
+		rows, size := it.rows(), it.size
 		s.drop(it) // the bytes are in the region now
 		if fd >= 0 {
 			region := &shmRegion{Bytes: int64(slots) * reg.slotBytes, Slots: slots, SlotBytes: reg.slotBytes}
@@ -403,51 +415,96 @@ func shmFixedType(dt arrow.DataType) bool {
 	return virtualFixedWidth(dt.ID())
 }
 
-// shmLayout returns the body buffers of rec in IPC order, each as the byte
-// ranges (pieces) that make it up, without copying: a multiRecord's pieces
-// as they are, else each column's own ranges.
-func shmLayout(rec arrow.RecordBatch) ([][][]byte, error) {
-	if m, ok := rec.(*multiRecord); ok {
-		return m.bufs, nil
+// splitSlices makes it.slices one record per slice of it.meta.Slices: a
+// backend may hand a step's slices already joined (transport.Step), which
+// are cut into views here.
+func splitSlices(it *item) error {
+	n := len(it.meta.Slices)
+	if len(it.slices) == n || n == 0 {
+		return nil
 	}
-	var out [][][]byte
+	if len(it.slices) != 1 || it.slices[0].NumRows()%int64(n) != 0 {
+		return fmt.Errorf("transport: shm: epoch %d step %d: %d records for %d slices", it.meta.Epoch, it.meta.Step, len(it.slices), n)
+	}
+	rec, b := it.slices[0], it.slices[0].NumRows()/int64(n)
+	parts := make([]arrow.RecordBatch, n)
+	for k := range parts {
+		parts[k] = rec.NewSlice(int64(k)*b, int64(k+1)*b)
+	}
+	rec.Release()
+	it.slices = parts
+	return nil
+}
+
+// shmBuf is one body buffer of a slice as it goes into the region: bytes
+// to copy, or (bits > 0) a bitmap of bits bits starting at bit bitOff of b
+// that is copied shifted to start at bit 0. A nil, zero shmBuf is an absent
+// validity bitmap.
+type shmBuf struct {
+	b      []byte
+	bitOff int
+	bits   int
+}
+
+func (b shmBuf) len() int64 {
+	if b.bits > 0 {
+		return int64(b.bits+7) / 8
+	}
+	return int64(len(b.b))
+}
+
+// shmSliceLayout returns the body buffers of one slice in IPC order
+// (depth first, each array's validity bitmap first), without copying
+// anything: ranges of the slice's own buffers.
+func shmSliceLayout(rec arrow.RecordBatch) ([]shmBuf, error) {
+	var out []shmBuf
 	var layout [][]byte
 	for j, col := range rec.Columns() {
 		d := col.Data()
 		var ok bool
-		if d.DataType().ID() == arrow.BOOL && d.NullN() == 0 && d.Offset()%8 == 0 {
-			// One record's booleans start on a byte: its bits as they are,
-			// whatever the row count (appendLayout wants whole bytes, to
-			// concatenate).
-			off := d.Offset() / 8
-			layout, ok = append(layout[:0], nil, d.Buffers()[1].Bytes()[off:off+(d.Len()+7)/8]), true
-		} else {
-			layout, ok = appendLayout(layout[:0], d, 0, d.Len())
+		if d.DataType().ID() == arrow.BOOL && d.NullN() == 0 {
+			// Booleans at any bit offset: copied shifted (appendLayout
+			// wants whole bytes, to concatenate).
+			out = append(out, shmBuf{}, shmBuf{b: d.Buffers()[1].Bytes(), bitOff: d.Offset(), bits: d.Len()})
+			continue
 		}
-		if !ok {
+		if layout, ok = appendLayout(layout[:0], d, 0, d.Len()); !ok {
 			return nil, fmt.Errorf("%w: column %q (%s, %d nulls) has no fixed-width layout without nulls: give it a fill value, or read it over Flight",
 				ErrFailedPrecondition, rec.ColumnName(j), d.DataType(), d.NullN())
 		}
 		for _, b := range layout {
-			if b == nil {
-				out = append(out, nil)
-			} else {
-				out = append(out, [][]byte{b})
-			}
+			out = append(out, shmBuf{b: b})
 		}
 	}
 	return out, nil
 }
 
-// shmBytes is the slot room that bufs take, each buffer 64-byte aligned.
-func shmBytes(bufs [][][]byte) int64 {
+// slicesBytes is the bytes a step's slices hold for the memory budget: their
+// visible rows' buffers (what the region receives), or, for a column that
+// has no fixed-width layout, the record's whole buffers.
+func slicesBytes(recs []arrow.RecordBatch) int64 {
 	var n int64
-	for _, pieces := range bufs {
-		var l int64
-		for _, p := range pieces {
-			l += int64(len(p))
+	for _, r := range recs {
+		bufs, err := shmSliceLayout(r)
+		if err != nil {
+			n += recordBytes(r)
+			continue
 		}
-		n += alignUp(l, shmAlign)
+		for _, b := range bufs {
+			n += b.len()
+		}
+	}
+	return n
+}
+
+// shmBytes is the slot room that a step's slices take, each buffer 64-byte
+// aligned.
+func shmBytes(slices [][]shmBuf) int64 {
+	var n int64
+	for _, bufs := range slices {
+		for _, b := range bufs {
+			n += alignUp(b.len(), shmAlign)
+		}
 	}
 	return max(n, shmAlign)
 }
@@ -483,21 +540,28 @@ func newShmMapping(slots int, need int64) (*shmMapping, error) {
 	return &shmMapping{fd: fd, mem: mem, slotBytes: slotBytes}, nil
 }
 
-// fill copies bufs into slot and returns their [offset, length] in the
-// region ([0, 0] for an absent buffer).
-func (m *shmMapping) fill(slot int, bufs [][][]byte) [][2]int64 {
-	out := make([][2]int64, len(bufs))
+// fill copies each slice's buffers into slot, each at a 64-byte aligned
+// offset, and returns their [offset, length] in the region, per slice
+// ([0, 0] for an absent validity bitmap). Every slice's rows start aligned,
+// so that each device's rows can be aliased, whatever b.
+func (m *shmMapping) fill(slot int, slices [][]shmBuf) [][][2]int64 {
+	out := make([][][2]int64, len(slices))
 	at := int64(slot) * m.slotBytes
-	for i, pieces := range bufs {
-		if len(pieces) == 0 {
-			continue // an absent validity bitmap
+	for k, bufs := range slices {
+		out[k] = make([][2]int64, len(bufs))
+		for i, b := range bufs {
+			n := b.len()
+			if b.b == nil {
+				continue
+			}
+			if b.bits > 0 {
+				bitutil.CopyBitmap(b.b, b.bitOff, b.bits, m.mem[at:at+n], 0)
+			} else {
+				copy(m.mem[at:at+n], b.b)
+			}
+			out[k][i] = [2]int64{at, n}
+			at += alignUp(n, shmAlign)
 		}
-		start := at
-		for _, p := range pieces {
-			at += int64(copy(m.mem[at:], p))
-		}
-		out[i] = [2]int64{start, at - start}
-		at = start + alignUp(at-start, shmAlign)
 	}
 	return out
 }

@@ -126,31 +126,36 @@ func (c *shmClient) close() {
 }
 
 // demoStep decodes a demo step (id int64, x fixed_size_list<float32>[4],
-// valid) from the region.
+// valid) from the region: its slices' rows, in slice order.
 func (c *shmClient) demoStep(s *shmStep) step {
 	out := step{meta: map[string]any{"epoch": float64(s.Epoch), "step": float64(s.Step)}}
-	// IPC order: id validity, id values, x validity, x child validity, x values, [mask validity, mask bits].
-	for i, b := range s.Buffers {
-		if b[0]%shmAlign != 0 {
-			c.t.Errorf("buffer %d at offset %d is not %d-byte aligned", i, b[0], shmAlign)
+	if len(s.Buffers) != len(s.Slices) {
+		c.t.Fatalf("step %d: buffers of %d slices, want %d", s.Step, len(s.Buffers), len(s.Slices))
+	}
+	for _, bufs := range s.Buffers {
+		// IPC order: id validity, id values, x validity, x child validity, x values, [mask validity, mask bits].
+		for i, b := range bufs {
+			if b[0]%shmAlign != 0 {
+				c.t.Errorf("buffer %d at offset %d is not %d-byte aligned", i, b[0], shmAlign)
+			}
 		}
-	}
-	id := c.mem[s.Buffers[1][0] : s.Buffers[1][0]+s.Buffers[1][1]]
-	for r := range s.Rows {
-		out.ids = append(out.ids, int64(binary.LittleEndian.Uint64(id[8*r:])))
-	}
-	x := c.mem[s.Buffers[4][0] : s.Buffers[4][0]+s.Buffers[4][1]]
-	for r := range s.Rows {
-		var v [4]float32
-		for k := range 4 {
-			v[k] = math.Float32frombits(binary.LittleEndian.Uint32(x[16*r+4*int64(k):]))
-		}
-		out.x = append(out.x, v)
-	}
-	if len(s.Buffers) > 5 {
-		bits := c.mem[s.Buffers[6][0] : s.Buffers[6][0]+s.Buffers[6][1]]
+		id := c.mem[bufs[1][0] : bufs[1][0]+bufs[1][1]]
 		for r := range s.Rows {
-			out.mask = append(out.mask, bits[r/8]&(1<<(r%8)) != 0)
+			out.ids = append(out.ids, int64(binary.LittleEndian.Uint64(id[8*r:])))
+		}
+		x := c.mem[bufs[4][0] : bufs[4][0]+bufs[4][1]]
+		for r := range s.Rows {
+			var v [4]float32
+			for k := range 4 {
+				v[k] = math.Float32frombits(binary.LittleEndian.Uint32(x[16*r+4*int64(k):]))
+			}
+			out.x = append(out.x, v)
+		}
+		if len(bufs) > 5 {
+			bits := c.mem[bufs[6][0] : bufs[6][0]+bufs[6][1]]
+			for r := range s.Rows {
+				out.mask = append(out.mask, bits[r/8]&(1<<(r%8)) != 0)
+			}
 		}
 	}
 	return out
@@ -332,7 +337,9 @@ func (s halvesStream) Next(ctx context.Context) (Step, error) {
 func TestShmSlices(t *testing.T) {
 	ts, path := startShm(t, halves{&DemoBackend{NumRows: 1000}})
 	req := baseRequest()
-	req.GlobalBatchSize, req.NumSlices, req.Slices, req.LastBatch, req.Epochs = 64, 2, []int{0, 1}, LastBatchPad, 1
+	// Slices of 30 rows: the second slice's mask bits start mid-byte, and
+	// its ids at 240 bytes, not 64-aligned in a contiguous layout.
+	req.GlobalBatchSize, req.NumSlices, req.Slices, req.LastBatch, req.Epochs = 60, 2, []int{0, 1}, LastBatchPad, 1
 	_, want, err := readAll(t, context.Background(), ts.client, ticket(t, req))
 	if err != nil {
 		t.Fatal(err)

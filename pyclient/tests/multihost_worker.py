@@ -63,15 +63,22 @@ def main() -> int:
     from meshfeed._src import layout as layout_mod
 
     # Count the client's placement calls (one per step, issue 12): every
-    # array of a step goes through one make_array_from_process_local_data.
+    # array of a step goes through one make_array_from_process_local_data
+    # (Flight) or one batched device_put of per-device views (shared memory).
     placements = []
     real_make = layout_mod.jax.make_array_from_process_local_data
+    real_per_device = layout_mod.place_per_device
 
     def counting_make(*a, **kw):
         placements.append(1)
         return real_make(*a, **kw)
 
+    def counting_per_device(*a, **kw):
+        placements.append(1)
+        return real_per_device(*a, **kw)
+
     layout_mod.jax.make_array_from_process_local_data = counting_make
+    layout_mod.place_per_device = counting_per_device
 
     result = {"process_index": jax.process_index(), "process_count": jax.process_count(),
               "local_device_count": jax.local_device_count(), "device_count": jax.device_count(), "runs": {}}

@@ -247,8 +247,13 @@ class Materializer:
         off = (base + self._slice_starts * slice_bytes) % CPU_ALIAS_ALIGNMENT != 0
         return int(self._devs_per_slice[off].sum())
 
-    def __call__(self, rb: pa.RecordBatch) -> dict[str, Any]:
-        """Materializes one record; its counters are in ``counts`` afterwards."""
+    def __call__(self, rb: pa.RecordBatch | Sequence[pa.RecordBatch]) -> dict[str, Any]:
+        """Materializes one step, given as one record (this process's slices
+        concatenated: Flight) or as one record per local slice (the
+        shared-memory wire, where every slice starts 64-byte aligned); its
+        counters are in ``counts`` afterwards."""
+        if not isinstance(rb, pa.RecordBatch):
+            return self._slices(list(rb))
         L = self.layout
         copies = unpacks = unaligned = 0
         want_rows = len(L.slices) * L.b
@@ -283,6 +288,64 @@ class Materializer:
         self.last_views = views
         self.counts = {"host_copies": copies, "mask_unpacks": unpacks, "unaligned_transfers": unaligned}
         return out
+
+
+    def _slices(self, recs: list[pa.RecordBatch]) -> dict[str, Any]:
+        """A step given per slice: each device gets a view of its own slice
+        (aligned, so XLA aliases it), all in one batched ``jax.device_put``;
+        each column's global array is then assembled from its devices'
+        arrays (no transfer)."""
+        L = self.layout
+        if len(recs) != len(L.slices) or any(r.num_rows != L.b for r in recs):
+            raise MeshfeedError(f"step of {[r.num_rows for r in recs]} rows per slice, "
+                                f"want {len(L.slices)} slices of {L.b} rows")
+        copies = unpacks = unaligned = 0
+        out: dict[str, Any] = {}
+        views: list[np.ndarray] = []
+        devices: list[Any] = []
+        last: dict[str, tuple[np.ndarray, pa.Buffer | None]] = {}
+        ndev = len(L.devices)
+        for i, spec in enumerate(self.specs):
+            if spec.kind == "arrow":
+                out[spec.name] = pa.concat_arrays([r.column(i) for r in recs])
+                continue
+            per_slice = []
+            for r in recs:
+                col = r.column(i)
+                if spec.kind == "bool":
+                    v, buf = unpack_bool(col), None
+                else:
+                    v, buf = dense_view(col, spec)
+                per_slice.append(v)
+            if spec.kind == "bool":
+                if spec.name == self.mask_key:
+                    unpacks += 1
+                else:
+                    copies += 1
+            elif spec.name in self.narrowed:
+                copies += ndev
+            else:
+                unaligned += sum(per_slice[k].ctypes.data % CPU_ALIAS_ALIGNMENT != 0 for _, k in L.devices)
+            last[spec.name] = (per_slice[0], buf)
+            out[spec.name] = None  # assembled below, in schema order
+            for dev, k in L.devices:
+                views.append(per_slice[k])
+                devices.append(dev)
+        placed = place_per_device(views, devices)
+        for j, spec in enumerate(self._placed):
+            arrs = placed[j * ndev:(j + 1) * ndev]
+            out[spec.name] = jax.make_array_from_single_device_arrays(self._shapes[j], self.sharding, arrs)
+        self.last_views = last
+        self.counts = {"host_copies": copies, "mask_unpacks": unpacks, "unaligned_transfers": unaligned}
+        return out
+
+
+def place_per_device(views: list[np.ndarray], devices: list[Any]) -> list[jax.Array]:
+    """Every (view, device) pair of one step onto its device, in one batched
+    ``jax.device_put`` call; XLA's CPU client aliases aligned views."""
+    if not views:
+        return []
+    return jax.device_put(views, devices)
 
 
 def place(shardings: list[jax.sharding.Sharding], local: list[np.ndarray],

@@ -78,7 +78,8 @@ class Prefetcher:
                         f"want epoch {self._expect[0]} step {self._expect[1]} slices {list(L.slices)}")
                 batch = self._mat(chunk.data)
                 real = meta.get("real_rows") or [L.b] * len(L.slices)
-                info = (ep, st, int(sum(real)), len(L.slices) * L.b - int(sum(real)), chunk.data.nbytes,
+                nbytes = chunk.nbytes if hasattr(chunk, "nbytes") else chunk.data.nbytes
+                info = (ep, st, int(sum(real)), len(L.slices) * L.b - int(sum(real)), nbytes,
                         dict(self._mat.counts))
                 nxt = st + 1
                 self._expect = (ep + 1, 0) if nxt >= self._spe else (ep, nxt)

@@ -44,11 +44,16 @@ class ShmIneligible(PlanError):
 
 @dataclass(frozen=True)
 class ShmChunk:
-    """One step: its record batch (views of the region) and its metadata
-    (the JSON of Flight's app_metadata, as bytes)."""
+    """One step: one record batch per slice (views of the region, each
+    starting 64-byte aligned) and its metadata (the JSON of Flight's
+    app_metadata, as bytes)."""
 
-    data: pa.RecordBatch
+    data: list[pa.RecordBatch]
     app_metadata: pa.Buffer
+
+    @property
+    def nbytes(self) -> int:
+        return sum(r.nbytes for r in self.data)
 
 
 class _Region:
@@ -160,13 +165,14 @@ class ShmReader:
         hold = reg.slot(slot)
         weakref.finalize(hold, self._release, slot)
         base = slot * reg.slot_bytes
-        bufs = [None if ln == 0 else pa.py_buffer(hold[off - base:off - base + ln]) for off, ln in s["buffers"]]
         rows = s["rows"]
-        it = iter(bufs)
-        cols = [_array(f.type, rows, it) for f in self.schema]
-        rec = pa.RecordBatch.from_arrays(cols, schema=self.schema)
+        recs = []
+        for slice_bufs in s["buffers"]:
+            it = iter([None if ln == 0 else pa.py_buffer(hold[off - base:off - base + ln]) for off, ln in slice_bufs])
+            cols = [_array(f.type, rows, it) for f in self.schema]
+            recs.append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
         meta = {k: s[k] for k in ("epoch", "step", "slices", "real_rows")}
-        return ShmChunk(rec, pa.py_buffer(json.dumps(meta).encode()))
+        return ShmChunk(recs, pa.py_buffer(json.dumps(meta).encode()))
 
     def _release(self, slot: int) -> None:
         try:
