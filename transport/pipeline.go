@@ -128,6 +128,7 @@ type Pipeline struct {
 
 	mu    sync.Mutex
 	cache map[string]cachedDataset
+	roots []string // set by UseRoots (pipeline_roots.go)
 }
 
 // cachedDataset is an opened dataset and when it stops being reused.
@@ -469,6 +470,7 @@ func pipelineError(err error) error {
 // pipelineRules maps loader and batching sentinels to this package's, in
 // order of precedence.
 var pipelineRules = []struct{ target, sentinel error }{
+	{loader.ErrOutsideRoot, ErrPermissionDenied},
 	{loader.ErrNotFound, ErrNotFound},
 	{loader.ErrCorrupt, ErrFailedPrecondition},
 	{loader.ErrSchemaMismatch, ErrFailedPrecondition},
