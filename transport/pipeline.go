@@ -199,6 +199,7 @@ type pipelinePlan struct {
 	shaper *batching.Shaper     // nil: no column is shaped
 	schema *arrow.Schema        // schema of every step record
 	packed bool                 // a column is packed (slices have PackedRows rows)
+	rem    *batching.Remainder  // elastic resume: the remainder of the switch's epoch (pipeline_elastic.go)
 }
 
 // Info implements Backend: it plans from metadata alone.
@@ -299,6 +300,9 @@ func (p *Pipeline) planFor(ctx context.Context, req *Request) (*pipelinePlan, er
 		}
 		pl.shaper, pl.schema = sh, sh.Schema()
 		pl.packed = slices.ContainsFunc(cols, func(c batching.Column) bool { return c.PackRatio > 0 })
+	}
+	if err := pl.planElastic(); err != nil {
+		return nil, err
 	}
 	return pl, nil
 }
@@ -507,7 +511,7 @@ type pipelineStream struct {
 // sliceCut cuts one slice (stream d) of one epoch.
 type sliceCut struct {
 	d    int
-	cut  *batching.Cutter
+	cut  slicer                 // a *batching.Cutter, or a *batching.RemainderCutter in an elastic epoch
 	rd   *loader.RowGroupReader // nil when the stream reads nothing
 	refs []loader.RowGroupRef   // what rd reads, in order (to check what it returns)
 	got  int                    // row groups taken from rd
@@ -520,6 +524,9 @@ func (s *pipelineStream) Schema() *arrow.Schema { return s.pl.schema }
 // epoch s.pos.Epoch starting at step s.pos.Step.
 func (s *pipelineStream) openEpoch() error {
 	pl := s.pl
+	if pl.rem != nil && s.pos.Epoch == pl.rem.Switch().Epoch {
+		return s.openRemainder()
+	}
 	for _, d := range pl.req.Slices {
 		cut, err := batching.NewCutter(pl.plan, s.pos.Epoch, d, s.pos.Step, s.mem,
 			batching.WithMaskColumn(pl.req.Mask()), batching.WithSchema(pl.cutIn))
