@@ -384,8 +384,9 @@ class Loader:
             req["shuffle"] = {"enabled": True, "window": self._shuffle.window}
         if self._last_batch == "pad":
             req["mask_column"] = self._mask_key
-        if self._switch is not None and start[0] == self._switch["epoch"]:
-            req["elastic"] = dict(self._switch)
+        sw = self._switch
+        if sw is not None and start[0] == sw["epoch"] and start[1] >= sw["step"]:
+            req["elastic"] = dict(sw)  # a plan query at (0, 0) stays plain: same N and steps
         return req
 
     def _fingerprint(self) -> dict[str, Any]:
