@@ -127,3 +127,23 @@ func TestRootsHoldOverFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestPipelineRootsOnce: a Pipeline confined to roots refuses to serve a
+// second server with other roots (New fails), and accepts the same ones.
+func TestPipelineRootsOnce(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	p, err := NewPipeline(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := New(p, WithLogger(discard), WithAllowedRoots(a)); err != nil {
+		t.Fatalf("New(roots %s) = %v", a, err)
+	}
+	if _, err := New(p, WithLogger(discard), WithAllowedRoots(a)); err != nil {
+		t.Errorf("New with the same roots again = %v", err)
+	}
+	if _, err := New(p, WithLogger(discard), WithAllowedRoots(b)); err == nil || len(containsAll(err.Error(), "already confined", a, b)) > 0 {
+		t.Errorf("New with other roots = %v; want an error naming both", err)
+	}
+}
