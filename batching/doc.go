@@ -2,7 +2,9 @@
 //
 // It owns the epoch plan of DESIGN.md's contract (row group order, the D
 // contiguous streams, the shuffle window, the final-batch policy, padding and the
-// mask, resume positions) and the stream cutters that turn decoded row groups
+// mask, resume positions, and elastic resume: the [Remainder] of an epoch
+// saved under one data-parallel degree and resumed under another, see
+// docs/CONTRACT-elastic.md) and the stream cutters that turn decoded row groups
 // into b-row slices. How each column of a slice looks on the wire (casts,
 // fixed-length lists, packing) is package shape's question, not this one's.
 //

@@ -10,13 +10,15 @@ import (
 )
 
 // errorCodes maps the sentinels of the packages a Pipeline composes to status
-// codes, first match wins: a missing dataset is NotFound; storage that is
+// codes, first match wins: a path that leads out of the server's roots is
+// PermissionDenied; a missing dataset is NotFound; storage that is
 // down for now is Unavailable; a requested column the dataset lacks, and
 // shaping or configuration the request got wrong, are InvalidArgument;
 // corrupt, mismatched or unsupported files, nulls without a fill, impossible
 // plans and data that does not fit the requested shaping are
 // FailedPrecondition.
 var errorCodes = []transport.ErrorCode{
+	{Target: loader.ErrOutsideRoot, Code: codes.PermissionDenied},
 	{Target: loader.ErrColumnNotFound, Code: codes.InvalidArgument},
 	{Target: loader.ErrNotFound, Code: codes.NotFound},
 	{Target: loader.ErrCorrupt, Code: codes.FailedPrecondition},

@@ -13,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/meshfeed/meshfeed/transport"
 	"github.com/meshfeed/meshfeed/transport/transporttest"
+	"google.golang.org/grpc"
 )
 
 // Short names for the shared server helpers, as the tests moved here from
@@ -33,15 +34,20 @@ var (
 	checkedMem      = transporttest.CheckedMem
 	containsAll     = transporttest.ContainsAll
 	checkStatus     = transporttest.CheckStatus
+	writeCert       = transporttest.WriteCert
 )
+
+// credsMarker marks dial options that carry transport credentials (they
+// replace transporttest.Start's insecure default).
+type credsMarker struct{ grpc.DialOption }
 
 // startServer is transporttest.Start; the server joins steps from the
 // backend's allocator when it has one (as `meshfeed serve` does).
-func startServer(t testing.TB, kind transporttest.Net, backend transport.Backend, opts []transport.Option) *testServer {
+func startServer(t testing.TB, kind transporttest.Net, backend transport.Backend, opts []transport.Option, dialOpts ...grpc.DialOption) *testServer {
 	if a, ok := backend.(interface{ Allocator() memory.Allocator }); ok {
 		opts = append([]transport.Option{transport.WithAllocator(a.Allocator())}, opts...)
 	}
-	ts := transporttest.Start(t, kind, backend, opts)
+	ts := transporttest.Start(t, kind, backend, opts, dialOpts...)
 	return &testServer{ts}
 }
 

@@ -130,6 +130,7 @@ type Pipeline struct {
 
 	mu    sync.Mutex
 	cache map[string]cachedDataset
+	roots []string // set by UseRoots (pipeline_roots.go)
 }
 
 // cachedDataset is an opened dataset and when it stops being reused.

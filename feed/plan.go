@@ -22,6 +22,7 @@ type pipelinePlan struct {
 	cutIn  *arrow.Schema        // schema of the decoded row groups
 	shaper *shape.Shaper        // nil: no column is shaped
 	schema *arrow.Schema        // schema of every slice sent
+	rem    *batching.Remainder  // elastic resume: the remainder of the switch's epoch (pipeline_elastic.go)
 }
 
 // planFor maps the request (configOf), opens its dataset and plans it, from
@@ -56,6 +57,9 @@ func (p *Pipeline) planFor(ctx context.Context, req *transport.Request) (*pipeli
 			return nil, fmt.Errorf("feed: %w", err)
 		}
 		pl.shaper, pl.schema = sh, sh.Schema()
+	}
+	if err := pl.planElastic(); err != nil {
+		return nil, err
 	}
 	return pl, nil
 }

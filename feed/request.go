@@ -23,7 +23,8 @@ type streamConfig struct {
 	mask     string // mask column under Pad
 	slices   []int  // this client's slices, ascending
 	start    batching.Position
-	epochs   int // 0: unbounded
+	epochs   int                // 0: unbounded
+	elastic  *transport.Elastic // a switch of D inside an epoch (pipeline_elastic.go)
 }
 
 // policyOf maps the wire's last_batch onto batching's policy.
@@ -68,10 +69,11 @@ func configOf(req *transport.Request) (*streamConfig, error) {
 			Window:           int64(req.Shuffle.Window),
 			Policy:           policy,
 		},
-		mask:   req.Mask(),
-		slices: req.Slices,
-		start:  batching.Position{Epoch: req.Start.Epoch, Step: req.Start.Step},
-		epochs: req.Epochs,
+		mask:    req.Mask(),
+		slices:  req.Slices,
+		start:   batching.Position{Epoch: req.Start.Epoch, Step: req.Start.Step},
+		epochs:  req.Epochs,
+		elastic: req.Elastic,
 	}
 	var problems []string
 	packed := ""

@@ -32,7 +32,7 @@ type pipelineStream struct {
 // sliceCut cuts one slice (stream d) of one epoch.
 type sliceCut struct {
 	d    int
-	cut  *batching.Cutter
+	cut  slicer                 // a *batching.Cutter, or a *batching.RemainderCutter in an elastic epoch
 	rd   *loader.RowGroupReader // nil when the stream reads nothing
 	refs []loader.RowGroupRef   // what rd reads, in order (to check what it returns)
 	got  int                    // row groups taken from rd
@@ -45,6 +45,9 @@ func (s *pipelineStream) Schema() *arrow.Schema { return s.pl.schema }
 // epoch s.pos.Epoch starting at step s.pos.Step.
 func (s *pipelineStream) openEpoch() error {
 	pl := s.pl
+	if pl.rem != nil && s.pos.Epoch == pl.rem.Switch().Epoch {
+		return s.openRemainder()
+	}
 	for _, d := range pl.cfg.slices {
 		cut, err := batching.NewCutter(pl.plan, s.pos.Epoch, d, s.pos.Step, s.mem,
 			batching.WithMaskColumn(pl.cfg.mask), batching.WithSchema(pl.cutIn))
@@ -181,8 +184,8 @@ func (s *pipelineStream) cutShaped(sc *sliceCut) (arrow.RecordBatch, int, error)
 // (its rows are not the stream's).
 func (s *pipelineStream) source(d int, err error) string {
 	var re *shape.RowError
-	if s.pl.cfg.packed || !errors.As(err, &re) {
-		return ""
+	if s.pl.cfg.packed || !errors.As(err, &re) || (s.pl.rem != nil && s.pos.Epoch == s.pl.rem.Switch().Epoch) {
+		return "" // packed rows, or an elastic epoch: not the plan's streams
 	}
 	q := int64(s.pos.Step*s.pl.plan.SliceRows() + re.Row)
 	g, row, ok := s.pl.plan.SourceRow(s.pos.Epoch, d, q)

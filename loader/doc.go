@@ -11,6 +11,10 @@
 // which row groups are read in which order, and package shard which process
 // needs which slice.
 //
+// A [LocalStore] given [WithRoots] serves only files inside those directories,
+// resolving every path, glob match and directory entry through [os.Root]: a
+// symlink or ".." leading out of a root is an error wrapping ErrOutsideRoot.
+//
 // # Caveats
 //
 // A record returned by the loader belongs to the caller, who must Release it.

@@ -24,3 +24,8 @@ var (
 	// read stalled past its stall timeout.
 	ErrUnavailable = errors.New("storage unavailable")
 )
+
+// ErrOutsideRoot: a local path lies outside the store's allowed roots
+// (see [WithRoots]), lexically or because a symlink or ".." on the way leads
+// out of its root.
+var ErrOutsideRoot = errors.New("outside the allowed roots")

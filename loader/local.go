@@ -28,6 +28,7 @@ type localConfig struct {
 	maxOpen  int
 	mapCache int64
 	stats    *StoreStats
+	roots    []string // WithRoots
 }
 
 func newLocalConfig(opts []LocalOption) localConfig {
@@ -87,7 +88,8 @@ func withLocalStats(s *StoreStats) LocalOption {
 // LocalStore is also a [Mapper]: Map maps file ranges with mmap (Linux), so
 // the loader decodes straight from the page cache (see [WithMmap]).
 type LocalStore struct {
-	cfg localConfig
+	cfg   localConfig
+	roots *rootSet // nil without WithRoots
 
 	liveMaps     atomic.Int64 // Map results not yet released
 	fileMapsLive atomic.Int64 // whole-file mappings (WithMapCache) not yet unmapped
@@ -124,11 +126,15 @@ var (
 
 // NewLocalStore returns a store on local disk.
 func NewLocalStore(opts ...LocalOption) *LocalStore {
-	return &LocalStore{
+	s := &LocalStore{
 		cfg:   newLocalConfig(opts),
 		files: make(map[string]*list.Element),
 		lru:   list.New(),
 	}
+	if len(s.cfg.roots) > 0 {
+		s.roots = &rootSet{paths: s.cfg.roots}
+	}
+	return s
 }
 
 // Stats returns the store's counters.
@@ -141,6 +147,10 @@ func (s *LocalStore) List(ctx context.Context, prefix string) ([]Object, error) 
 	abs, err := localPath(prefix, true)
 	if err != nil {
 		return nil, err
+	}
+	if s.roots != nil {
+		out, _, err := s.listEscapes(ctx, prefix)
+		return out, err
 	}
 	root := abs
 	if !strings.HasSuffix(abs, "/") {
@@ -207,9 +217,9 @@ func (s *LocalStore) Stat(ctx context.Context, uri string) (Object, error) {
 	if err != nil {
 		return Object{}, err
 	}
-	info, err := os.Stat(p)
+	info, err := s.statLocal(p)
 	if err != nil {
-		return Object{}, localErr("stat", p, err)
+		return Object{}, err
 	}
 	if !info.Mode().IsRegular() {
 		return Object{}, fmt.Errorf("loader: %s is not a regular file: %w", p, ErrNotFound)
@@ -284,9 +294,9 @@ func (s *LocalStore) acquire(path string, obj Object) (*openFile, error) {
 	}
 	s.mu.Unlock()
 
-	fh, err := os.Open(path)
+	fh, err := s.openLocal(path)
 	if err != nil {
-		return nil, localErr("open", path, err)
+		return nil, err
 	}
 	info, err := fh.Stat()
 	if err != nil {
@@ -372,6 +382,9 @@ func (s *LocalStore) Close() error {
 	s.closed = true
 	for s.lru.Len() > 0 {
 		s.evictLocked(s.lru.Front())
+	}
+	if s.roots != nil {
+		s.roots.close() // open files and mappings keep working
 	}
 	return nil
 }

@@ -88,8 +88,11 @@ func matchOne(ctx context.Context, store Store, pat string) ([]Object, error) {
 	}
 	// A directory: everything under it that is not hidden.
 	dir := withSlash(norm)
-	objs, err := store.List(ctx, dir)
+	objs, escaped, err := listFor(ctx, store, dir)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkEscaped(pat, escaped, func(u string) bool { return !hiddenPath(strings.TrimPrefix(u, dir)) }); err != nil {
 		return nil, err
 	}
 	out := objs[:0]
@@ -125,8 +128,11 @@ func matchGlob(ctx context.Context, store Store, orig, pat string) ([]Object, er
 	if err != nil {
 		return nil, fmt.Errorf("loader: pattern %q: %w", orig, err)
 	}
-	objs, err := store.List(ctx, g.prefix)
+	objs, escaped, err := listFor(ctx, store, g.prefix)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkEscaped(orig, escaped, g.match); err != nil {
 		return nil, err
 	}
 	out := objs[:0]

@@ -129,3 +129,15 @@ type StorageStats struct {
 type StatsReporter interface {
 	StorageStats() (StorageStats, bool)
 }
+
+// RootedBackend is implemented by backends that open local files
+// themselves, such as the Pipeline. New hands them the server's local allowed
+// roots (absolute, cleaned) before it serves anything, so that every local
+// path a request names, and every file its globs and directories expand to,
+// is resolved and opened inside its root (loader.WithRoots, os.Root): the
+// server's own check of a request's URIs is lexical, and cannot see symlinks.
+// UseRoots returns an error when the backend cannot confine itself to roots;
+// New then fails.
+type RootedBackend interface {
+	UseRoots(roots []string) error
+}

@@ -86,6 +86,20 @@ type Position struct {
 	Step int `json:"step"`
 }
 
+// Elastic says that a run switched data-parallel degree inside an epoch
+// (elastic resume, docs/CONTRACT-elastic.md): steps [0, Step) of epoch Epoch
+// were delivered with num_slices = FromSlices, and the rest of that epoch is
+// delivered re-split over the request's NumSlices (same global batch size),
+// before the plain plan with NumSlices from epoch Epoch+1 on.
+type Elastic struct {
+	// FromSlices is D before the switch (> 0, a divisor of B).
+	FromSlices int `json:"from_slices"`
+	// Epoch is the epoch of the switch.
+	Epoch int `json:"epoch"`
+	// Step is the number of steps of Epoch delivered before the switch.
+	Step int `json:"step"`
+}
+
 // Request is the versioned ticket of DoGet and the command of GetFlightInfo:
 // everything that decides which rows this client receives. Its JSON form is
 // documented in docs/PROTOCOL.md; build it with DecodeRequest, or fill it and
@@ -119,6 +133,10 @@ type Request struct {
 	Epochs int `json:"epochs,omitempty"`
 	// Start is the first position streamed (default epoch 0, step 0).
 	Start Position `json:"start,omitzero"`
+	// Elastic, when set, resumes across a change of data-parallel degree;
+	// absent (the default) means none. Optional in ticket version 1: servers
+	// that predate it refuse it as an unknown field.
+	Elastic *Elastic `json:"elastic,omitempty"`
 }
 
 // SliceRows returns b = B / D, the rows of one slice.
@@ -257,6 +275,7 @@ func (r *Request) Validate() error {
 	if r.Epochs > 0 && r.Start.Epoch >= r.Epochs {
 		p.add("start.epoch %d is not below epochs %d", r.Start.Epoch, r.Epochs)
 	}
+	r.validateElastic(&p)
 	return p.err("transport", ErrBadRequest)
 }
 
@@ -336,4 +355,24 @@ func ParseFill(raw json.RawMessage) (Fill, error) {
 		return Fill{}, fmt.Errorf("fill %s: %v", raw, err)
 	}
 	return Fill{Kind: FillFloat, Float: f}, nil
+}
+
+// validateElastic adds the problems of the elastic field.
+func (r *Request) validateElastic(p *problems) {
+	e := r.Elastic
+	if e == nil {
+		return
+	}
+	if e.FromSlices <= 0 {
+		p.add("elastic.from_slices %d must be > 0", e.FromSlices)
+	} else if r.GlobalBatchSize > 0 && r.GlobalBatchSize%e.FromSlices != 0 {
+		p.add("elastic.from_slices %d does not divide global_batch_size %d (the global batch size stays the same across the switch)", e.FromSlices, r.GlobalBatchSize)
+	}
+	if e.Epoch < 0 || e.Step < 0 {
+		p.add("elastic epoch %d step %d must be >= 0", e.Epoch, e.Step)
+	}
+	if r.Start.Epoch < e.Epoch || (r.Start.Epoch == e.Epoch && r.Start.Step < e.Step) {
+		p.add("start (epoch %d, step %d) is before the elastic switch (epoch %d, step %d): the steps before it were delivered with num_slices %d",
+			r.Start.Epoch, r.Start.Step, e.Epoch, e.Step, e.FromSlices)
+	}
 }

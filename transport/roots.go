@@ -93,6 +93,14 @@ func (l location) under(root location) bool {
 // checkRoots returns an error wrapping ErrPermissionDenied naming the first
 // URI that does not lie under one of roots (every URI is checked; all bad
 // ones are named).
+//
+// The check is lexical. For gs:// URIs it is the whole check: GCS has no
+// symlinks and no directories, an object's name is its path, so a
+// segment-wise prefix of the name (with ".." refused, since GCS would take
+// "a/../b" literally) is what a root means there. Local paths are checked
+// again on disk: New confines a RootedBackend (the Pipeline) to the local
+// roots, which then resolves every path, glob match and directory entry
+// through os.Root (loader.WithRoots).
 func checkRoots(uris []string, roots []location) error {
 	var p problems
 	for _, u := range uris {
@@ -117,4 +125,15 @@ func rootList(roots []location) string {
 		s[i] = r.String()
 	}
 	return strings.Join(s, ", ")
+}
+
+// localRoots returns the local allowed roots, absolute and cleaned.
+func (c *Config) localRoots() []string {
+	var out []string
+	for _, l := range c.rootLocs {
+		if l.scheme == "file" {
+			out = append(out, l.String())
+		}
+	}
+	return out
 }

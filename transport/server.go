@@ -72,6 +72,11 @@ func New(backend Backend, opts ...Option) (*Server, error) {
 	if backend == nil {
 		return nil, fmt.Errorf("transport: %w: nil backend", ErrConfig)
 	}
+	if rb, ok := backend.(RootedBackend); ok {
+		if err := rb.UseRoots(cfg.localRoots()); err != nil {
+			return nil, fmt.Errorf("transport: %w: %w", ErrConfig, err)
+		}
+	}
 	s := &Server{
 		cfg:     cfg,
 		backend: backend,

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from .config import Column, LoaderConfig, Shuffle
+from .elastic import resolve_switch
 from .errors import MeshfeedError, PlanError, StateMismatchError, recoverable
 from .layout import Materializer, layout_of, narrowed_columns
 from .prefetch import END, Failure, Prefetcher
@@ -83,7 +84,15 @@ class Loader:
         shuffle: a :class:`Shuffle`, or None for file order.
         num_epochs: epochs to stream, or None for unbounded.
         state: a dict from :meth:`state` to resume at; it must come from a loader
-            with the same configuration (else StateMismatchError).
+            with the same configuration (else StateMismatchError), except for the
+            data-parallel degree with ``elastic=True``.
+        elastic: allow ``state`` to come from a loader whose sharding had another
+            data-parallel degree ``D`` (same mesh axes or not, same
+            ``global_batch_size``): the rest of the saved epoch is delivered
+            re-split over this loader's slices, every row not yet delivered
+            exactly once, then the plain plan from the next epoch on (see
+            docs/CONTRACT-elastic.md). Off by default, so that a changed
+            sharding is not taken for the same run by mistake.
         prefetch: steps staged on device ahead of the consumer (>= 1).
         server: ``"unix:///path"`` or ``"host:port"`` of a running server; None
             starts a local one (stopped by :meth:`close`).
@@ -119,10 +128,13 @@ class Loader:
                  last_batch: str = "drop", shuffle: Shuffle | None = None, num_epochs: int | None = 1,
                  state: Mapping[str, Any] | None = None, prefetch: int = 2, server: str | None = None,
                  mask_key: str = "valid", binary: str | os.PathLike | None = None,
-                 recovery_timeout: float = 60.0, server_args: Sequence[str] = (), transport: str = "auto"):
+                 recovery_timeout: float = 60.0, server_args: Sequence[str] = (), transport: str = "auto",
+                 elastic: bool = False):
         self._box: list = [None]  # [prefetcher]: what the finalizer stops
         self._sbox: list = [None]  # [session]: what the finalizer closes
         self._closed = False
+        self._elastic_ok = bool(elastic)
+        self._switch: dict[str, int] | None = None  # elastic switch named in tickets (elastic.py)
         self._recover_deadline: float | None = None
         self._cfg = cfg = LoaderConfig(
             data=data, global_batch_size=global_batch_size, sharding=sharding, columns=columns,
@@ -143,7 +155,11 @@ class Loader:
     # -- configuration ---------------------------------------------------
 
     def _request(self, start: tuple[int, int]) -> dict[str, Any]:
-        return self._cfg.request(self._layout.D, self._layout.slices, start, self._columns)
+        req = self._cfg.request(self._layout.D, self._layout.slices, start, self._columns)
+        sw = self._switch
+        if sw is not None and start[0] == sw["epoch"] and start[1] >= sw["step"]:
+            req["elastic"] = dict(sw)  # a plan query at (0, 0) stays plain: same N and steps
+        return req
 
     def _plan(self, state: Mapping[str, Any] | None) -> None:
         cfg = self._cfg
@@ -189,14 +205,11 @@ class Loader:
         theirs = _upgrade_fingerprint(theirs)
         # Compare through JSON so a state that went through json.dump/load matches.
         mine_j = json.loads(json.dumps(mine))
-        diffs = [f"{k}: state has {theirs.get(k)!r}, this loader has {mine_j.get(k)!r}"
-                 for k in sorted(set(mine_j) | set(theirs)) if theirs.get(k) != mine_j.get(k)]
-        if diffs:
-            raise StateMismatchError("state comes from another configuration:\n  " + "\n  ".join(diffs))
         try:
             ep, st = int(state["position"]["epoch"]), int(state["position"]["step"])
         except (KeyError, TypeError, ValueError) as e:
             raise StateMismatchError(f"state position {state.get('position')!r}: {e}") from e
+        self._switch = resolve_switch(state, mine_j, (ep, st), self._elastic_ok)
         if ep < 0 or not 0 <= st < self._spe:
             raise StateMismatchError(f"state position epoch {ep} step {st} is outside 0 <= step < {self._spe}")
         return ep, st
@@ -312,8 +325,11 @@ class Loader:
         """A small JSON-serializable checkpoint: the position of the next step
         not yet returned, and the configuration's fingerprint. Pass it as
         ``state=`` to a new Loader to resume there."""
-        return {"version": STATE_VERSION, "position": {"epoch": self._pos[0], "step": self._pos[1]},
-                "fingerprint": json.loads(json.dumps(self._fingerprint()))}
+        out = {"version": STATE_VERSION, "position": {"epoch": self._pos[0], "step": self._pos[1]},
+               "fingerprint": json.loads(json.dumps(self._fingerprint()))}
+        if self._switch is not None and self._pos[0] == self._switch["epoch"]:
+            out["elastic"] = dict(self._switch)  # inside the epoch of a switch
+        return out
 
     def stats(self) -> dict[str, Any]:
         """Counters of this process's consumption so far.
