@@ -64,13 +64,18 @@ type shmHello struct {
 	Slots   int             `json:"slots,omitempty"`
 }
 
-// shmClientFrame is every later frame of a client.
+// shmClientFrame is every later frame of a client: a slot released (with
+// its region), or steps read (ack).
 type shmClientFrame struct {
 	Release *int `json:"release,omitempty"`
+	Region  int  `json:"region,omitempty"`
+	Ack     int  `json:"ack,omitempty"`
 }
 
-// shmRegion describes the region sent with the first step.
+// shmRegion describes a region, sent with its descriptor before the first
+// step that uses it.
 type shmRegion struct {
+	Index     int   `json:"index"`
 	Bytes     int64 `json:"bytes"`
 	Slots     int   `json:"slots"`
 	SlotBytes int64 `json:"slot_bytes"`
@@ -83,6 +88,7 @@ type shmRegion struct {
 // absent validity bitmap: no nulls).
 type shmStep struct {
 	StepMeta
+	Region  int          `json:"region"`
 	Slot    int          `json:"slot"`
 	Rows    int64        `json:"rows"` // rows of each slice
 	Buffers [][][2]int64 `json:"buffers"`
@@ -266,9 +272,9 @@ func (s *Server) shmStream(w *shmConn) error {
 		return fmt.Errorf("transport: shm: send schema: %w", err)
 	}
 
-	// The client's frames: releases, then EOF when it goes away, which ends
-	// the stream.
-	free := make(chan int, slots)
+	// The client's frames: releases and acknowledgements, then EOF when it
+	// goes away, which ends the stream.
+	pool := &shmPool{changed: make(chan struct{}, 1), perRegion: slots}
 	go func() {
 		defer cancel()
 		for {
@@ -277,12 +283,14 @@ func (s *Server) shmStream(w *shmConn) error {
 				return
 			}
 			var f shmClientFrame
-			if json.Unmarshal(raw, &f) != nil || f.Release == nil || *f.Release < 0 || *f.Release >= slots {
+			if json.Unmarshal(raw, &f) != nil {
 				continue
 			}
-			select {
-			case free <- *f.Release:
-			default: // a slot released twice: ignore
+			if f.Ack > 0 {
+				pool.ack(f.Ack)
+			}
+			if f.Release != nil {
+				pool.release(f.Region, *f.Release)
 			}
 		}
 	}()
@@ -295,7 +303,6 @@ func (s *Server) shmStream(w *shmConn) error {
 		defer close(items)
 		s.produce(ctx, st, items, false)
 	}()
-	var reg *shmMapping
 	defer func() {
 		cancel()
 		for it := range items {
@@ -303,7 +310,7 @@ func (s *Server) shmStream(w *shmConn) error {
 		}
 		wg.Wait()
 		st.Close()
-		reg.close()
+		pool.close()
 	}()
 	for {
 		var it item
@@ -337,35 +344,23 @@ func (s *Server) shmStream(w *shmConn) error {
 				return fmt.Errorf("transport: shm: epoch %d step %d: slices of %d and %d rows", it.meta.Epoch, it.meta.Step, it.slices[0].NumRows(), r.NumRows())
 			}
 		}
-		need := shmBytes(layouts)
-		var fd int = -1
-		if reg == nil {
-			if reg, err = newShmMapping(slots, need); err != nil {
-				s.drop(it)
-				return err
-			}
-			for k := range slots {
-				free <- k
-			}
-			fd = reg.fd
-		}
-		if need > reg.slotBytes {
-			s.drop(it)
-			return fmt.Errorf("transport: shm: epoch %d step %d needs %d bytes, more than the %d of a slot (the first step's size)", it.meta.Epoch, it.meta.Step, need, reg.slotBytes)
-		}
-		var slot int
-		select {
-		case <-ctx.Done():
+		// At most `slots` steps sent and not yet read by the client.
+		if !pool.waitWindow(ctx, int64(slots)) {
 			s.drop(it)
 			return nil
-		case slot = <-free:
 		}
-		desc := &shmStep{StepMeta: it.meta, Slot: slot, Rows: it.slices[0].NumRows(), Buffers: reg.fill(slot, layouts)}
+		region, slot, fresh, err := pool.take(shmBytes(layouts))
+		if err != nil {
+			s.drop(it)
+			return fmt.Errorf("transport: shm: epoch %d step %d: %w", it.meta.Epoch, it.meta.Step, err)
+		}
+		reg := pool.regs[region]
+		desc := &shmStep{StepMeta: it.meta, Region: region, Slot: slot, Rows: it.slices[0].NumRows(), Buffers: reg.fill(slot, layouts)}
 		rows, size := it.rows(), it.size
 		s.drop(it) // the bytes are in the region now
-		if fd >= 0 {
-			region := &shmRegion{Bytes: int64(slots) * reg.slotBytes, Slots: slots, SlotBytes: reg.slotBytes}
-			if err := w.send(shmFrame{Region: region}, unix.UnixRights(fd)); err != nil {
+		if fresh {
+			f := &shmRegion{Index: region, Bytes: int64(slots) * reg.slotBytes, Slots: slots, SlotBytes: reg.slotBytes}
+			if err := w.send(shmFrame{Region: f}, unix.UnixRights(reg.fd)); err != nil {
 				return nil
 			}
 		}
@@ -376,6 +371,110 @@ func (s *Server) shmStream(w *shmConn) error {
 		s.metrics.rows.Add(rows)
 		s.metrics.bytes.Add(size)
 	}
+}
+
+// shmPool is one stream's regions and their free slots. Steps in flight
+// (sent, not yet read by the client) are bounded by the window the client
+// asked for; slots are returned only when the client has dropped every array
+// made from them. A client that holds steps beyond its window (a training
+// loop that keeps batches) makes the pool grow by a region rather than stall:
+// its memory follows what the client holds, as Flight's does.
+type shmPool struct {
+	mu        sync.Mutex
+	changed   chan struct{} // signalled on every release and acknowledgement
+	regs      []*shmMapping
+	free      [][2]int // (region, slot)
+	inUse     map[[2]int]bool
+	perRegion int
+	sent      int64
+	acked     int64
+}
+
+func (p *shmPool) signal() {
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (p *shmPool) ack(n int) {
+	p.mu.Lock()
+	p.acked += int64(n)
+	p.mu.Unlock()
+	p.signal()
+}
+
+// release returns a slot; an unknown or free slot is ignored.
+func (p *shmPool) release(region, slot int) {
+	p.mu.Lock()
+	k := [2]int{region, slot}
+	if p.inUse[k] {
+		delete(p.inUse, k)
+		p.free = append(p.free, k)
+	}
+	p.mu.Unlock()
+	p.signal()
+}
+
+// waitWindow waits until fewer than window steps are unread; false when ctx
+// ended first.
+func (p *shmPool) waitWindow(ctx context.Context, window int64) bool {
+	for {
+		p.mu.Lock()
+		ok := p.sent-p.acked < window
+		p.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-p.changed:
+		}
+	}
+}
+
+// take returns a free slot for a step of need bytes, creating a region when
+// none is free (fresh: its descriptor must be sent first).
+func (p *shmPool) take(need int64) (region, slot int, fresh bool, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inUse == nil {
+		p.inUse = map[[2]int]bool{}
+	}
+	if len(p.regs) > 0 && need > p.regs[0].slotBytes {
+		return 0, 0, false, fmt.Errorf("%d bytes, more than the %d of a slot (the first step's size)", need, p.regs[0].slotBytes)
+	}
+	if len(p.free) == 0 {
+		size := need
+		if len(p.regs) > 0 {
+			size = p.regs[0].slotBytes
+		}
+		m, err := newShmMapping(p.perRegion, size)
+		if err != nil {
+			return 0, 0, false, err
+		}
+		r := len(p.regs)
+		p.regs = append(p.regs, m)
+		for k := p.perRegion - 1; k >= 0; k-- {
+			p.free = append(p.free, [2]int{r, k})
+		}
+		fresh = true
+	}
+	k := p.free[len(p.free)-1]
+	p.free = p.free[:len(p.free)-1]
+	p.inUse[k] = true
+	p.sent++
+	return k[0], k[1], fresh, nil
+}
+
+func (p *shmPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range p.regs {
+		m.close()
+	}
+	p.regs = nil
 }
 
 // codeName is a status code's canonical name, as gRPC's documentation and

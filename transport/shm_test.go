@@ -26,7 +26,8 @@ type shmClient struct {
 	conn *net.UnixConn
 	buf  bytes.Buffer
 	fds  []int
-	mem  []byte
+	mems map[int][]byte // region index -> mapping
+	mem  []byte         // the mapping of the step being decoded
 }
 
 func dialShm(t testing.TB, path string, hello any) *shmClient {
@@ -101,24 +102,41 @@ func (c *shmClient) frame() (shmFrame, error) {
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		c.mem = mem
+		unix.Close(c.fds[0])
+		c.fds = c.fds[:0]
+		if c.mems == nil {
+			c.mems = map[int][]byte{}
+		}
+		c.mems[f.Region.Index] = mem
+	}
+	if f.Step != nil {
+		c.mem = c.mems[f.Step.Region]
+		if c.mem == nil {
+			c.t.Fatalf("step %d in region %d, which was never sent", f.Step.Step, f.Step.Region)
+		}
 	}
 	return f, nil
 }
 
-// release tells the server a slot is free again. It is best effort: after
-// the last step the server may already have closed the connection.
-func (c *shmClient) release(slot int) {
-	b, _ := json.Marshal(map[string]int{"release": slot})
+// release tells the server a slot is free again, and ack that a step was
+// read. Both are best effort: after the last step the server may already
+// have closed the connection.
+func (c *shmClient) release(s *shmStep) {
+	c.send(map[string]int{"release": s.Slot, "region": s.Region})
+}
+func (c *shmClient) ack() { c.send(map[string]int{"ack": 1}) }
+
+func (c *shmClient) send(v any) {
+	b, _ := json.Marshal(v)
 	_, _ = c.conn.Write(append(binary.LittleEndian.AppendUint32(nil, uint32(len(b))), b...))
 }
 
 func (c *shmClient) close() {
 	c.conn.Close()
-	if c.mem != nil {
-		unix.Munmap(c.mem)
-		c.mem = nil
+	for _, m := range c.mems {
+		unix.Munmap(m)
 	}
+	c.mems, c.mem = nil, nil
 	for _, fd := range c.fds {
 		unix.Close(fd)
 	}
@@ -203,7 +221,7 @@ func TestShmSteps(t *testing.T) {
 		t.Fatalf("first frame = %+v, %v; want the schema", f, err)
 	}
 	var got []step
-	held := map[int]bool{}
+	held := map[[2]int]bool{}
 	for {
 		f, err := c.frame()
 		if err != nil {
@@ -224,11 +242,12 @@ func TestShmSteps(t *testing.T) {
 		if f.Step == nil {
 			t.Fatalf("frame %+v has no step", f)
 		}
-		if held[f.Step.Slot] {
+		if held[[2]int{f.Step.Region, f.Step.Slot}] {
 			t.Fatalf("step %d reuses slot %d, which the client has not released", len(got), f.Step.Slot)
 		}
 		got = append(got, c.demoStep(f.Step))
-		c.release(f.Step.Slot)
+		c.ack()
+		c.release(f.Step)
 	}
 	if len(got) != len(want) {
 		t.Fatalf("shm delivered %d steps, Flight %d", len(got), len(want))
@@ -240,9 +259,10 @@ func TestShmSteps(t *testing.T) {
 	}
 }
 
-// TestShmBackpressure: a client that releases nothing gets as many steps as
-// it has slots and no more; the producer stops within the prefetch queue;
-// closing the connection ends the stream and closes the backend's stream.
+// TestShmBackpressure: a client that reads (acknowledges) nothing gets as
+// many steps as its window and no more; the producer stops within the
+// prefetch queue; closing the connection ends the stream and closes the
+// backend's stream.
 func TestShmBackpressure(t *testing.T) {
 	mem := checkedMem(t)
 	tb := &tracking{Backend: &DemoBackend{NumRows: 100000, Mem: mem}}
@@ -357,7 +377,8 @@ func TestShmSlices(t *testing.T) {
 		}
 		if f.Step != nil {
 			got = append(got, c.demoStep(f.Step))
-			c.release(f.Step.Slot)
+			c.ack()
+			c.release(f.Step)
 		}
 	}
 	if len(got) != len(want) || len(got) == 0 {
@@ -366,6 +387,52 @@ func TestShmSlices(t *testing.T) {
 	for i := range want {
 		if !slices.Equal(got[i].ids, want[i].ids) || !slices.Equal(got[i].x, want[i].x) || !slices.Equal(got[i].mask, want[i].mask) {
 			t.Fatalf("step %d: shm %+v, Flight %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// TestShmHeldSteps: a client that reads every step but releases none (a
+// loop that keeps its batches) is not stalled: the server adds regions, and
+// no slot is handed out twice.
+func TestShmHeldSteps(t *testing.T) {
+	_, path := startShm(t, &DemoBackend{NumRows: 1000})
+	req := baseRequest()
+	req.GlobalBatchSize, req.NumSlices, req.Slices, req.Epochs = 40, 1, []int{0}, 1
+	raw, _ := req.Encode()
+	c := dialShm(t, path, shmHello{Version: ShmVersion, Ticket: raw, Slots: 2})
+	seen := map[[2]int]bool{}
+	var held []*shmStep
+	for {
+		f, err := c.frame()
+		if err != nil || f.Error != nil {
+			t.Fatalf("after %d steps: %v %+v", len(seen), err, f.Error)
+		}
+		if f.End {
+			break
+		}
+		if f.Step == nil {
+			continue
+		}
+		k := [2]int{f.Step.Region, f.Step.Slot}
+		if seen[k] {
+			t.Fatalf("slot %v handed out twice while held", k)
+		}
+		seen[k] = true
+		held = append(held, f.Step)
+		c.ack()
+	}
+	// Decoded only now: a slot overwritten while held would show.
+	var ids []int64
+	for _, st := range held {
+		c.mem = c.mems[st.Region]
+		ids = append(ids, c.demoStep(st).ids...)
+	}
+	if len(seen) != 25 || len(c.mems) != 13 {
+		t.Errorf("%d steps in %d regions, want 25 steps in 13 regions of 2 slots", len(seen), len(c.mems))
+	}
+	for i, id := range ids {
+		if id != int64(i) {
+			t.Fatalf("row %d has id %d: a held slot was overwritten", i, id)
 		}
 	}
 }

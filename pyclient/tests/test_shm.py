@@ -230,3 +230,18 @@ def test_loader_falls_back_to_flight(dataset):
     with meshfeed.Loader(str(d / "*.parquet"), transport="shm", **kw) as ld:
         with pytest.raises(MeshfeedError, match="cannot travel through shared memory"):
             next(iter(ld))
+
+
+def test_loader_keeps_every_batch(glob):
+    """A loop that keeps every batch (list(loader): far more steps than the
+    shared-memory slots) is not stalled, and no kept batch is overwritten."""
+    import meshfeed
+    kw = dict(global_batch_size=16, sharding=_mesh_sharding(), columns=["id"], prefetch=1)
+    with meshfeed.Loader(glob, **kw) as ld:
+        kept = list(ld)
+        assert ld.stats()["transport"] == "shm"
+    with meshfeed.Loader(glob, transport="flight", **kw) as ld:
+        want = [np.asarray(b["id"]) for b in ld]
+    assert len(kept) == len(want) == 1000 // 16 > 2 * (1 + 3)
+    for s, (b, w) in enumerate(zip(kept, want)):
+        np.testing.assert_array_equal(np.asarray(b["id"]), w, err_msg=f"kept step {s}")

@@ -81,7 +81,9 @@ class ShmReader:
     """A stream over the shared-memory wire; see the module docstring.
 
     ``path`` is the server's shared-memory socket, ``ticket`` the request's
-    JSON bytes (as for DoGet), ``slots`` the steps in flight (2..64).
+    JSON bytes (as for DoGet), ``slots`` the steps the server may send ahead
+    of this reader (2..64) and the slots of each region. Steps the caller
+    keeps beyond that do not stall the stream: the server adds a region.
     """
 
     def __init__(self, path: str, ticket: bytes, slots: int = 4, timeout: float = 60.0):
@@ -97,7 +99,7 @@ class ShmReader:
         self._fds: list[int] = []
         self._send_lock = threading.Lock()
         self._closed = False
-        self._region: _Region | None = None
+        self._regions: dict[int, _Region] = {}
         self.released = 0  # slots handed back (for tests)
         self._send({"version": VERSION, "ticket": json.loads(ticket), "slots": slots})
         first = self._frame()
@@ -116,7 +118,10 @@ class ShmReader:
 
     def _fill(self, n: int) -> None:
         while len(self._buf) < n:
-            data, fds, _flags, _addr = socket.recv_fds(self._sock, 1 << 16, 4)
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(self._sock, 1 << 16, 4)
+            except OSError as e:
+                raise UnavailableError(f"meshfeed server's shared-memory stream broke: {e}", code="UNAVAILABLE") from e
             self._fds.extend(fds)
             if not data:
                 raise UnavailableError("meshfeed server closed the shared-memory stream without an end frame "
@@ -150,20 +155,25 @@ class ShmReader:
                 r = f["region"]
                 if len(self._fds) != 1:
                     raise MeshfeedError(f"shared-memory region came with {len(self._fds)} descriptors, want 1")
-                self._region = _Region(self._fds.pop(), r["bytes"], r["slots"], r["slot_bytes"])
+                self._regions[r["index"]] = _Region(self._fds.pop(), r["bytes"], r["slots"], r["slot_bytes"])
                 continue
             if "step" in f:
-                return self._step(f["step"])
+                chunk = self._step(f["step"])
+                try:
+                    self._send({"ack": 1})  # read: the server may send one more
+                except OSError:
+                    pass  # the server already ended the stream; its frames are still readable
+                return chunk
 
     def _step(self, s: dict) -> ShmChunk:
-        reg = self._region
+        reg = self._regions.get(s["region"])
         if reg is None:
-            raise MeshfeedError("shared-memory step before its region")
+            raise MeshfeedError(f"shared-memory step in region {s['region']}, which the server never sent")
         slot = s["slot"]
         # Every buffer of the step is a view of `hold`; when the last one is
         # gone, the slot goes back to the server.
         hold = reg.slot(slot)
-        weakref.finalize(hold, self._release, slot)
+        weakref.finalize(hold, self._release, s["region"], slot)
         base = slot * reg.slot_bytes
         rows = s["rows"]
         recs = []
@@ -174,9 +184,9 @@ class ShmReader:
         meta = {k: s[k] for k in ("epoch", "step", "slices", "real_rows")}
         return ShmChunk(recs, pa.py_buffer(json.dumps(meta).encode()))
 
-    def _release(self, slot: int) -> None:
+    def _release(self, region: int, slot: int) -> None:
         try:
-            self._send({"release": slot})
+            self._send({"release": slot, "region": region})
             self.released += 1
         except OSError:
             pass  # the stream is gone; so is the server's region
@@ -195,8 +205,8 @@ class ShmReader:
         for fd in self._fds:
             os.close(fd)
         self._fds.clear()
-        # The mapping lives on only as long as steps made from it do.
-        self._region = None
+        # The mappings live on only as long as steps made from them do.
+        self._regions.clear()
 
     close = cancel
 
