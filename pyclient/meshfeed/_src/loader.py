@@ -209,7 +209,7 @@ class Loader:
             ep, st = int(state["position"]["epoch"]), int(state["position"]["step"])
         except (KeyError, TypeError, ValueError) as e:
             raise StateMismatchError(f"state position {state.get('position')!r}: {e}") from e
-        self._switch = resolve_switch(state, mine_j, (ep, st), self._elastic_ok)
+        self._switch = resolve_switch({**state, "fingerprint": theirs}, mine_j, (ep, st), self._elastic_ok)
         if ep < 0 or not 0 <= st < self._spe:
             raise StateMismatchError(f"state position epoch {ep} step {st} is outside 0 <= step < {self._spe}")
         return ep, st
