@@ -1,6 +1,8 @@
-// Command meshfeed is the meshfeed binary: gen writes a synthetic dataset,
-// inspect prints files, schemas and row groups, plan prints the epoch plan for a
-// mesh, and later serve runs the Flight server.
+// Command meshfeed is the meshfeed binary, the one place where the packages
+// are wired together: gen writes a synthetic dataset, inspect prints files,
+// schemas and row groups, plan prints the epoch plan for a mesh, read measures
+// raw decoding, and serve runs the server (feed's Pipeline behind transport's
+// Flight server, and its shared-memory wire with --shm).
 //
 // Usage:
 //
