@@ -13,6 +13,8 @@ import ml_dtypes
 import numpy as np
 import pyarrow as pa
 
+from .arrowtypes import check_batch_nulls, check_nulls_at_construction, flatten_batch, flatten_schema, has_structs, \
+    jax_integer_view
 from .errors import InvalidRequestError, MeshfeedError
 
 # XLA's CPU client aliases host memory passed to device_put (no copy) only
@@ -106,6 +108,8 @@ def column_spec(field: pa.Field) -> ColumnSpec:
             shape = tuple(int(x) for x in json.loads(meta.get(b"ARROW:extension:metadata", b"{}"))["shape"])
         except (ValueError, KeyError, TypeError) as e:
             raise MeshfeedError(f"column {field.name!r}: bad fixed_shape_tensor metadata {meta!r}: {e}") from e
+    if (iv := jax_integer_view(t)) is not None:
+        t = iv  # timestamps, dates, times, durations: the integers of their unit
     dims: list[int] = []
     while pa.types.is_fixed_size_list(t):
         dims.append(t.list_size)
@@ -130,8 +134,8 @@ def column_spec(field: pa.Field) -> ColumnSpec:
 
 def dense_view(arr: pa.Array, spec: ColumnSpec) -> tuple[np.ndarray, pa.Buffer]:
     """A numpy view (no copy) of the values of ``arr``, shaped (rows, *trailing),
-    and the Arrow buffer it points into. Validity bitmaps are ignored: the
-    server writes fill values, not nulls."""
+    and the Arrow buffer it points into. Columns with nulls never get here
+    (Materializer refuses them: the server writes fill values)."""
     if isinstance(arr, pa.ExtensionArray):
         arr = arr.storage
     n = len(arr)
@@ -165,8 +169,13 @@ class Materializer:
         self.sharding = sharding
         self.layout = layout
         self.mask_key = mask_key
+        # Structs become one key per leaf ("a.b"); see arrowtypes.
+        self.flatten = has_structs(schema)
+        schema = flatten_schema(schema)
         self.specs = [column_spec(f) for f in schema]
         self.schema = schema
+        self.dense = {s.name for s in self.specs if s.kind != "arrow"}
+        check_nulls_at_construction(schema, self.dense)
         L = layout
         for s in self.specs:
             if s.kind == "arrow":
@@ -202,6 +211,9 @@ class Materializer:
         want_rows = len(L.slices) * L.b
         if rb.num_rows != want_rows:
             raise MeshfeedError(f"record of {rb.num_rows} rows, want {want_rows} ({len(L.slices)} slices of {L.b} rows)")
+        if self.flatten:
+            rb = flatten_batch(rb)
+        check_batch_nulls(rb, self.dense)
         out: dict[str, Any] = {}
         views: dict[str, tuple[np.ndarray, pa.Buffer | None]] = {}
         for i, spec in enumerate(self.specs):
