@@ -263,3 +263,85 @@ def test_refused_at_plan_time(served):
     path = root / "lz4dur" / "f.parquet"
     with pytest.raises(pa.ArrowInvalid, match=f'{path}.*"duration_ms".*duration.*LZ4_RAW.*rewrite'):
         client.get_flight_info(flight.FlightDescriptor.for_command(request(path, N)))
+
+
+# ---------------------------------------------------------------------------
+# docs/TYPES.md: the table of what each Parquet type becomes, generated from
+# what this test observes; the test fails when the checked-in table differs
+# (MESHFEED_UPDATE_DOCS=1 rewrites it).
+
+DOC = HERE.parent / "docs" / "TYPES.md"
+BEGIN, END = "<!-- BEGIN GENERATED TABLE (testdata/test_flight_types.py) -->", "<!-- END GENERATED TABLE -->"
+DOC_CASES = ["scalars_noschema", "scalars", "scalars_int96_noschema", "scalars_dec_as_int_noschema", "nested_noschema", "nested",
+             "nested_legacy_names"]
+
+
+def parquet_description(pf, name):
+    """The Parquet physical and logical type of top-level column name."""
+    leaves = [pf.schema.column(i) for i in range(len(pf.schema)) if pf.schema.column(i).path.split(".")[0] == name]
+    if len(leaves) == 1 and leaves[0].max_repetition_level == 0:
+        c = leaves[0]
+        phys = c.physical_type + (f"({c.length})" if c.physical_type == "FIXED_LEN_BYTE_ARRAY" else "")
+        lt = str(c.logical_type)
+        if lt == "None" and c.converted_type != "NONE":
+            lt = f"converted {c.converted_type}"
+        return phys if lt == "None" else f"{phys} {lt}"
+    node = pf.schema_arrow.field(name).type
+    kind = "map" if pa.types.is_map(node) else "struct" if pa.types.is_struct(node) else "list"
+    leafs = ", ".join(f"{c.path}: {c.physical_type}" for c in leaves)
+    return f"{kind} group ({leafs})"
+
+
+def jax_description(field):
+    from meshfeed._src.arrowtypes import flatten_schema
+    from meshfeed._src.layout import column_spec
+
+    leaves = list(flatten_schema(pa.schema([field])))
+    parts = []
+    for f in leaves:
+        s = column_spec(f)
+        if s.kind == "arrow":
+            form = "pyarrow array"
+        else:
+            dt = "bool" if s.kind == "bool" else np.dtype(s.dtype).name
+            form = f"jax.Array {dt}" + (f" [B, {', '.join(map(str, s.trailing))}]" if s.trailing else " [B]")
+        parts.append(form if len(leaves) == 1 else f"`{f.name}`: {form}")
+    return "; ".join(parts)
+
+
+def types_table(root, client):
+    rows, where = [], {}
+    files = [(case, root / case / "f.parquet") for case in DOC_CASES] + [(f"other/{n}", root / "other" / n) for n in OTHER_FILES]
+    for case, path in files:
+        pf = pq.ParquetFile(path)
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(request(path, pf.metadata.num_rows)))
+        stored = b"ARROW:schema" in (pf.metadata.metadata or {})
+        for field in info.schema:
+            if field.name == "valid":
+                continue
+            row = (parquet_description(pf, field.name), str(field.type), jax_description(field))
+            if row not in where:
+                rows.append(row)
+                where[row] = ({stored}, f"{case}: {field.name}")
+            else:
+                where[row][0].add(stored)
+    lines = ["| Parquet type | Flight delivers | JAX client delivers | ARROW:schema | example (file: column) |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        flags, example = where[r]
+        stored = "either" if len(flags) == 2 else "with" if True in flags else "without"
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in (*r, stored, example)) + " |")
+    return "\n".join(lines)
+
+
+def test_types_doc(served):
+    root, client = served
+    table = types_table(root, client)
+    text = DOC.read_text(encoding="utf-8")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    want = f"{head}{BEGIN}\n{table}\n{END}{tail}"
+    if os.environ.get("MESHFEED_UPDATE_DOCS") == "1":
+        DOC.write_text(want, encoding="utf-8")
+        return
+    assert text == want, "docs/TYPES.md is out of date: run MESHFEED_UPDATE_DOCS=1 pytest testdata/test_flight_types.py"
