@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -125,5 +126,40 @@ func TestLogicalTypesKeepTheirMeaning(t *testing.T) {
 				t.Errorf("read %d rows, want %d", row, n)
 			}
 		})
+	}
+}
+
+// TestFallbackMemoryLimit: columns arrow-go decodes are held to
+// WithMaxRowGroupBytes like the others: a clear error, not an allocation.
+func TestFallbackMemoryLimit(t *testing.T) {
+	rec := logicalRecord(t, 1000)
+	defer rec.Release()
+	path := filepath.Join(t.TempDir(), "f.parquet")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pqarrow.NewFileWriter(rec.Schema(), f, parquet.NewWriterProperties(parquet.WithDictionaryDefault(false)), pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	store := loader.NewLocalStore()
+	defer store.Close()
+	ctx := context.Background()
+	ds, err := loader.Open(ctx, store, []string{path}, loader.WithColumns("dec38"), loader.WithMaxRowGroupBytes(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	_, err = ds.ReadRowGroup(ctx, 0, 0, mem)
+	if err == nil || !strings.Contains(err.Error(), "over the limit of 1000") || !strings.Contains(err.Error(), `"dec38"`) {
+		t.Errorf("ReadRowGroup = %v, want the row group limit error naming dec38", err)
 	}
 }
