@@ -104,3 +104,16 @@ def test_nulls_without_counts_refused_at_the_step(files):
         with pytest.raises(meshfeed.MeshfeedError, match=r"'maybe'.*nulls in this step.*no null counts.*fill"):
             for _ in range(N // 16):
                 next(it)
+
+
+def test_decimal_on_request_as_float32(files):
+    """Decimals have no JAX dtype: a pyarrow array, or on request float32 with the scale applied in Go."""
+    root, srv = files
+    with loader(root, srv, "clean", columns={"price": meshfeed.Column(dtype="float32"), "st": None}) as ld:
+        got, rows = [], []
+        for b in ld:
+            assert isinstance(b["price"], jax.Array) and b["price"].dtype == np.float32
+            got.append(np.asarray(b["price"]))
+            rows.append(np.asarray(b["st.a"]))
+    got, rows = np.concatenate(got), np.concatenate(rows)
+    assert np.array_equal(got, (rows / 100).astype(np.float32))
