@@ -117,3 +117,21 @@ def test_decimal_on_request_as_float32(files):
             rows.append(np.asarray(b["st.a"]))
     got, rows = np.concatenate(got), np.concatenate(rows)
     assert np.array_equal(got, (rows / 100).astype(np.float32))
+
+
+def test_mask_on_request(files):
+    """Column(mask=True): the nulls become the fill and <name>_valid says where they were."""
+    root, srv = files
+    with loader(root, srv, "nulls", columns={"maybe": meshfeed.Column(fill=7, mask=True), "st": None}) as ld:
+        got, valid, rows = [], [], []
+        for b in ld:
+            assert b["maybe_valid"].dtype == np.bool_ and b["maybe_valid"].shape == b["maybe"].shape
+            got.append(np.asarray(b["maybe"]))
+            valid.append(np.asarray(b["maybe_valid"]))
+            rows.append(np.asarray(b["st.a"]))
+    got, valid, rows = np.concatenate(got), np.concatenate(valid), np.concatenate(rows)
+    nulls = rows % 9 == 4
+    assert np.array_equal(valid, ~nulls)
+    assert np.array_equal(got, np.where(nulls, 7, rows))
+    with pytest.raises(ValueError, match="mask"):
+        meshfeed.Column(mask=1)

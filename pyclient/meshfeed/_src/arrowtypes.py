@@ -13,10 +13,16 @@
   ``meshfeed.null_count`` how many nulls the footers record, or ``unknown``):
   a numeric column with recorded nulls is refused when the Loader is built, one
   whose writer recorded no count is refused at the first step that holds a null.
+  ``Column(fill=..., mask=True)`` instead fills them here and adds the boolean
+  ``<name>_valid``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
 import pyarrow as pa
 
 from .errors import InvalidRequestError, MeshfeedError
@@ -104,3 +110,25 @@ def check_batch_nulls(rb: pa.RecordBatch, dense: set[str]) -> None:
                 f"column {f.name!r}: {col.null_count} nulls in this step and no fill (the files' writer recorded no "
                 "null counts, so this could not be known before): give the column a fill, e.g. "
                 "columns={name: meshfeed.Column(fill=0)}")
+
+
+def masked_columns(columns: Any) -> dict[str, float]:
+    """{name: fill} of the columns requested with ``Column(mask=True)``."""
+    if not isinstance(columns, Mapping):
+        return {}
+    out = {}
+    for name, col in columns.items():
+        if col is not None and getattr(col, "mask", False):
+            f = col.fill
+            out[name] = 0.0 if f is None else float(f)
+    return out
+
+
+def fill_and_mask(arr: pa.Array, view: np.ndarray, fill: float) -> tuple[np.ndarray, np.ndarray]:
+    """The values of ``view`` (rows of ``arr``) with ``fill`` at its nulls, and
+    the rows' validity (True: a value)."""
+    if not arr.null_count:
+        return view, np.ones(len(arr), dtype=np.bool_)
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    shape = (len(valid),) + (1,) * (view.ndim - 1)
+    return np.where(valid.reshape(shape), view, np.asarray(fill).astype(view.dtype)), valid

@@ -52,6 +52,9 @@ class Column:
             ``"truncate"``; None is the server's default (reject).
         pack_ratio: > 0 packs the list column into rows of ``length`` tokens
             (needs ``length``).
+        mask: True adds a boolean key ``<name>_valid``, False where the column
+            holds a null; the nulls become ``fill`` (zero when None). The
+            client fills them (a host copy of the column).
     """
 
     dtype: str | None = None
@@ -59,6 +62,7 @@ class Column:
     fill: float | int | str | None = None
     overflow: str | None = None
     pack_ratio: float = 0
+    mask: bool = False
 
     def __post_init__(self) -> None:
         if self.dtype is not None and self.dtype not in DTYPES:
@@ -78,6 +82,8 @@ class Column:
         if isinstance(self.pack_ratio, bool) or not isinstance(self.pack_ratio, (int, float)) \
                 or not math.isfinite(self.pack_ratio) or self.pack_ratio < 0:
             raise ValueError(f"Column(pack_ratio={self.pack_ratio!r}): want a finite number >= 0")
+        if not isinstance(self.mask, bool):
+            raise ValueError(f"Column(mask={self.mask!r}): want True or False")
         if self.pack_ratio > 0 and self.length == 0:
             raise ValueError(f"Column(pack_ratio={self.pack_ratio!r}, length=0): packing needs length > 0")
 
@@ -90,7 +96,7 @@ class Column:
             out["length"] = self.length
         if self.overflow is not None:
             out["overflow"] = self.overflow
-        if self.fill is not None:
+        if self.fill is not None and not self.mask:  # with a mask the client fills
             out["fill"] = self.fill
         if self.pack_ratio:
             out["pack_ratio"] = self.pack_ratio

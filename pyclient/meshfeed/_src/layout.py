@@ -13,8 +13,8 @@ import ml_dtypes
 import numpy as np
 import pyarrow as pa
 
-from .arrowtypes import check_batch_nulls, check_nulls_at_construction, flatten_batch, flatten_schema, has_structs, \
-    jax_integer_view
+from .arrowtypes import check_batch_nulls, check_nulls_at_construction, fill_and_mask, flatten_batch, flatten_schema, \
+    has_structs, jax_integer_view
 from .errors import InvalidRequestError, MeshfeedError
 
 # XLA's CPU client aliases host memory passed to device_put (no copy) only
@@ -165,7 +165,8 @@ class Materializer:
     """Turns one record (this process's slices, concatenated in ascending slice
     order) into a dict of global jax.Arrays laid out as ``sharding``."""
 
-    def __init__(self, schema: pa.Schema, sharding: jax.sharding.Sharding, layout: Layout, mask_key: str | None):
+    def __init__(self, schema: pa.Schema, sharding: jax.sharding.Sharding, layout: Layout, mask_key: str | None,
+                 masks: dict[str, float] | None = None):
         self.sharding = sharding
         self.layout = layout
         self.mask_key = mask_key
@@ -174,7 +175,12 @@ class Materializer:
         schema = flatten_schema(schema)
         self.specs = [column_spec(f) for f in schema]
         self.schema = schema
-        self.dense = {s.name for s in self.specs if s.kind != "arrow"}
+        # Column(mask=True): the client fills the nulls and adds <name>_valid.
+        self.masks = dict(masks or {})
+        for name in self.masks:
+            if name not in {s.name for s in self.specs if s.kind == "dense"}:
+                raise InvalidRequestError(f"column {name!r}: mask=True needs a numeric column that becomes an array")
+        self.dense = {s.name for s in self.specs if s.kind != "arrow"} - set(self.masks)
         check_nulls_at_construction(schema, self.dense)
         L = layout
         for s in self.specs:
@@ -204,6 +210,12 @@ class Materializer:
         self.counts = {"host_copies": 0, "mask_unpacks": 0, "unaligned_transfers": 0}
         self.last_views: dict[str, tuple[np.ndarray, pa.Buffer | None]] = {}
 
+    def _put(self, view: np.ndarray, trailing: tuple[int, ...]) -> jax.Array:
+        """One global array from this process's rows ``view`` (a copy is fine)."""
+        L = self.layout
+        arrays = [jax.device_put(view[k * L.b:(k + 1) * L.b], dev) for dev, k in L.devices]
+        return jax.make_array_from_single_device_arrays((L.B, *trailing), self.sharding, arrays)
+
     def __call__(self, rb: pa.RecordBatch) -> dict[str, Any]:
         """Materializes one record; its counters are in ``counts`` afterwards."""
         L = self.layout
@@ -229,6 +241,11 @@ class Materializer:
                     copies += 1
             else:
                 view, buf = dense_view(col, spec)
+                if spec.name in self.masks:
+                    if col.null_count:
+                        copies += 1
+                    view, valid = fill_and_mask(col, view, self.masks[spec.name])
+                    out[spec.name + "_valid"] = self._put(valid, ())
             views[spec.name] = (view, buf)
             arrays = []
             for dev, k in L.devices:

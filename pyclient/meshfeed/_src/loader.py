@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import pyarrow.flight as flight
 
+from .arrowtypes import masked_columns
 from .config import Column, Shuffle
 from .errors import (InvalidRequestError, MeshfeedError, PlanError, StateMismatchError, UnavailableError,
                      from_flight)
@@ -242,6 +243,7 @@ class Loader:
                                       "pass flags to the running server where it was started")
         self._server_args = tuple(server_args)
         self._columns = self._wire_columns(columns)
+        self._masks = masked_columns(columns)  # Column(mask=True): filled by the client (arrowtypes)
         self._B = global_batch_size
         self._sharding = sharding
         self._last_batch = last_batch
@@ -401,7 +403,7 @@ class Loader:
                             f"last_batch={self._last_batch}; the client computes {mine}")
         self._schema = info.schema
         self._mat = Materializer(info.schema, self._sharding, self._layout,
-                                 self._mask_key if self._last_batch == "pad" else None)
+                                 self._mask_key if self._last_batch == "pad" else None, masks=self._masks)
         self._pos = (0, 0)
         if state is not None:
             self._pos = self._check_state(state)
