@@ -61,9 +61,10 @@ def scalar_table(rng):
     cols["time32_s"] = with_nulls(rng.integers(0, 86400, n).tolist(), pa.time32("s"), rng)
     cols["time32_ms"] = with_nulls(rng.integers(0, 86400000, n).tolist(), pa.time32("ms"), rng)
     cols["time64_us"] = with_nulls(rng.integers(0, 86400 * 10**6, n).tolist(), pa.time64("us"), rng)
-    cols["time64_ns"] = with_nulls(rng.integers(0, 86400 * 10**9, n).tolist(), pa.time64("ns"), rng)
+    # Nanoseconds in whole microseconds: format 1.0 stores them as microseconds.
+    cols["time64_ns"] = with_nulls((rng.integers(0, 86400 * 10**6, n) * 1000).tolist(), pa.time64("ns"), rng)
     for unit in ("s", "ms", "us", "ns"):
-        v = rng.integers(-(10**9), 10**9, n).tolist()
+        v = (rng.integers(-(10**9), 10**9, n) * (1000 if unit == "ns" else 1)).tolist()
         cols[f"ts_{unit}"] = with_nulls(v, pa.timestamp(unit), rng)
         cols[f"ts_{unit}_utc"] = with_nulls(v, pa.timestamp(unit, tz="UTC"), rng)
     cols["duration_ms"] = with_nulls(rng.integers(-(10**9), 10**9, n).tolist(), pa.duration("ms"), rng)
@@ -135,6 +136,8 @@ CASES = {
     "scalars_delta": ("scalar", {"use_dictionary": False, "column_encoding": {
         **{c: "DELTA_BINARY_PACKED" for c in INTS}, "string": "DELTA_LENGTH_BYTE_ARRAY", "binary": "DELTA_BYTE_ARRAY"}}),
     "scalars_nostats": ("scalar", {"write_statistics": False}),
+    "scalars_format_v1": ("scalar", {"version": "1.0"}),
+    "scalars_spark_flavor": ("scalar", {"flavor": "spark"}),
     "nested": ("nested", {}),
     "nested_noschema": ("nested", {"store_schema": False}),
     "nested_legacy_names": ("nested", {"use_compliant_nested_type": False, "store_schema": False}),
