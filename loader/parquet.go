@@ -129,13 +129,17 @@ func readParquetFooter(ctx context.Context, store Store, obj Object, cfg *config
 	for i, path := range pf.Schema().Columns() {
 		p.leaves[path[0]] = append(p.leaves[path[0]], i)
 	}
-	p.arrowFromTail(ra, tail, obj)
+	// The stored ARROW:schema is checked (decodeArrowSchema) before arrow-go
+	// reads it too: arrow-go trusts its counts and can exhaust memory.
+	var stored *arrow.Schema
 	if s, ok := pf.Lookup("ARROW:schema"); ok {
-		sch, err := decodeArrowSchema(s)
-		if err != nil {
+		if stored, err = decodeArrowSchema(s); err != nil {
 			return nil, fmt.Errorf("loader: %s: ARROW:schema metadata: %w", obj.URI, err)
 		}
-		p.sch = p.reconcile(sch)
+	}
+	p.arrowFromTail(ra, tail, obj)
+	if stored != nil {
+		p.sch = p.reconcile(stored)
 	} else {
 		if p.aschErr != nil {
 			return nil, fmt.Errorf("loader: %s: %w", obj.URI, p.aschErr)

@@ -42,6 +42,17 @@ func (p *parquetFooter) arrowFromTail(ra io.ReaderAt, tail []byte, obj Object) {
 		p.aschErr = fmt.Errorf("arrow-go footer: %w", classify(err))
 		return
 	}
+	// Every ARROW:schema value arrow-go may read must pass the loader's check
+	// (parquet-go's Lookup, checked by the caller, sees only the first).
+	kv := md.KeyValueMetadata()
+	for i, k := range kv.Keys() {
+		if k == "ARROW:schema" {
+			if _, err := decodeArrowSchema(kv.Values()[i]); err != nil {
+				p.aschErr = fmt.Errorf("ARROW:schema metadata: %w", err)
+				return
+			}
+		}
+	}
 	p.arrow.once.Do(func() { p.arrow.md = md })
 	sch, err := pqarrow.FromParquet(md.Schema, &pqarrow.ArrowReadProperties{}, md.KeyValueMetadata())
 	if err != nil {
