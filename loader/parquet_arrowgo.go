@@ -212,6 +212,9 @@ func undeliverable(t arrow.DataType) string {
 	}
 	if nt, ok := t.(arrow.NestedType); ok {
 		for _, f := range nt.Fields() {
+			if f.Type.ID() == arrow.DURATION {
+				return "duration inside a nested type: arrow-go reads no durations"
+			}
 			if bad := undeliverable(f.Type); bad != "" {
 				return bad
 			}

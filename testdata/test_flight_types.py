@@ -156,6 +156,9 @@ def served(tmp_path_factory):
     subprocess.run([go, "run", "./testdata/otherwriters", "-out", str(other), "-seed", str(SEED)],
                    cwd=HERE.parent, check=True, capture_output=True)
     assert sorted(p.name for p in other.glob("*.parquet")) == OTHER_FILES
+    (root / "nested_dur").mkdir()
+    pq.write_table(pa.table({"s": pa.array([{"d": 1}, {"d": 2}], pa.struct([("d", pa.duration("s"))]))}),
+                   root / "nested_dur" / "f.parquet")
     (root / "lz4dur").mkdir()
     pq.write_table(tables["scalar"].select(["duration_ms"]), root / "lz4dur" / "f.parquet", compression="lz4")
     for name, (table, kw) in CASES.items():
@@ -266,6 +269,9 @@ def test_refused_at_plan_time(served):
     path = root / "lz4dur" / "f.parquet"
     with pytest.raises(pa.ArrowInvalid, match=f'{path}.*"duration_ms".*duration.*LZ4_RAW.*rewrite'):
         client.get_flight_info(flight.FlightDescriptor.for_command(request(path, N)))
+    path = root / "nested_dur" / "f.parquet"
+    with pytest.raises(pa.ArrowInvalid, match=f'{path}.*"s".*struct<d: duration.*duration inside a nested type'):
+        client.get_flight_info(flight.FlightDescriptor.for_command(request(path, 2)))
 
 
 # ---------------------------------------------------------------------------
