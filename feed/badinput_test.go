@@ -13,6 +13,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -56,6 +57,29 @@ func nullFile(t *testing.T) []byte {
 	bld := array.NewInt64Builder(memory.DefaultAllocator)
 	defer bld.Release()
 	bld.AppendValues([]int64{1, 2, 0, 4, 5, 6, 7, 8}, []bool{true, true, false, true, true, true, true, true})
+	col := bld.NewArray()
+	defer col.Release()
+	rec := array.NewRecordBatch(schema, []arrow.Array{col}, 8)
+	defer rec.Release()
+	tbl := array.NewTableFromRecords(schema, []arrow.RecordBatch{rec})
+	defer tbl.Release()
+	var sb strings.Builder
+	if err := pqarrow.WriteTable(tbl, &sb, 8, nil, pqarrow.DefaultWriterProps()); err != nil {
+		t.Fatal(err)
+	}
+	return []byte(sb.String())
+}
+
+// decimalFile is a Parquet file with a decimal128(9, 2) column "price".
+func decimalFile(t *testing.T) []byte {
+	t.Helper()
+	typ := &arrow.Decimal128Type{Precision: 9, Scale: 2}
+	schema := arrow.NewSchema([]arrow.Field{{Name: "price", Type: typ}}, nil)
+	bld := array.NewDecimal128Builder(memory.DefaultAllocator, typ)
+	defer bld.Release()
+	for i := 0; i < 8; i++ {
+		bld.Append(decimal128.FromI64(int64(100 * i)))
+	}
 	col := bld.NewArray()
 	defer col.Release()
 	rec := array.NewRecordBatch(schema, []arrow.Array{col}, 8)
@@ -118,7 +142,7 @@ func TestBadInputMatrix(t *testing.T) {
 		"truncated": badDir(t, root, "truncated", map[string][]byte{"a.parquet": gb[:len(gb)/2]}),
 		"page":      badDir(t, root, "page", map[string][]byte{"a.parquet": corruptPage}),
 		"mismatch":  badDir(t, root, "mismatch", map[string][]byte{"a.parquet": gb, "b.parquet": ob}),
-		"null":      badDir(t, root, "null", map[string][]byte{"a.parquet": nullFile(t)}),
+		"decimal":   badDir(t, root, "decimal", map[string][]byte{"a.parquet": decimalFile(t)}),
 		"empty":     badDir(t, root, "empty", map[string][]byte{"a.parquet": {}}),
 	}
 	mem := checkedMem(t)
@@ -190,8 +214,8 @@ func TestBadInputMatrix(t *testing.T) {
 		{"schema mismatch", req(dirs["mismatch"], nil), nil, codes.FailedPrecondition, []string{"a.parquet", "b.parquet", "features"}},
 		{"missing column", req(good, func(r *transport.Request) { r.Columns = []transport.Column{{Name: "id"}, {Name: "nope"}} }), nil,
 			codes.InvalidArgument, []string{`"nope"`}},
-		{"null without fill", req(dirs["null"], func(r *transport.Request) { r.Columns = []transport.Column{{Name: "id"}} }), nil,
-			codes.FailedPrecondition, []string{dirs["null"] + "/a.parquet", `"id"`, "null"}},
+		{"fill for a decimal", req(dirs["decimal"], func(r *transport.Request) { r.Columns = []transport.Column{{Name: "price", Fill: []byte("0")}} }), nil,
+			codes.FailedPrecondition, []string{dirs["decimal"] + "/a.parquet", `"price"`, "decimal", "fill"}},
 		{"empty file", req(dirs["empty"], nil), nil, codes.FailedPrecondition, []string{dirs["empty"] + "/a.parquet"}},
 		{"zero matching files", req(good, func(r *transport.Request) { r.Datasets = []string{good + "/none-*.parquet"} }), nil,
 			codes.NotFound, []string{"none-*.parquet"}},

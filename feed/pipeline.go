@@ -111,7 +111,8 @@ func WithCacheTTL(d time.Duration) Option {
 // Requests are interpreted as docs/PROTOCOL.md says, with these choices:
 //
 //   - Column fill values also replace nulls of numeric columns when the files
-//     are decoded (loader.WithFill). Padding rows added by last_batch=pad hold
+//     are decoded (loader.WithFill); columns without one deliver their nulls
+//     as Arrow nulls (loader.WithNullsAsValidity). Padding rows added by last_batch=pad hold
 //     zeros (list columns: empty lists, then Length fill values when shaped).
 //   - pack_ratio together with last_batch=pad is refused (InvalidArgument):
 //     packing changes the row count, so a per-row mask cannot describe a packed
@@ -269,6 +270,8 @@ func (p *Pipeline) dataset(ctx context.Context, patterns, cols []string, fills m
 	if len(fills) > 0 {
 		opts = append(opts, loader.WithFill(fills))
 	}
+	// Over Flight, a column without a fill delivers its nulls as Arrow nulls.
+	opts = append(opts, loader.WithNullsAsValidity())
 	ds, err := loader.Open(ctx, p.cfg.store, patterns, opts...)
 	if err != nil {
 		return nil, err

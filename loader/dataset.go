@@ -216,6 +216,7 @@ func (ds *Dataset) project() error {
 		}
 	}
 	var fields []arrow.Field
+	var projs [][]int
 	ds.decoders = make([]rowGroupDecoder, len(ds.Files))
 	for fi, f := range ds.Files {
 		proj := make([]int, len(cols))
@@ -233,7 +234,13 @@ func (ds *Dataset) project() error {
 		}
 		out := make([]arrow.Field, len(cols))
 		for i, j := range proj {
-			fld, err := outputField(f.Schema.Field(j))
+			var fld arrow.Field
+			var err error
+			if pf, ok := f.footer.(*parquetFooter); ok {
+				fld, err = pf.outputField(j)
+			} else {
+				fld, err = outputField(f.Schema.Field(j))
+			}
 			if err != nil {
 				return fmt.Errorf("loader: %s column %q: %w", f.Object.URI, cols[i], err)
 			}
@@ -249,12 +256,18 @@ func (ds *Dataset) project() error {
 				}
 			}
 		}
-		rgs, err := f.footer.rowGroups(proj)
+		projs = append(projs, proj)
+	}
+	if ds.cfg.validity {
+		markNullable(ds.Files, cols, fields, ds.cfg.fill)
+	}
+	for fi, f := range ds.Files {
+		rgs, err := f.footer.rowGroups(projs[fi])
 		if err != nil {
 			return err
 		}
 		f.RowGroups = rgs
-		dec, err := f.footer.decoder(f, proj, fields, &ds.cfg)
+		dec, err := f.footer.decoder(f, projs[fi], fields, &ds.cfg)
 		if err != nil {
 			return err
 		}
@@ -262,6 +275,42 @@ func (ds *Dataset) project() error {
 	}
 	ds.Schema = arrow.NewSchema(fields, nil)
 	return nil
+}
+
+// markNullable makes the output fields of Parquet columns without a fill
+// value nullable where some file's footers leave room for a null, with
+// metadata meshfeed.null_count: the total over the files, or "unknown".
+func markNullable(files []*File, cols []string, fields []arrow.Field, fill map[string]float64) {
+	for i, name := range cols {
+		if _, ok := fill[name]; ok {
+			continue
+		}
+		anyMay, total, allKnown := false, int64(0), true
+		for _, f := range files {
+			pf, ok := f.footer.(*parquetFooter)
+			if !ok {
+				continue
+			}
+			may, n, known := pf.mayHoldNulls(name)
+			anyMay = anyMay || may
+			total += n
+			allKnown = allKnown && known
+		}
+		if !anyMay {
+			continue
+		}
+		fields[i].Nullable = true
+		if primaryList(fields[i].Type) {
+			fields[i].Type = nullableElems(fields[i].Type)
+		}
+		md := map[string]string{nullsMetadataKey: nullsMetadataValue(total, allKnown)}
+		for j, k := range fields[i].Metadata.Keys() {
+			if k != nullsMetadataKey {
+				md[k] = fields[i].Metadata.Values()[j]
+			}
+		}
+		fields[i].Metadata = arrow.MetadataFrom(md)
+	}
 }
 
 func fieldNames(s *arrow.Schema) string {
@@ -295,3 +344,28 @@ func (ds *Dataset) RowGroups() []RowGroupRef {
 
 // Store returns the store the dataset reads from.
 func (ds *Dataset) Store() Store { return ds.store }
+
+// primaryList reports whether t is a list type the primary decoder emits
+// (list or fixed_size_list of non-nullable primitives).
+func primaryList(t arrow.DataType) bool {
+	switch tt := t.(type) {
+	case *arrow.ListType:
+		_, ok := primitiveSize(tt.Elem())
+		return ok && !tt.ElemField().Nullable
+	case *arrow.FixedSizeListType:
+		_, ok := primitiveSize(tt.Elem())
+		return ok && !tt.ElemField().Nullable
+	}
+	return false
+}
+
+// nullableElems is list type t with nullable elements.
+func nullableElems(t arrow.DataType) arrow.DataType {
+	switch tt := t.(type) {
+	case *arrow.ListType:
+		return arrow.ListOf(tt.Elem())
+	case *arrow.FixedSizeListType:
+		return arrow.FixedSizeListOf(tt.Len(), tt.Elem())
+	}
+	return t
+}

@@ -272,7 +272,20 @@ func TestNullWithoutFill(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
-	ds, err := loader.Open(ctx, store, []string{path}, loader.WithColumns("id", "maybe"))
+	// The footer records the nulls: refused at plan time.
+	_, err := loader.Open(ctx, store, []string{path}, loader.WithColumns("id", "maybe"))
+	if !errors.Is(err, loader.ErrNull) {
+		t.Fatalf("Open = %v, want ErrNull", err)
+	}
+	for _, want := range []string{path, "row group 0", `"maybe"`, "11 nulls", "fill"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	// Written without statistics: found while decoding, at the first null.
+	nostats := filepath.Join(dir, "nostats.parquet")
+	writeParquet(t, nostats, rec, parquet.WithStats(false))
+	ds, err := loader.Open(ctx, store, []string{nostats}, loader.WithColumns("id", "maybe"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,10 +293,31 @@ func TestNullWithoutFill(t *testing.T) {
 	if !errors.Is(err, loader.ErrNull) {
 		t.Fatalf("ReadRowGroup = %v, want ErrNull", err)
 	}
-	for _, want := range []string{path, "row group 0", `"maybe"`, "row 4", "fill"} {
+	for _, want := range []string{nostats, "row group 0", `"maybe"`, "row 4", "fill"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
+	}
+	// Kept as validity: the values and nulls of the source, the field
+	// nullable with the footers' count (or "unknown" without statistics).
+	for file, count := range map[string]string{path: "11", nostats: "unknown"} {
+		ds, err := loader.Open(ctx, store, []string{file}, loader.WithColumns("maybe"), loader.WithNullsAsValidity())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := ds.Schema.Field(0)
+		if nc, _ := f.Metadata.GetValue("meshfeed.null_count"); !f.Nullable || nc != count {
+			t.Errorf("%s: field %v, want nullable with meshfeed.null_count %s", file, f, count)
+		}
+		got, err := ds.ReadRowGroup(ctx, 0, 0, mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := rec.Column(int(rec.Schema().FieldIndices("maybe")[0]))
+		if !array.Equal(got.Column(0), want) {
+			t.Errorf("%s: maybe = %v, want %v", file, got.Column(0), want)
+		}
+		got.Release()
 	}
 	// Nullable strings pass through with their nulls.
 	ds, err = loader.Open(ctx, store, []string{path}, loader.WithColumns("names"))

@@ -31,6 +31,15 @@
 // wrapping ErrNotFound, but files must be replaced by renaming new ones into
 // place, never truncated and rewritten while a dataset reads them.
 //
+// Column types are those pyarrow reads (docs/TYPES.md): a file's Arrow schema
+// is its stored ARROW:schema or, without one, the one arrow-go derives from
+// the Parquet schema (parquet_arrowgo.go). Columns the page decoder and its
+// fast paths cover take them; every other column (decimals, INT96, times,
+// structs, maps, nested lists, LZ4) is decoded by arrow-go from the same
+// fetched bytes. Nulls in columns without a fill are ErrNull, at Open where
+// the footers' statistics record them, or Arrow nulls with
+// [WithNullsAsValidity].
+//
 // With a [PoolAllocator] (or any [UninitializedAllocator]) the values of
 // fixed-width columns are decoded into memory that is not cleared first; the
 // loader writes every byte of those buffers that an array exposes. A

@@ -25,6 +25,7 @@ type config struct {
 	footerReadLength int
 	maxRowGroupBytes int64
 	mmap             bool
+	validity         bool
 	store            Store // set by Open: the store the dataset reads from
 }
 
@@ -100,6 +101,16 @@ func WithFill(fill map[string]float64) Option {
 		}
 	}
 }
+
+// WithNullsAsValidity keeps the nulls of columns without a fill value as
+// Arrow nulls (validity bitmaps) instead of refusing them: what a Flight
+// client that has no fill to give receives. Such columns are nullable in the
+// dataset's schema, with field metadata meshfeed.null_count: the footers'
+// total, or "unknown" where a writer recorded none. Null lists and null
+// elements inside lists of numbers stay errors (give a fill: null lists
+// become empty). Default: off (such nulls are ErrNull, at plan time where the
+// footers record them).
+func WithNullsAsValidity() Option { return func(c *config) { c.validity = true } }
 
 // WithFooterConcurrency bounds how many footers are read at once while
 // planning. Default 16; zero or negative is an error.

@@ -23,6 +23,10 @@ type parquetFooter struct {
 	sch    *arrow.Schema
 	leaves map[string][]int // top-level field name -> leaf column indexes
 	arrow  arrowFooter      // arrow-go's parse, for the fallback decoder
+	// asch is the schema arrow-go's reader (pqarrow, the same mapping as
+	// pyarrow's) decodes the file to; nil with aschErr when it cannot.
+	asch    *arrow.Schema
+	aschErr error
 }
 
 // storeReaderAt adapts a Store read of one object to io.ReaderAt for the
@@ -97,6 +101,15 @@ func readParquetFooter(ctx context.Context, store Store, obj Object, cfg *config
 	if flen := int64(binary.LittleEndian.Uint32(tail[tailLen-8:])); flen > obj.Size-minSize {
 		return nil, fmt.Errorf("loader: %s: footer length %d does not fit in the file's %d bytes: %w; the file is truncated or not Parquet: rewrite it", obj.URI, flen, obj.Size, ErrCorrupt)
 	}
+	if flen := int64(binary.LittleEndian.Uint32(tail[tailLen-8:])); flen+8 > tailLen {
+		// The footer is longer than the tail: fetch it whole, once, for both
+		// parsers (parquet-go's and arrow-go's).
+		tailLen = flen + 8
+		tail = make([]byte, tailLen)
+		if err := store.ReadAt(ctx, obj, tail, obj.Size-tailLen); err != nil {
+			return nil, fmt.Errorf("loader: %s: reading Parquet footer: %w", obj.URI, classify(err))
+		}
+	}
 	ra := &tailReaderAt{ReaderAt: &storeReaderAt{ctx: ctx, store: store, obj: obj}, off: obj.Size - tailLen, tail: tail}
 	pf, err := parquet.OpenFile(ra, obj.Size,
 		parquet.SkipMagicBytes(true),
@@ -116,18 +129,22 @@ func readParquetFooter(ctx context.Context, store Store, obj Object, cfg *config
 	for i, path := range pf.Schema().Columns() {
 		p.leaves[path[0]] = append(p.leaves[path[0]], i)
 	}
+	// The stored ARROW:schema is checked (decodeArrowSchema) before arrow-go
+	// reads it too: arrow-go trusts its counts and can exhaust memory.
+	var stored *arrow.Schema
 	if s, ok := pf.Lookup("ARROW:schema"); ok {
-		sch, err := decodeArrowSchema(s)
-		if err != nil {
+		if stored, err = decodeArrowSchema(s); err != nil {
 			return nil, fmt.Errorf("loader: %s: ARROW:schema metadata: %w", obj.URI, err)
 		}
-		p.sch = sch
+	}
+	p.arrowFromTail(ra, tail, obj)
+	if stored != nil {
+		p.sch = p.reconcile(stored)
 	} else {
-		sch, err := arrowSchemaFromParquet(pf.Schema(), pf.Metadata().Schema)
-		if err != nil {
-			return nil, fmt.Errorf("loader: %s: %w", obj.URI, err)
+		if p.aschErr != nil {
+			return nil, fmt.Errorf("loader: %s: %w", obj.URI, p.aschErr)
 		}
-		p.sch = sch
+		p.sch = pyarrowSchema(p.asch, p.arrow.md)
 	}
 	if _, err := p.rowGroups(nil); err != nil {
 		return nil, err

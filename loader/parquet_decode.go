@@ -2,6 +2,7 @@ package loader
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -22,6 +23,7 @@ const (
 	kindFixedList                // fixed_size_list<primitive>[n]: n leaf values per row
 	kindList                     // list<primitive>: variable leaf values per row
 	kindBinary                   // string or binary
+	kindArrow                    // anything else pyarrow reads: decoded by arrow-go (parquet_fallback.go)
 )
 
 // colDecoder decodes one projected column of a Parquet file.
@@ -32,12 +34,15 @@ type colDecoder struct {
 	elemSize int            // bytes per element; 0 for bool (bits)
 	kind     colKind
 	listSize int          // kindFixedList: values per row
-	leaf     int          // parquet leaf column index
+	leaf     int          // parquet leaf column index (the first, for kindArrow)
+	leaves   []int        // every leaf column index of the column
 	phys     parquet.Kind // physical type of the leaf
 	maxDef   int          // leaf's max definition level
+	maxRep   int          // leaf's max repetition level (kindArrow: the highest of its leaves)
 	elemDef  int          // kindList: definition level of a present element (== maxDef)
 	listDef  int          // kindList: levels at or above this define a (possibly empty) list
 	fill     *float64     // value that replaces nulls; nil = nulls are an error
+	keep     bool         // nulls without a fill become Arrow validity (WithNullsAsValidity)
 }
 
 type parquetDecoder struct {
@@ -64,6 +69,9 @@ func (p *parquetFooter) decoder(f *File, proj []int, out []arrow.Field, cfg *con
 		}
 		d.cols = append(d.cols, c)
 	}
+	if err := d.checkNulls(); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -79,14 +87,28 @@ func (p *parquetFooter) colDecoder(fi int, out arrow.Field, cfg *config) (c colD
 		c.fill = &v
 	}
 	leaves := p.leaves[name]
-	if len(leaves) != 1 {
-		return c, fmt.Errorf("stored as %d Parquet leaf columns: %w; only single-leaf columns are decoded", len(leaves), ErrUnsupported)
+	if len(leaves) == 0 {
+		return c, fmt.Errorf("no Parquet leaf columns: %w", ErrCorrupt)
 	}
-	c.leaf = leaves[0]
+	c.leaf, c.leaves = leaves[0], leaves
+	c.keep = cfg.validity
+	if !p.primaryFits(name, out.Type) {
+		c.kind = kindArrow
+		for _, l := range leaves {
+			if lf, ok := p.pf.Schema().Lookup(p.pf.Schema().Columns()[l]...); ok {
+				c.maxRep = max(c.maxRep, lf.MaxRepetitionLevel)
+				c.maxDef = max(c.maxDef, lf.MaxDefinitionLevel)
+			}
+		}
+		if c.fill != nil {
+			return c, fmt.Errorf("fill value for a %s column: %w; fill values replace nulls of bool, integer and float columns: leave fill out (nulls then arrive as Arrow nulls) or cast the column", out.Type, ErrUnsupported)
+		}
+		return c, nil
+	}
 	path := p.pf.Schema().Columns()[c.leaf]
 	leaf, _ := p.pf.Schema().Lookup(path...)
 	c.phys = leaf.Node.Type().Kind()
-	c.maxDef = leaf.MaxDefinitionLevel
+	c.maxDef, c.maxRep = leaf.MaxDefinitionLevel, leaf.MaxRepetitionLevel
 	switch t := out.Type.(type) {
 	case *arrow.FixedSizeListType:
 		c.kind, c.elem, c.listSize = kindFixedList, t.Elem(), int(t.Len())
@@ -96,6 +118,18 @@ func (p *parquetFooter) colDecoder(fi int, out arrow.Field, cfg *config) (c colD
 		c.kind, c.elem = kindBinary, out.Type
 	default:
 		c.kind, c.elem = kindPrimitive, out.Type
+	}
+	if out.Type.ID() == arrow.DURATION {
+		for rg := range p.pf.Metadata().RowGroups {
+			if md := &p.pf.Metadata().RowGroups[rg].Columns[c.leaf].MetaData; needsFallback(md, false) {
+				return c, fmt.Errorf("row group %d: duration column compressed with %s: %w; arrow-go (which meshfeed reads that codec with) reads no durations: rewrite the file with another codec (zstd, snappy)", rg, md.Codec, ErrUnsupported)
+			}
+		}
+	}
+	if c.kind == kindFixedList || c.kind == kindList {
+		// Kept nulls need somewhere to go: lists planned with nullable
+		// elements (WithNullsAsValidity found room for nulls).
+		c.keep = c.keep && elemNullable(out.Type)
 	}
 	if (c.kind == kindFixedList || c.kind == kindList) != (leaf.MaxRepetitionLevel == 1) {
 		return c, fmt.Errorf("Arrow type %s does not match the Parquet nesting (max repetition level %d): %w", out.Type, leaf.MaxRepetitionLevel, ErrUnsupported)
@@ -158,7 +192,7 @@ func (d *parquetDecoder) decode(ctx context.Context, rg int, ra io.ReaderAt, mem
 			return nil, err
 		}
 		c := &d.cols[i]
-		if needsFallback(&meta[c.leaf].MetaData, c.phys == parquet.Boolean) {
+		if c.kind == kindArrow || needsFallback(&meta[c.leaf].MetaData, c.phys == parquet.Boolean) {
 			a, err := d.decodeFallback(ctx, c, rg, ra, mem)
 			if err != nil {
 				return nil, fmt.Errorf("loader: %s row group %d column %q: %w", d.f.Object.URI, rg, c.name, err)
@@ -174,6 +208,9 @@ func (d *parquetDecoder) decode(ctx context.Context, rg int, ra io.ReaderAt, mem
 					return nil, fmt.Errorf("loader: %s row group %d column %q: %w", d.f.Object.URI, rg, c.name, err)
 				}
 				if a, ok, err := c.decodeFast(b, cm, rows, mem, d.maxBytes); ok {
+					if err != nil && c.keep && errors.Is(err, ErrNull) {
+						a, err = d.decodeFallback(ctx, c, rg, ra, mem)
+					}
 					if err != nil {
 						return nil, fmt.Errorf("loader: %s row group %d column %q: %w", d.f.Object.URI, rg, c.name, err)
 					}
@@ -187,6 +224,11 @@ func (d *parquetDecoder) decode(ctx context.Context, rg int, ra io.ReaderAt, mem
 			return nil, fmt.Errorf("loader: %s row group %d column %q: unexpected chunk type %T", d.f.Object.URI, rg, c.name, chunks[c.leaf])
 		}
 		a, err := c.decodeChunk(fcc, ra, rows, mem, d.maxBytes)
+		if err != nil && c.keep && errors.Is(err, ErrNull) {
+			// Nulls the primary decoder does not keep (inside lists):
+			// arrow-go keeps them as validity.
+			a, err = d.decodeFallback(ctx, c, rg, ra, mem)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("loader: %s row group %d column %q: %w", d.f.Object.URI, rg, c.name, err)
 		}
@@ -208,7 +250,8 @@ type colState struct {
 	nvals   int            // elements written
 	offsets *memory.Buffer // kindList, kindBinary: int32 offsets
 	rows    int            // rows written (kindList, kindBinary, kindPrimitive)
-	valid   *memory.Buffer // kindBinary: validity bitmap, allocated on first null
+	valid   *memory.Buffer // kindBinary, kindPrimitive: validity bitmap, allocated on first null
+	nrows   int64          // rows of the chunk
 	nulls   int
 	hasDict bool            // the current page is dictionary-encoded
 	dict    encoding.Values // its dictionary's values
@@ -227,7 +270,7 @@ func (c *colDecoder) decodeChunk(fcc *parquet.FileColumnChunk, ra io.ReaderAt, r
 		return nil, fmt.Errorf("%d rows (%d values) would decode to %d bytes, over the limit of %d: %w; the footer is corrupt, or the row groups are too large: rewrite them smaller or raise WithMaxRowGroupBytes",
 			rows, n, est, maxBytes, ErrCorrupt)
 	}
-	st := &colState{c: c, mem: mem}
+	st := &colState{c: c, mem: mem, nrows: rows}
 	defer st.release()
 	// Size the buffers from metadata: rows, or the chunk's value count (which
 	// counts nulls and empty lists, so it is an upper bound for values).
@@ -289,4 +332,14 @@ func (st *colState) release() {
 			b.Release()
 		}
 	}
+}
+
+func elemNullable(t arrow.DataType) bool {
+	switch tt := t.(type) {
+	case *arrow.ListType:
+		return tt.ElemField().Nullable
+	case *arrow.FixedSizeListType:
+		return tt.ElemField().Nullable
+	}
+	return false
 }

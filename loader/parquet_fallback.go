@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -117,11 +118,24 @@ func (d *parquetDecoder) decodeFallback(ctx context.Context, c *colDecoder, rg i
 	}
 	defer pr.Close()
 	rows := d.f.RowGroups[rg].Rows
+	// The same bound as the primary decoder's: what the chunks say they
+	// decode to (uncompressed pages, a lower bound of the arrays).
+	var est int64
+	chunks := d.pf.Metadata().RowGroups[rg].Columns
+	for _, leaf := range c.leaves {
+		if leaf < len(chunks) {
+			est += chunks[leaf].MetaData.TotalUncompressedSize
+		}
+	}
+	if est > d.maxBytes || rows > math.MaxInt32 {
+		return nil, fmt.Errorf("%d rows would decode to at least %d bytes, over the limit of %d: %w; the footer is corrupt, or the row groups are too large: rewrite them smaller or raise WithMaxRowGroupBytes",
+			rows, est, d.maxBytes, ErrCorrupt)
+	}
 	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: max(rows, 1)}, mem)
 	if err != nil {
 		return nil, classify(err)
 	}
-	tbl, err := fr.ReadRowGroups(ctx, []int{c.leaf}, []int{rg})
+	tbl, err := fr.ReadRowGroups(ctx, c.leaves, []int{rg})
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -129,16 +143,16 @@ func (d *parquetDecoder) decodeFallback(ctx context.Context, c *colDecoder, rg i
 	if tbl.NumCols() != 1 {
 		return nil, fmt.Errorf("arrow-go returned %d columns, want 1: %w", tbl.NumCols(), ErrCorrupt)
 	}
-	chunks := tbl.Column(0).Data().Chunks()
+	parts := tbl.Column(0).Data().Chunks()
 	var col arrow.Array
-	switch len(chunks) {
+	switch len(parts) {
 	case 0:
 		return nil, fmt.Errorf("arrow-go returned no data: %w", ErrCorrupt)
 	case 1:
-		col = chunks[0]
+		col = parts[0]
 		col.Retain()
 	default:
-		if col, err = array.Concatenate(chunks, mem); err != nil {
+		if col, err = array.Concatenate(parts, mem); err != nil {
 			return nil, err
 		}
 	}
@@ -153,18 +167,33 @@ func (d *parquetDecoder) decodeFallback(ctx context.Context, c *colDecoder, rg i
 // value is set) and views the array as the output type.
 func (c *colDecoder) conform(col arrow.Array, mem memory.Allocator) (arrow.Array, error) {
 	data := col.Data()
+	if c.kind == kindArrow {
+		return c.conformArrow(data)
+	}
 	if c.kind == kindBinary {
-		return makeArray(retype(data, c.field.Type)), nil
+		switch data.DataType().ID() {
+		case arrow.STRING, arrow.BINARY:
+			return makeArray(retype(data, c.field.Type)), nil
+		}
+		// Dictionary-encoded or large (the stored ARROW:schema says so):
+		// decode to the plain type.
+		return plainBinary(col, c.field.Type, mem)
 	}
 	var inner arrow.ArrayData = data
 	switch c.kind {
 	case kindFixedList, kindList:
+		if c.keep && nullsIn(data) > 0 {
+			return makeArray(viewAs(data, c.field.Type)), nil
+		}
 		if data.NullN() > 0 {
 			if c.kind == kindFixedList || c.fill == nil {
 				return nil, fmt.Errorf("%d null lists: %w; give the column a fill value (null lists become empty) or clean the data", data.NullN(), ErrNull)
 			}
 		}
 		inner = data.Children()[0]
+	}
+	if inner.NullN() > 0 && c.kind == kindPrimitive && c.fill == nil && c.keep {
+		return makeArray(retype(data, c.field.Type)), nil
 	}
 	if inner.NullN() > 0 {
 		if c.kind != kindPrimitive || c.fill == nil {
@@ -214,4 +243,123 @@ func stripValidity(data arrow.ArrayData, t arrow.DataType) arrow.ArrayData {
 		c.Release()
 	}
 	return out
+}
+
+// conformArrow checks a column arrow-go decoded against its planned type
+// and its nulls against the column's rules.
+func (c *colDecoder) conformArrow(data arrow.ArrayData) (arrow.Array, error) {
+	if !sameLayout(data.DataType(), c.field.Type) {
+		return nil, fmt.Errorf("arrow-go decoded %s, the plan says %s: %w; the files disagree with their footers: rewrite them", data.DataType(), c.field.Type, ErrCorrupt)
+	}
+	if n := nullsIn(data); n > 0 && !c.keep {
+		return nil, fmt.Errorf("%d nulls (in the column or inside its values): %w; request the column without a fill value over Flight (nulls arrive as Arrow nulls) or clean the data", n, ErrNull)
+	}
+	return makeArray(viewAs(data, c.field.Type)), nil
+}
+
+// nullsIn counts the nulls of data and of its children.
+func nullsIn(data arrow.ArrayData) int {
+	n := data.NullN()
+	for _, ch := range data.Children() {
+		n += nullsIn(ch)
+	}
+	return n
+}
+
+// sameLayout reports whether a and b have the same physical layout and
+// logical meaning (field names aside): data of a can be viewed as b.
+func sameLayout(a, b arrow.DataType) bool {
+	if arrow.TypeEqual(a, b) {
+		return true
+	}
+	if ea, ok := a.(arrow.ExtensionType); ok {
+		a = ea.StorageType()
+	}
+	if a.ID() != b.ID() {
+		return false
+	}
+	if ta, ok := a.(*arrow.TimestampType); ok {
+		// INT96: arrow-go labels the instants UTC, pyarrow (the plan) not.
+		return ta.Unit == b.(*arrow.TimestampType).Unit
+	}
+	na, oka := a.(arrow.NestedType)
+	nb, okb := b.(arrow.NestedType)
+	if !oka || !okb {
+		return arrow.TypeEqual(a, b)
+	}
+	fa, fb := na.Fields(), nb.Fields()
+	if len(fa) != len(fb) {
+		return false
+	}
+	if la, ok := a.(*arrow.FixedSizeListType); ok && la.Len() != b.(*arrow.FixedSizeListType).Len() {
+		return false
+	}
+	for i := range fa {
+		if !sameLayout(fa[i].Type, fb[i].Type) {
+			return false
+		}
+		if _, isStruct := a.(*arrow.StructType); isStruct && fa[i].Name != fb[i].Name {
+			return false
+		}
+	}
+	return true
+}
+
+// viewAs views data as type t (sameLayout), sharing its buffers.
+func viewAs(data arrow.ArrayData, t arrow.DataType) arrow.ArrayData {
+	if arrow.TypeEqual(data.DataType(), t) {
+		data.Retain()
+		return data
+	}
+	var children []arrow.ArrayData
+	if nt, ok := t.(arrow.NestedType); ok {
+		for i, f := range nt.Fields() {
+			children = append(children, viewAs(data.Children()[i], f.Type))
+		}
+	}
+	out := array.NewData(t, data.Len(), data.Buffers(), children, data.NullN(), data.Offset())
+	for _, c := range children {
+		c.Release()
+	}
+	return out
+}
+
+// plainBinary copies a dictionary-encoded or large string/binary array into a
+// plain one of type t (string or binary). Fallback only: it loops over rows.
+func plainBinary(col arrow.Array, t arrow.DataType, mem memory.Allocator) (arrow.Array, error) {
+	idx := func(i int) int { return i }
+	vals := col
+	if d, ok := col.(*array.Dictionary); ok {
+		idx, vals = d.GetValueIndex, d.Dictionary()
+	}
+	var get func(i int) []byte
+	switch v := vals.(type) {
+	case *array.String:
+		get = func(i int) []byte { return []byte(v.Value(i)) }
+	case *array.LargeString:
+		get = func(i int) []byte { return []byte(v.Value(i)) }
+	case *array.Binary:
+		get = v.Value
+	case *array.LargeBinary:
+		get = v.Value
+	default:
+		return nil, fmt.Errorf("arrow-go decoded %s, want %s: %w", col.DataType(), t, ErrUnsupported)
+	}
+	bld := array.NewBinaryBuilder(mem, arrow.BinaryTypes.Binary)
+	defer bld.Release()
+	bld.Reserve(col.Len())
+	for i := 0; i < col.Len(); i++ {
+		if col.IsNull(i) {
+			bld.AppendNull()
+			continue
+		}
+		b := get(idx(i))
+		if bld.DataLen()+len(b) > math.MaxInt32 {
+			return nil, fmt.Errorf("more than 2 GiB of string data in one row group: %w; write smaller row groups", ErrUnsupported)
+		}
+		bld.Append(b)
+	}
+	out := bld.NewArray()
+	defer out.Release()
+	return makeArray(retype(out.Data(), t)), nil
 }

@@ -46,7 +46,7 @@ func (st *colState) page(page parquet.Page, rows int64) error {
 		if c.kind == kindFixedList {
 			return fmt.Errorf("%d nulls or empty lists inside fixed_size_list[%d] values: %w; every row must hold exactly %d values", nn, c.listSize, ErrNull, c.listSize)
 		}
-		if c.fill == nil {
+		if c.fill == nil && !(c.keep && c.kind == kindPrimitive) {
 			row := st.nvals + firstBelow(page.DefinitionLevels(), c.maxDef)
 			return fmt.Errorf("null at row %d (%d nulls in this page): %w; give the column a fill value or clean the data", row, nn, ErrNull)
 		}
@@ -238,8 +238,18 @@ func (st *colState) scatterWithFill(def []byte, vals encoding.Values, n int) err
 				copy(dst[pos*c.elemSize:(pos+1)*c.elemSize], src[j*c.elemSize:(j+1)*c.elemSize])
 			}
 			j++
-		} else {
+		} else if c.fill != nil {
 			putFill(dst, pos, c.elem.ID(), c.elemSize, *c.fill)
+		} else {
+			// Kept as a null (WithNullsAsValidity): a zero value, its
+			// validity bit cleared.
+			putFill(dst, pos, c.elem.ID(), c.elemSize, 0)
+			if st.valid == nil {
+				st.valid = newBuf(st.mem, int(bitutil.BytesForBits(st.nrows)))
+				bitutil.SetBitsTo(st.valid.Bytes(), 0, st.nrows, true)
+			}
+			bitutil.ClearBit(st.valid.Bytes(), pos)
+			st.nulls++
 		}
 	}
 	st.nvals += n
@@ -433,7 +443,7 @@ func (st *colState) finish(rows int64) (arrow.Array, error) {
 		if st.nvals != int(rows) {
 			return nil, fmt.Errorf("pages hold %d values, footer says %d rows: %w", st.nvals, rows, ErrCorrupt)
 		}
-		data := array.NewData(c.field.Type, int(rows), []*memory.Buffer{nil, st.values}, nil, 0, 0)
+		data := array.NewData(c.field.Type, int(rows), []*memory.Buffer{st.valid, st.values}, nil, st.nulls, 0)
 		defer data.Release()
 		return array.MakeFromData(data), nil
 	case kindFixedList:

@@ -9,7 +9,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/parquet-go/parquet-go"
-	"github.com/parquet-go/parquet-go/format"
 )
 
 // outputField maps a file's Arrow field to the field the loader emits:
@@ -76,132 +75,10 @@ func primitiveSize(t arrow.DataType) (int, bool) {
 		return 2, true
 	case arrow.INT32, arrow.UINT32, arrow.FLOAT32, arrow.DATE32:
 		return 4, true
-	case arrow.INT64, arrow.UINT64, arrow.FLOAT64, arrow.TIMESTAMP, arrow.DATE64:
+	case arrow.INT64, arrow.UINT64, arrow.FLOAT64, arrow.TIMESTAMP, arrow.DATE64, arrow.DURATION:
 		return 8, true
 	}
 	return 0, false
-}
-
-// arrowSchemaFromParquet derives an Arrow schema for files written without
-// ARROW:schema metadata: primitive leaves by physical and logical type, LIST of
-// primitives as list<T>, BYTE_ARRAY as string or binary.
-func arrowSchemaFromParquet(s *parquet.Schema, elems []format.SchemaElement) (*arrow.Schema, error) {
-	// Leaf schema elements in order: parquet-go's node types do not carry
-	// every logical type (FLOAT16), the flat footer schema does.
-	var leafElems []*format.SchemaElement
-	for i := range elems {
-		if i > 0 && (!elems[i].NumChildren.Valid || elems[i].NumChildren.V == 0) {
-			leafElems = append(leafElems, &elems[i])
-		}
-	}
-	float16Leaf := map[string]bool{}
-	for i, path := range s.Columns() {
-		if i < len(leafElems) {
-			if _, ok := leafElems[i].LogicalType.Value.(*format.Float16Type); ok {
-				float16Leaf[path[0]] = true
-			}
-		}
-	}
-	var fields []arrow.Field
-	for _, f := range s.Fields() {
-		t, err := arrowTypeOfNode(f)
-		if err != nil && float16Leaf[f.Name()] && f.Leaf() {
-			t, err = arrow.FixedWidthTypes.Float16, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("column %q: %w", f.Name(), err)
-		}
-		fields = append(fields, arrow.Field{Name: f.Name(), Type: t, Nullable: f.Optional()})
-	}
-	return arrow.NewSchema(fields, nil), nil
-}
-
-func arrowTypeOfNode(n parquet.Node) (arrow.DataType, error) {
-	if n.Leaf() {
-		t, err := arrowTypeOfLeaf(n)
-		if err != nil {
-			return nil, err
-		}
-		if n.Repeated() {
-			return arrow.ListOf(t), nil
-		}
-		return t, nil
-	}
-	// LIST: group (LIST) { repeated group list { element } } or legacy
-	// two-level forms; anything with exactly one primitive leaf below one
-	// repeated level is a list of that primitive.
-	fields := n.Fields()
-	if len(fields) != 1 {
-		return nil, fmt.Errorf("group with %d fields: %w; only lists of primitives are decoded", len(fields), ErrUnsupported)
-	}
-	rep := fields[0]
-	if !rep.Repeated() {
-		return nil, fmt.Errorf("group without a repeated field: %w", ErrUnsupported)
-	}
-	if rep.Leaf() {
-		t, err := arrowTypeOfLeaf(rep)
-		if err != nil {
-			return nil, err
-		}
-		return arrow.ListOf(t), nil
-	}
-	inner := rep.Fields()
-	if len(inner) != 1 || !inner[0].Leaf() || inner[0].Repeated() {
-		return nil, fmt.Errorf("nested list or struct: %w; only lists of primitives are decoded", ErrUnsupported)
-	}
-	t, err := arrowTypeOfLeaf(inner[0])
-	if err != nil {
-		return nil, err
-	}
-	return arrow.ListOf(t), nil
-}
-
-func arrowTypeOfLeaf(n parquet.Node) (arrow.DataType, error) {
-	typ := n.Type()
-	var lv any
-	if lt := typ.LogicalType(); lt != nil {
-		lv = lt.Value
-	}
-	switch typ.Kind() {
-	case parquet.Boolean:
-		return arrow.FixedWidthTypes.Boolean, nil
-	case parquet.Int32:
-		if it, ok := lv.(*format.IntType); ok {
-			switch {
-			case it.BitWidth == 8 && it.IsSigned:
-				return arrow.PrimitiveTypes.Int8, nil
-			case it.BitWidth == 8:
-				return arrow.PrimitiveTypes.Uint8, nil
-			case it.BitWidth == 16 && it.IsSigned:
-				return arrow.PrimitiveTypes.Int16, nil
-			case it.BitWidth == 16:
-				return arrow.PrimitiveTypes.Uint16, nil
-			case !it.IsSigned:
-				return arrow.PrimitiveTypes.Uint32, nil
-			}
-		}
-		return arrow.PrimitiveTypes.Int32, nil
-	case parquet.Int64:
-		if it, ok := lv.(*format.IntType); ok && !it.IsSigned {
-			return arrow.PrimitiveTypes.Uint64, nil
-		}
-		return arrow.PrimitiveTypes.Int64, nil
-	case parquet.Float:
-		return arrow.PrimitiveTypes.Float32, nil
-	case parquet.Double:
-		return arrow.PrimitiveTypes.Float64, nil
-	case parquet.ByteArray:
-		switch lv.(type) {
-		case *format.StringType, *format.EnumType, *format.JsonType:
-			return arrow.BinaryTypes.String, nil
-		}
-		return arrow.BinaryTypes.Binary, nil
-	case parquet.FixedLenByteArray:
-		if _, ok := lv.(*format.Float16Type); ok {
-			return arrow.FixedWidthTypes.Float16, nil
-		}
-	}
-	return nil, fmt.Errorf("parquet type %s: %w", typ, ErrUnsupported)
 }
 
 func fieldByName(n parquet.Node, name string) parquet.Node {
@@ -219,7 +96,7 @@ func physicalFits(t arrow.DataType, k parquet.Kind, length int) bool {
 		return k == parquet.Boolean
 	case arrow.INT8, arrow.UINT8, arrow.INT16, arrow.UINT16, arrow.INT32, arrow.UINT32, arrow.DATE32:
 		return k == parquet.Int32
-	case arrow.INT64, arrow.UINT64, arrow.TIMESTAMP, arrow.DATE64:
+	case arrow.INT64, arrow.UINT64, arrow.TIMESTAMP, arrow.DATE64, arrow.DURATION:
 		return k == parquet.Int64
 	case arrow.FLOAT32:
 		return k == parquet.Float

@@ -19,7 +19,8 @@ const (
 	BFloat16
 	// Float16 rounds float32/float64 to Arrow's float16 (round to nearest even).
 	Float16
-	// Float32 rounds float64 or converts any integer to float32.
+	// Float32 rounds float64, converts any integer, or converts a decimal
+	// (its scale applied, to the nearest float32) to float32.
 	Float32
 	// Int32 narrows any integer to int32; values out of range are ErrOverflow.
 	Int32

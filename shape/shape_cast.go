@@ -11,6 +11,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/bitutil"
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
+	"github.com/apache/arrow-go/v18/arrow/decimal256"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
@@ -78,8 +80,8 @@ func castTargetFor(src arrow.DataType, d DType) (castTarget, bool, error) {
 		if id == arrow.FLOAT32 {
 			return same, false, nil
 		}
-		if !isInt && id != arrow.FLOAT64 {
-			return same, false, fmt.Errorf("float32 needs float64 or integer values, not %s", src)
+		if !isInt && id != arrow.FLOAT64 && id != arrow.DECIMAL128 && id != arrow.DECIMAL256 {
+			return same, false, fmt.Errorf("float32 needs float64, integer or decimal values, not %s", src)
 		}
 		return castTarget{dt: arrow.PrimitiveTypes.Float32}, true, nil
 	case Int32, Int16, Int8, Uint32, Uint16, Uint8:
@@ -383,6 +385,25 @@ func castKernel(src arrow.ArrayData, to castTarget, out []byte) func(from int) i
 		return castUnsignedKernel(arrow.GetValues[uint32](src, 1), to, out, hi, valid, voff)
 	case arrow.UINT64:
 		return castUnsignedKernel(arrow.GetValues[uint64](src, 1), to, out, hi, valid, voff)
+	case arrow.DECIMAL128:
+		// The scale applied: the value, rounded to the nearest float32.
+		in, scale := arrow.GetValues[decimal128.Num](src, 1), src.DataType().(*arrow.Decimal128Type).Scale
+		o := arrow.GetData[float32](out)
+		return func(int) int {
+			for i, v := range in {
+				o[i] = v.ToFloat32(scale)
+			}
+			return -1
+		}
+	case arrow.DECIMAL256:
+		in, scale := arrow.GetValues[decimal256.Num](src, 1), src.DataType().(*arrow.Decimal256Type).Scale
+		o := arrow.GetData[float32](out)
+		return func(int) int {
+			for i, v := range in {
+				o[i] = v.ToFloat32(scale)
+			}
+			return -1
+		}
 	}
 	return nil
 }

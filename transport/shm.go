@@ -31,6 +31,7 @@ import (
 	"unicode"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"golang.org/x/sys/unix"
@@ -554,28 +555,50 @@ func (b shmBuf) len() int64 {
 
 // shmSliceLayout returns the body buffers of one slice in IPC order
 // (depth first, each array's validity bitmap first), without copying
-// anything: ranges of the slice's own buffers.
+// anything: ranges of the slice's own buffers, and bitmaps (booleans,
+// validity of columns with nulls) to be copied shifted to bit 0.
 func shmSliceLayout(rec arrow.RecordBatch) ([]shmBuf, error) {
 	var out []shmBuf
-	var layout [][]byte
 	for j, col := range rec.Columns() {
-		d := col.Data()
 		var ok bool
-		if d.DataType().ID() == arrow.BOOL && d.NullN() == 0 {
-			// Booleans at any bit offset: copied shifted (appendLayout
-			// wants whole bytes, to concatenate).
-			out = append(out, shmBuf{}, shmBuf{b: d.Buffers()[1].Bytes(), bitOff: d.Offset(), bits: d.Len()})
-			continue
-		}
-		if layout, ok = appendLayout(layout[:0], d, 0, d.Len()); !ok {
-			return nil, fmt.Errorf("%w: column %q (%s, %d nulls) has no fixed-width layout without nulls: give it a fill value, or read it over Flight",
-				ErrFailedPrecondition, rec.ColumnName(j), d.DataType(), d.NullN())
-		}
-		for _, b := range layout {
-			out = append(out, shmBuf{b: b})
+		if out, ok = shmArrayLayout(out, col.Data()); !ok {
+			d := col.Data()
+			return nil, fmt.Errorf("%w: column %q (%s) has no fixed-width layout: read it over Flight",
+				ErrFailedPrecondition, rec.ColumnName(j), d.DataType())
 		}
 	}
 	return out, nil
+}
+
+// shmArrayLayout appends the buffers of d (its offset and length applied)
+// to out, and reports whether d's type is fixed-width (shmFixedType).
+func shmArrayLayout(out []shmBuf, d arrow.ArrayData) ([]shmBuf, bool) {
+	dt := d.DataType()
+	if ext, ok := dt.(arrow.ExtensionType); ok {
+		dt = ext.StorageType()
+	}
+	off, n := d.Offset(), d.Len()
+	validity := shmBuf{}
+	if d.NullN() > 0 && d.Buffers()[0] != nil {
+		validity = shmBuf{b: d.Buffers()[0].Bytes(), bitOff: off, bits: n}
+	}
+	out = append(out, validity)
+	switch t := dt.(type) {
+	case *arrow.BooleanType:
+		return append(out, shmBuf{b: d.Buffers()[1].Bytes(), bitOff: off, bits: n}), true
+	case *arrow.FixedSizeListType:
+		size := int(t.Len())
+		child := array.NewSliceData(d.Children()[0], int64(off*size), int64((off+n)*size))
+		defer child.Release()
+		return shmArrayLayout(out, child)
+	case arrow.FixedWidthDataType:
+		if !virtualFixedWidth(dt.ID()) {
+			return nil, false
+		}
+		w := t.BitWidth() / 8
+		return append(out, shmBuf{b: d.Buffers()[1].Bytes()[off*w : (off+n)*w]}), true
+	}
+	return nil, false
 }
 
 // slicesBytes is the bytes a step's slices hold for the memory budget: their

@@ -59,6 +59,9 @@ class Column:
             ``"truncate"``; None is the server's default (reject).
         pack_ratio: > 0 packs the list column into rows of ``length`` tokens
             (needs ``length``).
+        mask: True adds a boolean key ``<name>_valid``, False where the column
+            holds a null; the nulls become ``fill`` (zero when None). The
+            client fills them (a host copy of the column).
     """
 
     dtype: str | None = None
@@ -66,6 +69,7 @@ class Column:
     fill: float | int | str | None = None
     overflow: str | None = None
     pack_ratio: float = 0
+    mask: bool = False
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -88,6 +92,8 @@ class Column:
         if isinstance(self.pack_ratio, bool) or not isinstance(self.pack_ratio, (int, float)) \
                 or not math.isfinite(self.pack_ratio):
             bad("pack_ratio", "want a finite number")
+        if not isinstance(self.mask, bool):
+            bad("mask", "want True or False")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -100,7 +106,7 @@ class Column:
             out["length"] = self.length
         if self.overflow is not None:
             out["overflow"] = self.overflow
-        if self.fill is not None:
+        if self.fill is not None and not self.mask:  # with a mask the client fills
             out["fill"] = self.fill
         if self.pack_ratio:
             out["pack_ratio"] = self.pack_ratio

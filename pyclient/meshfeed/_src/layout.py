@@ -13,6 +13,8 @@ import ml_dtypes
 import numpy as np
 import pyarrow as pa
 
+from .arrowtypes import check_batch_nulls, check_nulls_at_construction, fill_and_mask, flatten_batch, flatten_schema, \
+    has_structs, jax_integer_view
 from .errors import InvalidRequestError, MeshfeedError
 
 # XLA's CPU client aliases host memory passed to device_put (no copy) only
@@ -106,6 +108,8 @@ def column_spec(field: pa.Field) -> ColumnSpec:
             shape = tuple(int(x) for x in json.loads(meta.get(b"ARROW:extension:metadata", b"{}"))["shape"])
         except (ValueError, KeyError, TypeError) as e:
             raise MeshfeedError(f"column {field.name!r}: bad fixed_shape_tensor metadata {meta!r}: {e}") from e
+    if (iv := jax_integer_view(t)) is not None:
+        t = iv  # timestamps, dates, times, durations: the integers of their unit
     dims: list[int] = []
     while pa.types.is_fixed_size_list(t):
         dims.append(t.list_size)
@@ -161,8 +165,8 @@ def narrowed_columns(schema: pa.Schema, columns: Sequence[Mapping[str, Any]] | N
 
 def dense_view(arr: pa.Array, spec: ColumnSpec) -> tuple[np.ndarray, pa.Buffer]:
     """A numpy view (no copy) of the values of ``arr``, shaped (rows, *trailing),
-    and the Arrow buffer it points into. Validity bitmaps are ignored: the
-    server writes fill values, not nulls."""
+    and the Arrow buffer it points into. Columns with nulls never get here
+    (Materializer refuses them: the server writes fill values)."""
     if isinstance(arr, pa.ExtensionArray):
         arr = arr.storage
     n = len(arr)
@@ -192,12 +196,23 @@ class Materializer:
     """Turns one record (this process's slices, concatenated in ascending slice
     order) into a dict of global jax.Arrays laid out as ``sharding``."""
 
-    def __init__(self, schema: pa.Schema, sharding: jax.sharding.Sharding, layout: Layout, mask_key: str | None):
+    def __init__(self, schema: pa.Schema, sharding: jax.sharding.Sharding, layout: Layout, mask_key: str | None,
+                 masks: dict[str, float] | None = None):
         self.sharding = sharding
         self.layout = layout
         self.mask_key = mask_key
+        # Structs become one key per leaf ("a.b"); see arrowtypes.
+        self.flatten = has_structs(schema)
+        schema = flatten_schema(schema)
         self.specs = [column_spec(f) for f in schema]
         self.schema = schema
+        # Column(mask=True): the client fills the nulls and adds <name>_valid.
+        self.masks = dict(masks or {})
+        for name in self.masks:
+            if name not in {s.name for s in self.specs if s.kind == "dense"}:
+                raise InvalidRequestError(f"column {name!r}: mask=True needs a numeric column that becomes an array")
+        self.dense = {s.name for s in self.specs if s.kind != "arrow"} - set(self.masks)
+        check_nulls_at_construction(schema, self.dense)
         L = layout
         for s in self.specs:
             if s.kind == "arrow":
@@ -221,18 +236,9 @@ class Materializer:
             warnings.warn(
                 f"meshfeed: columns {sorted(self.narrowed)} are 64-bit but jax_enable_x64 is off: jax converts "
                 "them to 32 bits with a host copy; ask for Column(dtype=...) or enable x64", stacklevel=3)
-        # Placement, fixed per schema: every array column of a step goes to
-        # the devices in one make_array_from_process_local_data call (one
-        # batched device_put on a single process), with these shardings and
-        # global shapes.
-        self._placed = [s for s in self.specs if s.kind != "arrow"]
-        self._shardings = [sharding] * len(self._placed)
-        self._shapes = [(L.B, *s.trailing) for s in self._placed]
         # For the unaligned_transfers counter without a loop over devices:
-        # how many devices hold local slice k, and each column's slice bytes.
+        # how many devices hold local slice k.
         self._devs_per_slice = np.bincount([k for _, k in L.devices], minlength=len(L.slices))
-        self._slice_bytes = [L.b * s.dtype.itemsize * int(np.prod(s.trailing, dtype=np.int64))
-                             if s.kind == "dense" else 0 for s in self._placed]
         self._slice_starts = np.arange(len(L.slices), dtype=np.int64)
         # Counters of the last call; for tests, its (numpy view, Arrow buffer)
         # pairs (buffer None for unpacked booleans).
@@ -252,71 +258,44 @@ class Materializer:
         concatenated: Flight) or as one record per local slice (the
         shared-memory wire, where every slice starts 64-byte aligned); its
         counters are in ``counts`` afterwards."""
-        if not isinstance(rb, pa.RecordBatch):
-            return self._slices(list(rb))
         L = self.layout
-        copies = unpacks = unaligned = 0
-        want_rows = len(L.slices) * L.b
-        if rb.num_rows != want_rows:
-            raise MeshfeedError(f"record of {rb.num_rows} rows, want {want_rows} ({len(L.slices)} slices of {L.b} rows)")
-        out: dict[str, Any] = {}
-        views: dict[str, tuple[np.ndarray, pa.Buffer | None]] = {}
-        local: list[np.ndarray] = []
-        ndev = len(L.devices)
-        for i, spec in enumerate(self.specs):
-            col = rb.column(i)
-            if spec.kind == "arrow":
-                out[spec.name] = col
-                continue
-            if spec.kind == "bool":
-                view, buf = unpack_bool(col), None
-                if spec.name == self.mask_key:
-                    unpacks += 1
-                else:
-                    copies += 1
-            else:
-                view, buf = dense_view(col, spec)
-                if spec.name in self.narrowed:
-                    copies += ndev
-                else:
-                    unaligned += self._unaligned(view, self._slice_bytes[len(local)])
-            views[spec.name] = (view, buf)
-            out[spec.name] = None  # placed below, in schema order
-            local.append(view)
-        for spec, arr in zip(self._placed, place(self._shardings, local, self._shapes)):
-            out[spec.name] = arr
-        self.last_views = views
-        self.counts = {"host_copies": copies, "mask_unpacks": unpacks, "unaligned_transfers": unaligned}
-        return out
-
-
-    def _slices(self, recs: list[pa.RecordBatch]) -> dict[str, Any]:
-        """A step given per slice: each device gets a view of its own slice
-        (aligned, so XLA aliases it), all in one batched ``jax.device_put``;
-        each column's global array is then assembled from its devices'
-        arrays (no transfer)."""
-        L = self.layout
-        if len(recs) != len(L.slices) or any(r.num_rows != L.b for r in recs):
+        per_slice = not isinstance(rb, pa.RecordBatch)
+        recs = list(rb) if per_slice else [rb]
+        if per_slice and (len(recs) != len(L.slices) or any(r.num_rows != L.b for r in recs)):
             raise MeshfeedError(f"step of {[r.num_rows for r in recs]} rows per slice, "
                                 f"want {len(L.slices)} slices of {L.b} rows")
+        if not per_slice and recs[0].num_rows != len(L.slices) * L.b:
+            raise MeshfeedError(f"record of {recs[0].num_rows} rows, want {len(L.slices) * L.b} "
+                                f"({len(L.slices)} slices of {L.b} rows)")
+        if self.flatten:
+            recs = [flatten_batch(r) for r in recs]
+        for r in recs:
+            check_batch_nulls(r, self.dense)
         copies = unpacks = unaligned = 0
         out: dict[str, Any] = {}
-        views: list[np.ndarray] = []
-        devices: list[Any] = []
-        last: dict[str, tuple[np.ndarray, pa.Buffer | None]] = {}
+        views: dict[str, tuple[np.ndarray, pa.Buffer | None]] = {}
+        # What is placed, in one call: (name, global shape, views: one per
+        # record of recs).
+        placed: list[tuple[str, tuple[int, ...], list[np.ndarray]]] = []
         ndev = len(L.devices)
         for i, spec in enumerate(self.specs):
+            cols = [r.column(i) for r in recs]
             if spec.kind == "arrow":
-                out[spec.name] = pa.concat_arrays([r.column(i) for r in recs])
+                out[spec.name] = cols[0] if len(cols) == 1 else pa.concat_arrays(cols)
                 continue
-            per_slice = []
-            for r in recs:
-                col = r.column(i)
+            out[spec.name] = None  # placed below, in schema order
+            vs, valids, buf = [], [], None
+            for col in cols:
                 if spec.kind == "bool":
                     v, buf = unpack_bool(col), None
                 else:
                     v, buf = dense_view(col, spec)
-                per_slice.append(v)
+                    if spec.name in self.masks:
+                        if col.null_count:
+                            copies += 1
+                        v, valid = fill_and_mask(col, v, self.masks[spec.name])
+                        valids.append(valid)
+                vs.append(v)
             if spec.kind == "bool":
                 if spec.name == self.mask_key:
                     unpacks += 1
@@ -324,20 +303,37 @@ class Materializer:
                     copies += 1
             elif spec.name in self.narrowed:
                 copies += ndev
+            elif per_slice:
+                unaligned += sum(vs[k].ctypes.data % CPU_ALIAS_ALIGNMENT != 0 for _, k in L.devices)
             else:
-                unaligned += sum(per_slice[k].ctypes.data % CPU_ALIAS_ALIGNMENT != 0 for _, k in L.devices)
-            last[spec.name] = (per_slice[0], buf)
-            out[spec.name] = None  # assembled below, in schema order
-            for dev, k in L.devices:
-                views.append(per_slice[k])
-                devices.append(dev)
-        placed = place_per_device(views, devices)
-        for j, spec in enumerate(self._placed):
-            arrs = placed[j * ndev:(j + 1) * ndev]
-            out[spec.name] = jax.make_array_from_single_device_arrays(self._shapes[j], self.sharding, arrs)
-        self.last_views = last
+                unaligned += self._unaligned(vs[0], L.b * vs[0][:1].nbytes)
+            views[spec.name] = (vs[0], buf)
+            placed.append((spec.name, (L.B, *spec.trailing), vs))
+            if valids:
+                out[spec.name + "_valid"] = None
+                placed.append((spec.name + "_valid", (L.B,), valids))
+        if per_slice:
+            arrays = self._place_slices(placed)
+        else:
+            arrays = place([self.sharding] * len(placed), [vs[0] for _, _, vs in placed], [sh for _, sh, _ in placed])
+        for (name, _, _), arr in zip(placed, arrays):
+            out[name] = arr
+        self.last_views = views
         self.counts = {"host_copies": copies, "mask_unpacks": unpacks, "unaligned_transfers": unaligned}
         return out
+
+    def _place_slices(self, placed: list[tuple[str, tuple[int, ...], list[np.ndarray]]]) -> list[jax.Array]:
+        """Per-slice views: each device gets a view of its own slice
+        (aligned, so XLA aliases it), all arrays in one batched
+        ``jax.device_put``; each global array is then assembled from its
+        devices' arrays (no transfer)."""
+        L = self.layout
+        views = [vs[k] for _, _, vs in placed for _, k in L.devices]
+        devices = [dev for _ in placed for dev, _ in L.devices]
+        singles = place_per_device(views, devices)
+        n = len(L.devices)
+        return [jax.make_array_from_single_device_arrays(shape, self.sharding, singles[j * n:(j + 1) * n])
+                for j, (_, shape, _) in enumerate(placed)]
 
 
 def place_per_device(views: list[np.ndarray], devices: list[Any]) -> list[jax.Array]:

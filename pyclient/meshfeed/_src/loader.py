@@ -17,6 +17,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import jax
 import numpy as np
 
+from .arrowtypes import masked_columns
 from .config import Column, LoaderConfig, Shuffle
 from .elastic import resolve_switch
 from .errors import MeshfeedError, PlanError, StateMismatchError, recoverable
@@ -181,7 +182,7 @@ class Loader:
             raise PlanError(f"server plans {self._spe} steps per epoch for N={N} rows, B={B}, "
                             f"last_batch={cfg.last_batch}; the client computes {mine}")
         self._schema = schema
-        self._mat = Materializer(schema, cfg.sharding, self._layout, cfg.pad_mask)
+        self._mat = Materializer(schema, cfg.sharding, self._layout, cfg.pad_mask, masks=masked_columns(cfg.columns))
         self._pos = (0, 0)
         if state is not None:
             self._pos = self._check_state(state)

@@ -1,0 +1,255 @@
+package loader
+
+// The Arrow schema of a Parquet file as arrow-go's reader (pqarrow) decodes
+// it: the same mapping pyarrow's reader makes (arrow-go ports Arrow C++), so
+// that every logical type keeps its meaning (DECIMAL as decimal128/256 with
+// precision and scale, TIMESTAMP with its unit and time zone, INT96 as
+// timestamp[ns], DATE, TIME, FLOAT16, fixed-size binary, structs, maps and
+// nested lists). The primary decoder takes the columns it covers; every other
+// column is decoded by arrow-go (parquet_fallback.go) to exactly this type.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	apq "github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	pqschema "github.com/apache/arrow-go/v18/parquet/schema"
+	"github.com/parquet-go/parquet-go"
+)
+
+// arrowFromTail parses the footer with arrow-go from the fetched tail (or
+// from storage when the footer is longer than the tail) and derives the
+// schema arrow-go decodes to. Errors are kept in p.aschErr: they matter only
+// for files without ARROW:schema and for columns the fallback decodes.
+func (p *parquetFooter) arrowFromTail(ra io.ReaderAt, tail []byte, obj Object) {
+	flen := int64(binary.LittleEndian.Uint32(tail[len(tail)-8:]))
+	var raw []byte
+	if flen+8 <= int64(len(tail)) {
+		raw = tail[int64(len(tail))-8-flen : int64(len(tail))-8]
+	} else {
+		raw = make([]byte, flen)
+		if _, err := ra.ReadAt(raw, obj.Size-8-flen); err != nil {
+			p.aschErr = fmt.Errorf("reading Parquet footer: %w", classify(err))
+			return
+		}
+	}
+	md, err := metadata.NewFileMetaData(raw, nil)
+	if err != nil {
+		p.aschErr = fmt.Errorf("arrow-go footer: %w", classify(err))
+		return
+	}
+	// Every ARROW:schema value arrow-go may read must pass the loader's check
+	// (parquet-go's Lookup, checked by the caller, sees only the first).
+	kv := md.KeyValueMetadata()
+	for i, k := range kv.Keys() {
+		if k == "ARROW:schema" {
+			if _, err := decodeArrowSchema(kv.Values()[i]); err != nil {
+				p.aschErr = fmt.Errorf("ARROW:schema metadata: %w", err)
+				return
+			}
+		}
+	}
+	p.arrow.once.Do(func() { p.arrow.md = md })
+	sch, err := pqarrow.FromParquet(md.Schema, &pqarrow.ArrowReadProperties{}, md.KeyValueMetadata())
+	if err != nil {
+		p.aschErr = fmt.Errorf("Parquet schema has no Arrow form (%v): %w; pyarrow cannot read it either: rewrite the file", err, ErrUnsupported)
+		return
+	}
+	// INT96 (what Spark and Impala write): pyarrow reads it as timestamp[ns]
+	// without a time zone, arrow-go labels it UTC; the values are the same.
+	fields := sch.Fields()
+	for i, f := range fields {
+		if i < md.Schema.Root().NumFields() {
+			if n, ok := md.Schema.Root().Field(i).(*pqschema.PrimitiveNode); ok && n.PhysicalType() == apq.Types.Int96 {
+				if ts, ok := f.Type.(*arrow.TimestampType); ok && ts.TimeZone != "" {
+					fields[i].Type = &arrow.TimestampType{Unit: ts.Unit}
+				}
+			}
+		}
+	}
+	smd := sch.Metadata()
+	p.asch = arrow.NewSchema(fields, &smd)
+}
+
+// pyarrowSchema is asch with pyarrow's one difference from arrow-go at the top
+// level: a BYTE_ARRAY annotated JSON is a string (arrow-go says binary; the
+// bytes are the same).
+func pyarrowSchema(asch *arrow.Schema, md *metadata.FileMetaData) *arrow.Schema {
+	if md == nil {
+		return asch
+	}
+	fields := asch.Fields()
+	root := md.Schema.Root()
+	for i := range fields {
+		if i >= root.NumFields() {
+			break
+		}
+		n := root.Field(i)
+		if _, ok := n.LogicalType().(*pqschema.JSONLogicalType); ok && fields[i].Type.ID() == arrow.BINARY {
+			fields[i].Type = arrow.BinaryTypes.String
+		}
+		if _, ok := n.LogicalType().(pqschema.JSONLogicalType); ok && fields[i].Type.ID() == arrow.BINARY {
+			fields[i].Type = arrow.BinaryTypes.String
+		}
+	}
+	md2 := asch.Metadata()
+	return arrow.NewSchema(fields, &md2)
+}
+
+// arrowField is the field arrow-go decodes top-level column name to.
+func (p *parquetFooter) arrowField(name string) (arrow.Field, error) {
+	if p.aschErr != nil {
+		return arrow.Field{}, p.aschErr
+	}
+	idx := p.asch.FieldIndices(name)
+	if len(idx) == 0 {
+		return arrow.Field{}, fmt.Errorf("not in arrow-go's schema of the file: %w", ErrUnsupported)
+	}
+	return p.asch.Field(idx[0]), nil
+}
+
+// primaryFits reports whether the primary decoder (parquet-go pages and the
+// fast paths) decodes column name to type t exactly: one leaf, a primitive,
+// fixed-size list or list of primitives, string or binary, stored in a
+// physical type that holds it bit for bit.
+func (p *parquetFooter) primaryFits(name string, t arrow.DataType) bool {
+	leaves := p.leaves[name]
+	if len(leaves) != 1 {
+		return false
+	}
+	path := p.pf.Schema().Columns()[leaves[0]]
+	leaf, ok := p.pf.Schema().Lookup(path...)
+	if !ok {
+		return false
+	}
+	kind := leaf.Node.Type().Kind()
+	elem := t
+	rep := 0
+	switch tt := t.(type) {
+	case *arrow.StringType, *arrow.BinaryType:
+		return kind == parquet.ByteArray && leaf.MaxRepetitionLevel == 0
+	case *arrow.FixedSizeListType:
+		elem, rep = tt.Elem(), 1
+	case *arrow.ListType:
+		elem, rep = tt.Elem(), 1
+	}
+	if leaf.MaxRepetitionLevel != rep {
+		return false
+	}
+	if _, ok := primitiveSize(elem); !ok {
+		return false
+	}
+	return physicalFits(elem, kind, leaf.Node.Type().Length())
+}
+
+// outputField is the field the loader emits for field j of the file: the
+// primary decoder's output where it covers the column, else what arrow-go
+// (like pyarrow) decodes it to, or ErrUnsupported naming the type and what to
+// do.
+func (p *parquetFooter) outputField(j int) (arrow.Field, error) {
+	f := p.sch.Field(j)
+	out, err := outputField(f)
+	if err == nil && p.primaryFits(f.Name, out.Type) {
+		return out, nil
+	}
+	if reason := p.refused(f.Name); reason != "" {
+		return out, fmt.Errorf("%s: %w", reason, ErrUnsupported)
+	}
+	af, aerr := p.arrowField(f.Name)
+	if aerr != nil {
+		if err != nil {
+			return out, err
+		}
+		return out, aerr
+	}
+	af.Metadata = f.Metadata
+	if ext, ok := af.Type.(arrow.ExtensionType); ok {
+		md := map[string]string{"ARROW:extension:name": ext.ExtensionName(), "ARROW:extension:metadata": ext.Serialize()}
+		for i, k := range f.Metadata.Keys() {
+			md[k] = f.Metadata.Values()[i]
+		}
+		af.Type = ext.StorageType()
+		af.Metadata = arrow.MetadataFrom(md)
+	}
+	if bad := undeliverable(af.Type); bad != "" {
+		return out, fmt.Errorf("Arrow type %s (%s): %w; leave the column out or rewrite it", af.Type, bad, ErrUnsupported)
+	}
+	return af, nil
+}
+
+// refused names why a column's Parquet types are refused although arrow-go
+// would decode them: INTERVAL (arrow-go reads the 12 bytes as
+// fixed_size_binary, losing the months/days/millis meaning).
+func (p *parquetFooter) refused(name string) string {
+	md := p.arrow.md
+	if md == nil {
+		return ""
+	}
+	for _, leaf := range p.leaves[name] {
+		if leaf >= md.Schema.NumColumns() {
+			continue
+		}
+		col := md.Schema.Column(leaf)
+		if _, ok := col.LogicalType().(pqschema.IntervalLogicalType); ok || col.ConvertedType() == pqschema.ConvertedTypes.Interval {
+			return fmt.Sprintf("Parquet INTERVAL (leaf %s) has no exact Arrow form", col.Path())
+		}
+	}
+	return ""
+}
+
+// undeliverable says why values of t cannot travel (records use no
+// dictionaries; nested extension types lose their meaning), or "".
+func undeliverable(t arrow.DataType) string {
+	switch t.ID() {
+	case arrow.DICTIONARY:
+		return "dictionary inside a nested type"
+	case arrow.EXTENSION:
+		return "extension type inside a nested type"
+	}
+	if nt, ok := t.(arrow.NestedType); ok {
+		for _, f := range nt.Fields() {
+			if f.Type.ID() == arrow.DURATION {
+				return "duration inside a nested type: arrow-go reads no durations"
+			}
+			if bad := undeliverable(f.Type); bad != "" {
+				return bad
+			}
+		}
+	}
+	return ""
+}
+
+// reconcile corrects a stored ARROW:schema where pyarrow's reader does not
+// restore the stored type: timestamp[s] is written as milliseconds (Parquet
+// has no seconds) and read back as timestamp[ms]; the values are
+// milliseconds, so the stored unit would be wrong data.
+func (p *parquetFooter) reconcile(stored *arrow.Schema) *arrow.Schema {
+	if p.asch == nil {
+		return stored
+	}
+	fields := stored.Fields()
+	changed := false
+	for i, f := range fields {
+		ts, ok := f.Type.(*arrow.TimestampType)
+		if !ok {
+			continue
+		}
+		idx := p.asch.FieldIndices(f.Name)
+		if len(idx) == 0 {
+			continue
+		}
+		if ats, ok := p.asch.Field(idx[0]).Type.(*arrow.TimestampType); ok && ats.Unit != ts.Unit {
+			fields[i].Type = &arrow.TimestampType{Unit: ats.Unit, TimeZone: ts.TimeZone}
+			changed = true
+		}
+	}
+	if !changed {
+		return stored
+	}
+	md := stored.Metadata()
+	return arrow.NewSchema(fields, &md)
+}

@@ -1,0 +1,137 @@
+"""The JAX client's rules for Parquet types (docs/TYPES.md): arrays for what has a
+JAX dtype (float16, timestamps as int64 of their unit, bool), one key per struct
+leaf, pyarrow arrays for what has none (strings, decimals, maps), and nulls
+refused early: at construction from the footers' null counts, at the first step
+holding one where the writer recorded none."""
+
+import datetime
+import decimal
+
+import jax
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import meshfeed
+from meshfeed._src.server import LocalServer
+
+N = 64
+
+
+def table(with_nulls):
+    rng = np.random.default_rng(5)
+    f16 = rng.standard_normal(N).astype(np.float16)
+    ts = rng.integers(0, 10**15, N)
+    maybe = [None if with_nulls and i % 9 == 4 else int(i) for i in range(N)]
+    return pa.table({
+        "f16": pa.array(f16),
+        "ts": pa.array(ts, pa.timestamp("us", tz="UTC")),
+        "day": pa.array(rng.integers(0, 20000, N).astype(np.int32), pa.date32()),
+        "flag": pa.array(rng.random(N) < 0.5),
+        "st": pa.array([{"a": i, "b": {"c": float(i) / 2}} for i in range(N)],
+                       pa.struct([("a", pa.int32()), ("b", pa.struct([("c", pa.float64())]))])),
+        "name": pa.array([f"n{i}" for i in range(N)]),
+        "price": pa.array([decimal.Decimal(i).scaleb(-2) for i in range(N)], pa.decimal128(9, 2)),
+        "maybe": pa.array(maybe, pa.int64()),
+    })
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, binary):
+    root = tmp_path_factory.mktemp("types")
+    for name, nulls, stats in (("clean", False, True), ("nulls", True, True), ("nostats", True, False)):
+        (root / name).mkdir()
+        pq.write_table(table(nulls), root / name / "f.parquet", row_group_size=32, write_statistics=stats)
+    srv = LocalServer(binary, [str(root)])
+    yield root, srv
+    srv.stop()
+
+
+def loader(root, srv, name, **kw):
+    sh = NamedSharding(jax.make_mesh((8,), ("data",)), P("data"))
+    return meshfeed.Loader(str(root / name / "f.parquet"), global_batch_size=16, sharding=sh,
+                           server=srv.address, **kw)
+
+
+def test_types_become_arrays_or_pyarrow(files):
+    root, srv = files
+    want = table(False)
+    got = {}
+    with loader(root, srv, "clean") as ld:
+        for batch in ld:
+            for k, v in batch.items():
+                got.setdefault(k, []).append(v)
+    assert sorted(got) == sorted(["f16", "ts", "day", "flag", "st.a", "st.b.c", "name", "price", "maybe"])
+    cat = {k: (np.concatenate([np.asarray(x) for x in v]) if isinstance(v[0], jax.Array) else pa.concat_arrays(v))
+           for k, v in got.items()}
+    # Rows arrive in the contract's order (streams per slice): sort by st.a, the row index.
+    order = np.argsort(cat["st.a"])
+    cat = {k: (v[order] if isinstance(v, np.ndarray) else v.take(pa.array(order))) for k, v in cat.items()}
+    assert cat["f16"].dtype == np.float16 and np.array_equal(cat["f16"], want["f16"].to_numpy())
+    assert cat["ts"].dtype == np.int64 and np.array_equal(cat["ts"], want["ts"].cast(pa.int64()).to_numpy())
+    assert cat["day"].dtype == np.int32 and np.array_equal(cat["day"], want["day"].cast(pa.int32()).to_numpy())
+    assert cat["flag"].dtype == np.bool_ and np.array_equal(cat["flag"], want["flag"].to_numpy(zero_copy_only=False))
+    assert np.array_equal(cat["st.a"], np.arange(N, dtype=np.int32))
+    assert np.array_equal(cat["st.b.c"], np.arange(N) / 2)
+    assert isinstance(cat["name"], pa.Array) and cat["name"].to_pylist() == want["name"].to_pylist()
+    assert cat["price"].type == pa.decimal128(9, 2) and cat["price"].to_pylist() == want["price"].to_pylist()
+
+
+def test_nulls_without_fill_refused_at_construction(files):
+    root, srv = files
+    with pytest.raises(meshfeed.InvalidRequestError, match=r"'maybe' \(7 nulls\).*fill"):
+        loader(root, srv, "nulls")
+    # With a fill the server writes it where the nulls were.
+    with loader(root, srv, "nulls", columns={"maybe": meshfeed.Column(fill=-1), "st": None}) as ld:
+        got, rows = [], []
+        for b in ld:
+            got.append(np.asarray(b["maybe"]))
+            rows.append(np.asarray(b["st.a"]))
+    got, rows = np.concatenate(got), np.concatenate(rows)
+    assert np.array_equal(got, np.where(rows % 9 == 4, -1, rows))
+    # Strings keep their nulls as pyarrow arrays do; other columns are not affected.
+    with loader(root, srv, "nulls", columns=["name", "f16"]) as ld:
+        assert len(list(ld)) == N // 16
+
+
+def test_nulls_without_counts_refused_at_the_step(files):
+    root, srv = files
+    with loader(root, srv, "nostats", columns=["maybe"]) as ld:
+        it = iter(ld)
+        with pytest.raises(meshfeed.MeshfeedError, match=r"'maybe'.*nulls in this step.*no null counts.*fill"):
+            for _ in range(N // 16):
+                next(it)
+
+
+def test_decimal_on_request_as_float32(files):
+    """Decimals have no JAX dtype: a pyarrow array, or on request float32 with the scale applied in Go."""
+    root, srv = files
+    with loader(root, srv, "clean", columns={"price": meshfeed.Column(dtype="float32"), "st": None}) as ld:
+        got, rows = [], []
+        for b in ld:
+            assert isinstance(b["price"], jax.Array) and b["price"].dtype == np.float32
+            got.append(np.asarray(b["price"]))
+            rows.append(np.asarray(b["st.a"]))
+    got, rows = np.concatenate(got), np.concatenate(rows)
+    assert np.array_equal(got, (rows / 100).astype(np.float32))
+
+
+def test_mask_on_request(files):
+    """Column(mask=True): the nulls become the fill and <name>_valid says where they were."""
+    root, srv = files
+    with loader(root, srv, "nulls", columns={"maybe": meshfeed.Column(fill=7, mask=True), "st": None}) as ld:
+        got, valid, rows = [], [], []
+        for b in ld:
+            assert b["maybe_valid"].dtype == np.bool_ and b["maybe_valid"].shape == b["maybe"].shape
+            got.append(np.asarray(b["maybe"]))
+            valid.append(np.asarray(b["maybe_valid"]))
+            rows.append(np.asarray(b["st.a"]))
+    got, valid, rows = np.concatenate(got), np.concatenate(valid), np.concatenate(rows)
+    nulls = rows % 9 == 4
+    assert np.array_equal(valid, ~nulls)
+    assert np.array_equal(got, np.where(nulls, 7, rows))
+    with pytest.raises(ValueError, match="mask"):
+        meshfeed.Column(mask=1)
