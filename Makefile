@@ -80,11 +80,15 @@ $(VENV_BENCH)/.stamp: requirements-bench.txt
 	$(VENV_BENCH)/bin/pip install --quiet --disable-pip-version-check -r requirements-bench.txt
 	touch $@
 
-# meshfeed beside a plain pyarrow loop, Ray Data and Grain on one 2,000,000-row
-# dataset and one 8-device CPU mesh: one table, written into BENCHMARKS.md.
+# meshfeed beside a plain pyarrow loop, Ray Data and Grain on three workloads
+# (tabular, tokens, images), each in a loop consuming steps freely and one waiting
+# for every step, on one 8-device CPU mesh: tables written into BENCHMARKS.md
+# (about 25-40 min on a 2-core machine; COMPARE_ARGS adds flags, e.g.
+# COMPARE_ARGS="--workloads tokens --repeats 5"; see compare.py --help).
+COMPARE_ARGS ?=
 bench-compare: build bench-setup
 	$(GO) build -o bin/fakegcs ./benchmarks/fakegcs
 	PYTHONPATH="$(CURDIR)/pyclient" MESHFEED_BIN="$(CURDIR)/$(BIN)" $(VENV_BENCH)/bin/python benchmarks/compare.py \
-		--write BENCHMARKS.md --json benchmarks/out/compare.json
+		--write BENCHMARKS.md --json benchmarks/out/compare.json $(COMPARE_ARGS)
 .PHONY: bench-setup bench-compare
 bench: bench-compare

@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mesh axes the batch dimension is split over, comma-separated "
                         "(default: the first --mesh axis; every --topology axis)")
     p.add_argument("--columns", default=None, help="comma-separated columns to read (default: all)")
+    p.add_argument("--length", action="append", default=[], metavar="NAME=L",
+                   help="give list column NAME the static length L (meshfeed.Column(length=L, "
+                        "overflow='truncate')); repeatable; NAME must be in --columns")
     p.add_argument("--last-batch", choices=("drop", "pad", "raise"), default="drop", help="final-batch policy")
     p.add_argument("--shuffle-window", type=int, default=0, help="shuffle window in rows (0: file order, no shuffle)")
     p.add_argument("--seed", type=int, default=0, help="shuffle seed")
@@ -132,6 +135,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         except ImportError as e:
             p.error(f"--plot needs matplotlib ({e}); pip install matplotlib, or `make bench-setup`")
     a.column_list = [c.strip() for c in a.columns.split(",") if c.strip()] if a.columns else None
+    a.lengths = {}
+    for item in a.length:
+        name, sep, n = item.partition("=")
+        if not sep or not name.strip() or not n.strip().isdigit() or int(n) < 1:
+            p.error(f"--length {item!r}: want NAME=L with L >= 1, e.g. tokens=2048")
+        if a.column_list is None or name.strip() not in a.column_list:
+            p.error(f"--length {item!r}: name the column in --columns too")
+        a.lengths[name.strip()] = int(n)
     return a
 
 
@@ -366,7 +377,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
 
     from .bench_step import make_step
-    from .config import Shuffle
+    from .config import Column, Shuffle
     from .loader import Loader
 
     if a.x64:
@@ -384,7 +395,11 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         shuffle = Shuffle(seed=a.seed, window=a.shuffle_window) if a.shuffle_window > 0 else None
         cpu0 = time.process_time()
         t_start = time.perf_counter()
-        loader = Loader(uris, global_batch_size=a.global_batch_size, sharding=sharding, columns=a.column_list,
+        columns = a.column_list
+        if a.lengths:
+            columns = {c: Column(length=a.lengths[c], overflow="truncate") if c in a.lengths else None
+                       for c in a.column_list}
+        loader = Loader(uris, global_batch_size=a.global_batch_size, sharding=sharding, columns=columns,
                         last_batch=a.last_batch, shuffle=shuffle,
                         num_epochs=None if a.steps is not None else a.epochs, prefetch=a.prefetch,
                         server=a.server, binary=a.binary)

@@ -84,13 +84,15 @@ def descendants(root: int) -> list[int]:
 class TreeSampler:
     """Samples a process tree (``root`` and its descendants) every
     ``interval`` seconds in a background thread: the peak of the summed
-    proportional set size (``peak_bytes``), and each process's CPU seconds,
-    remembered after it exits (``cpu_seconds()``)."""
+    proportional set size (``peak_bytes``), of the summed resident set
+    (``peak_rss_bytes``: shared pages counted once per process), and each
+    process's CPU seconds, remembered after it exits (``cpu_seconds()``)."""
 
     def __init__(self, root: int | None = None, interval: float = 0.1):
         self.root = os.getpid() if root is None else root
         self.interval = interval
         self.peak_bytes = 0
+        self.peak_rss_bytes = 0
         self._cpu: dict[int, float] = {}
         self._cpu0: dict[int, float] = {}
         self._lock = threading.Lock()
@@ -100,15 +102,17 @@ class TreeSampler:
     def sample(self) -> None:
         """Takes one sample now."""
         pids = [self.root] + descendants(self.root)
-        total = 0
+        total = rss = 0
         cpu = {}
         for p in pids:
             total += _pss(p)
+            rss += _status(p).get("VmRSS", 0)
             c = cpu_seconds(p)
             if c:
                 cpu[p] = c
         with self._lock:
             self.peak_bytes = max(self.peak_bytes, total)
+            self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
             self._cpu.update(cpu)
 
     def _run(self) -> None:
