@@ -35,6 +35,7 @@ func (s *countingStore) ReadAt(ctx context.Context, obj loader.Object, p []byte,
 // /metrics, as text.
 func scrapeStorage(t *testing.T, ts *testServer) map[string]float64 {
 	t.Helper()
+	waitFor(t, "the metrics endpoint", func() bool { return ts.Srv.MetricsAddr() != nil })
 	resp, err := http.Get(fmt.Sprintf("http://%s/metrics", ts.Srv.MetricsAddr()))
 	if err != nil {
 		t.Fatal(err)
