@@ -8,7 +8,7 @@ BIN := bin/meshfeed
 BENCH_COUNT ?= 5
 BENCHTIME ?= 3x
 
-.PHONY: all setup go-setup py-setup build test go-test py-test demo bench fuzz vet fmt clean
+.PHONY: all setup go-setup py-setup build test go-test py-test ray-setup ray-test demo bench fuzz vet fmt clean
 
 all: build
 
@@ -33,7 +33,7 @@ vet:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-test: setup vet go-test py-test
+test: setup vet go-test py-test ray-test
 
 go-test:
 	$(GO) test -count=1 -timeout 30m ./...
@@ -42,6 +42,20 @@ go-test:
 # the client. PATH gets bin/ so tests can find the server.
 py-test: build
 	PATH="$(CURDIR)/bin:$$PATH" MESHFEED_BIN="$(CURDIR)/$(BIN)" $(VENV)/bin/python -m pytest -q testdata $(wildcard pyclient/tests)
+
+# Ray tests (pyclient/tests_ray: JaxTrainer for real, meshfeed servers as Ray
+# actors on a local multi-node cluster) run in their own environment, .venv-ray,
+# so that .venv stays lean: Ray Train is a large install.
+VENV_RAY := .venv-ray
+ray-setup: $(VENV_RAY)/.stamp
+$(VENV_RAY)/.stamp: requirements-ray.txt $(wildcard pyclient/pyproject.toml)
+	test -x $(VENV_RAY)/bin/python || $(PY) -m venv $(VENV_RAY)
+	$(VENV_RAY)/bin/pip install --quiet --disable-pip-version-check -r requirements-ray.txt
+	$(VENV_RAY)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e pyclient
+	touch $@
+
+ray-test: build ray-setup
+	PATH="$(CURDIR)/bin:$$PATH" MESHFEED_BIN="$(CURDIR)/$(BIN)" $(VENV_RAY)/bin/python -m pytest -q pyclient/tests_ray
 
 # Main job: generate a dataset, show its files, plan and raw read speed, then
 # train a small MLP on an 8-device CPU mesh fed by meshfeed (examples/demo_train.py):

@@ -40,8 +40,39 @@ def _train_api(config: dict) -> Any:
     if api is not None:
         return api
     import ray.train  # imported here: only Ray workers need it
+    import ray.train.collective  # noqa: F401  (broadcast_from_rank_zero, for jax_distributed)
 
     return ray.train
+
+
+def init_jax_distributed(train: Any, timeout_s: int = 60) -> None:
+    """Joins this worker to ``jax.distributed`` over all workers of the run.
+
+    JaxTrainer does this itself on TPU and GPU (``use_tpu``/``use_gpu``), not
+    on CPU. Here rank 0 picks a free port on its node, every worker gets
+    ``NODE_IP:PORT`` through ``ray.train.collective.broadcast_from_rank_zero``,
+    and each calls ``jax.distributed.initialize`` with its world rank. A run
+    restarted after a failure gets new worker processes, which join anew.
+    """
+    import socket
+
+    import jax
+
+    ctx = train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    address = None
+    if rank == 0:
+        import ray.util
+
+        ip = ray.util.get_node_ip_address()
+        with socket.socket() as s:
+            s.bind((ip, 0))
+            address = f"{ip}:{s.getsockname()[1]}"
+    address = train.collective.broadcast_from_rank_zero(address)
+    # Cross-process collectives on CPU (gloo, jax's default; explicit so a changed default fails loudly).
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=address, num_processes=world, process_id=rank,
+                               initialization_timeout=timeout_s)
 
 
 def train_loop_per_worker(config: dict) -> None:
@@ -51,9 +82,12 @@ def train_loop_per_worker(config: dict) -> None:
     steps, counted across restarts), ``global_batch_size``, ``checkpoint_every``,
     ``columns`` (read columns; must include "features"), ``shuffle_seed`` and
     ``shuffle_window``, ``lr``, ``hidden``, ``classes``, ``server`` (address of
-    a running meshfeed server; default: start one on this host), ``on_step``
-    (optional callable(step, batch), for tests and monitoring; not picklable
-    callables cannot go through Ray), ``train_api`` (see the module doc).
+    a running meshfeed server; default: start one on this host), ``loader_kwargs``
+    (more ``meshfeed.Loader`` arguments, e.g. from ``meshfeed.ray.ServerGroup``),
+    ``jax_distributed`` (True: this function joins ``jax.distributed`` itself,
+    as JaxTrainer does so only on TPU and GPU; see :func:`init_jax_distributed`),
+    ``on_step`` (optional callable(step, batch), for tests and monitoring; Ray
+    pickles it with the config), ``train_api`` (see the module doc).
     """
     # jax is imported in the worker, after Ray placed it on its TPU host.
     import jax
@@ -65,6 +99,8 @@ def train_loop_per_worker(config: dict) -> None:
     import meshfeed
 
     train = _train_api(config)
+    if config.get("jax_distributed"):
+        init_jax_distributed(train)
     steps = int(config.get("steps", 1000))
     B = int(config.get("global_batch_size", 1024))
     every = int(config.get("checkpoint_every", 100))
@@ -132,7 +168,8 @@ def train_loop_per_worker(config: dict) -> None:
     shuffle = meshfeed.Shuffle(seed=int(config.get("shuffle_seed", 0)), window=int(config.get("shuffle_window", 65536)))
     with meshfeed.Loader(config["data"], global_batch_size=B, sharding=batch_sharding,
                          columns=config.get("columns", ["features"]), last_batch="pad", shuffle=shuffle,
-                         num_epochs=None, state=loader_state, server=config.get("server")) as loader:
+                         num_epochs=None, state=loader_state, server=config.get("server"),
+                         **config.get("loader_kwargs", {})) as loader:
         teacher = None
         step = start
         for batch in loader if step < steps else ():
@@ -148,6 +185,38 @@ def train_loop_per_worker(config: dict) -> None:
                 save(step, {"step": step, "loss": float(loss), "rows": stats["rows"], "rows_per_s": stats["rows_per_s"]})
             if step >= steps:
                 break
+    if config.get("jax_distributed"):
+        jax.distributed.shutdown()  # every worker got here: leave the coordination service cleanly
+
+
+def make_trainer(config: dict, *, num_workers: int, use_tpu: bool, topology: str | None = None,
+                 accelerator_type: str | None = None, storage: str | None = None,
+                 name: str = "meshfeed-ray-train", max_failures: int = 3) -> Any:
+    """The JaxTrainer of this example: ``train_loop_per_worker`` on ``num_workers``
+    workers, checkpoints kept by Ray (the last two), ``max_failures`` restarts.
+
+    ``use_tpu=True``: one worker per TPU host of a ``topology`` slice, and
+    JaxTrainer initializes ``jax.distributed``. ``use_tpu=False``: CPU
+    workers (one CPU each), which join ``jax.distributed`` themselves
+    (``config["jax_distributed"]`` is set).
+    """
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.v2.jax import JaxTrainer
+
+    if use_tpu:
+        scaling = ScalingConfig(use_tpu=True, num_workers=num_workers, topology=topology,
+                                accelerator_type=accelerator_type)
+    else:
+        scaling = ScalingConfig(num_workers=num_workers, resources_per_worker={"CPU": 1})
+        config = {**config, "jax_distributed": True}
+    return JaxTrainer(
+        train_loop_per_worker,
+        train_loop_config=config,
+        scaling_config=scaling,
+        run_config=RunConfig(name=name, storage_path=storage,
+                             checkpoint_config=CheckpointConfig(num_to_keep=2),
+                             failure_config=FailureConfig(max_failures=max_failures)),
+    )
 
 
 def main() -> None:
@@ -156,9 +225,12 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--global-batch-size", type=int, default=1024)
     p.add_argument("--checkpoint-every", type=int, default=100)
-    p.add_argument("--num-workers", type=int, default=4, help="TPU hosts (one worker per host)")
+    p.add_argument("--num-workers", type=int, default=4, help="TPU hosts (one worker per host), or CPU workers")
     p.add_argument("--topology", default="4x4", help="TPU slice topology")
     p.add_argument("--accelerator-type", default="TPU-V6E")
+    p.add_argument("--cpu", action="store_true",
+                   help="CPU workers instead of a TPU slice (each joins jax.distributed itself); "
+                        "set XLA_FLAGS=--xla_force_host_platform_device_count=N for N devices per worker")
     p.add_argument("--storage", default=None, help="RunConfig storage_path for checkpoints (e.g. gs://bucket/ray)")
     p.add_argument("--name", default="meshfeed-ray-train", help="run name (rerun with the same name to resume)")
     p.add_argument("--max-failures", type=int, default=3, help="worker-group restarts, each from the last checkpoint")
@@ -166,22 +238,16 @@ def main() -> None:
 
     try:
         import ray
-        from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-        from ray.train.v2.jax import JaxTrainer
+        import ray.train.v2.jax  # noqa: F401
     except ImportError as e:
         raise SystemExit(f"ray_train.py needs Ray Train with its JAX trainer (pip install 'ray[train]'): {e}")
 
     ray.init()
-    trainer = JaxTrainer(
-        train_loop_per_worker,
-        train_loop_config={"data": args.data, "steps": args.steps, "global_batch_size": args.global_batch_size,
-                           "checkpoint_every": args.checkpoint_every},
-        scaling_config=ScalingConfig(use_tpu=True, num_workers=args.num_workers, topology=args.topology,
-                                     accelerator_type=args.accelerator_type),
-        run_config=RunConfig(name=args.name, storage_path=args.storage,
-                             checkpoint_config=CheckpointConfig(num_to_keep=2),
-                             failure_config=FailureConfig(max_failures=args.max_failures)),
-    )
+    trainer = make_trainer({"data": args.data, "steps": args.steps, "global_batch_size": args.global_batch_size,
+                            "checkpoint_every": args.checkpoint_every},
+                           num_workers=args.num_workers, use_tpu=not args.cpu, topology=args.topology,
+                           accelerator_type=args.accelerator_type, storage=args.storage, name=args.name,
+                           max_failures=args.max_failures)
     result = trainer.fit()
     print(f"done: metrics {result.metrics}, checkpoint {result.checkpoint}")
 
