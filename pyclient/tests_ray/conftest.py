@@ -15,6 +15,21 @@ os.environ["XLA_FLAGS"] = " ".join(
     + ["--xla_force_host_platform_device_count=8"])
 os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # quiet a Ray FutureWarning
+# Ray's files (sessions, sockets, the "current cluster" file) in a private, short
+# directory: never another Ray instance's, and socket paths within their limit.
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+RAY_TMPDIR = tempfile.mkdtemp(prefix="mf-ray-", dir="/tmp")
+os.makedirs(os.path.join(RAY_TMPDIR, "ray"))
+os.environ["RAY_TMPDIR"] = RAY_TMPDIR
+atexit.register(shutil.rmtree, RAY_TMPDIR, True)
+# Every Ray process binds and talks on loopback only: the node IP of every node is
+# 127.0.0.1, and ray.init(address=127.0.0.1:PORT) is not "resolved" to the machine's
+# own network address (what this flag turns off, outside Windows and macOS).
+NODE_IP = "127.0.0.1"
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

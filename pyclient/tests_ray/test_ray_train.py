@@ -11,14 +11,13 @@ mesh (the contract: global batches do not depend on the process count)."""
 import glob as globmod
 import json
 import os
-import tempfile
 
 import numpy as np
 import pytest
 
 import ray
 import ray_train  # examples/
-from conftest import OBJECT_STORE_BYTES, gen, worker_env
+from conftest import NODE_IP, OBJECT_STORE_BYTES, gen, worker_env
 from ray_recorder import StepRecorder
 
 ROWS, B, STEPS, EVERY, FAIL_RANK, FAIL_AT = 1000, 64, 20, 5, 1, 13  # 16 steps per epoch: crosses an epoch
@@ -30,9 +29,8 @@ SHUFFLE_SEED, WINDOW = 3, 300
 def ray_instance(binary):
     """A local Ray instance of its own (address="local": never an existing
     cluster), small: 4 logical CPUs, no dashboard, an 80 MiB object store."""
-    tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay short
     ray.init(address="local", num_cpus=4, include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES,
-             _temp_dir=tmp, runtime_env={"env_vars": worker_env(binary, LOCAL_DEVICES)}, log_to_driver=True)
+             _node_ip_address=NODE_IP, runtime_env={"env_vars": worker_env(binary, LOCAL_DEVICES)}, log_to_driver=True)
     try:
         yield
     finally:

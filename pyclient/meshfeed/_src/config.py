@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 import jax
 
+from . import connect
 from .errors import InvalidRequestError
 
 _MAX_U64 = (1 << 64) - 1
@@ -208,6 +209,9 @@ class LoaderConfig:
     recovery_timeout: Any = 60.0
     server_args: Any = ()
     transport: Any = "auto"
+    tls_root_certs: Any = None
+    tls_server_name: Any = None
+    token: Any = None
     datasets: tuple[str, ...] = dataclasses.field(init=False)
     wire_columns: tuple[dict[str, Any], ...] | None = dataclasses.field(init=False)
 
@@ -244,8 +248,10 @@ class LoaderConfig:
         rt = self.recovery_timeout
         if isinstance(rt, bool) or not isinstance(rt, (int, float)) or not rt >= 0:
             bad(f"recovery_timeout={rt!r}: want a number of seconds >= 0")
-        if self.server is not None and (not isinstance(self.server, str) or not self.server):
-            bad(f"server={self.server!r}: want 'unix:///path', 'host:port' or None (start a local server)")
+        if self.server is not None and not callable(self.server) and (not isinstance(self.server, str) or not self.server):
+            bad(f"server={self.server!r}: want 'unix:///path', 'host:port', a callable returning one, "
+                "or None (start a local server)")
+        pem = connect.check_options(bad, self.server, self.tls_root_certs, self.tls_server_name, self.token)
         sa = self.server_args
         if isinstance(sa, str) or not isinstance(sa, Sequence) or not all(isinstance(a, str) for a in sa):
             bad(f"server_args={sa!r}: want a sequence of strings")
@@ -266,6 +272,7 @@ class LoaderConfig:
         object.__setattr__(self, "wire_columns", cols)
         object.__setattr__(self, "server_args", tuple(sa))
         object.__setattr__(self, "recovery_timeout", float(rt))
+        object.__setattr__(self, "tls_root_certs", pem)
 
     @property
     def pad_mask(self) -> str | None:

@@ -96,7 +96,17 @@ class Loader:
             sharding is not taken for the same run by mistake.
         prefetch: steps staged on device ahead of the consumer (>= 1).
         server: ``"unix:///path"`` or ``"host:port"`` of a running server; None
-            starts a local one (stopped by :meth:`close`).
+            starts a local one (stopped by :meth:`close`). Or a callable
+            returning the current address, called again before every
+            reconnect (e.g. a ``meshfeed.ray.Connection``, whose server may
+            come back elsewhere); it may raise :class:`UnavailableError`
+            while there is none, and recovery retries it.
+        tls_root_certs: PEM bytes (or a file path) of the certificates that
+            verify a TLS server (``server=`` only); ``host:port`` then means
+            ``grpc+tls://host:port``.
+        tls_server_name: the name the server's certificate is checked
+            against, when it is not the address's host.
+        token: bearer token sent with every call (``server=`` only).
         mask_key: name of the mask with ``last_batch="pad"``.
         binary: path of the meshfeed binary (searched first).
         server_args: extra ``meshfeed serve`` flags for the local server
@@ -130,7 +140,9 @@ class Loader:
                  state: Mapping[str, Any] | None = None, prefetch: int = 2, server: str | None = None,
                  mask_key: str = "valid", binary: str | os.PathLike | None = None,
                  recovery_timeout: float = 60.0, server_args: Sequence[str] = (), transport: str = "auto",
-                 elastic: bool = False):
+                 elastic: bool = False,
+                 tls_root_certs: bytes | str | os.PathLike | None = None, tls_server_name: str | None = None,
+                 token: str | None = None):
         self._box: list = [None]  # [prefetcher]: what the finalizer stops
         self._sbox: list = [None]  # [session]: what the finalizer closes
         self._closed = False
@@ -141,7 +153,7 @@ class Loader:
             data=data, global_batch_size=global_batch_size, sharding=sharding, columns=columns,
             last_batch=last_batch, shuffle=shuffle, num_epochs=num_epochs, prefetch=prefetch, server=server,
             mask_key=mask_key, binary=binary, recovery_timeout=recovery_timeout, server_args=server_args,
-            transport=transport)
+            transport=transport, tls_root_certs=tls_root_certs, tls_server_name=tls_server_name, token=token)
         self._layout = layout_of(sharding, global_batch_size)
         self._session = self._sbox[0] = Session(cfg)
         self._finalizer = weakref.finalize(self, _close_all, self._box, self._sbox)

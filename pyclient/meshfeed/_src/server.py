@@ -83,20 +83,27 @@ class LocalServer:
 
     def __init__(self, binary: str, roots: Sequence[str], *, backend: str = "pipeline",
                  extra_args: Sequence[str] = (), start_timeout: float = 30.0, stop_timeout: float = 10.0,
-                 socket: str | os.PathLike | None = None, shm: bool = False):
+                 socket: str | os.PathLike | None = None, shm: bool = False, address: str | None = None,
+                 die_with_parent: bool = False):
         """Starts ``meshfeed serve`` allowed to read ``roots`` and waits until
         it accepts calls. ``socket``: the Unix socket path to listen on
         (default: one in a new private temporary directory); a server
         restarted on the same path is reachable at the same address.
         ``shm``: also serve the shared-memory wire, on a socket beside it
-        (``shm_address``; None when off)."""
+        (``shm_address``; None when off).
+        ``address``: ``host:port`` to listen on instead of a Unix socket
+        (port 0: a free one).
+        ``die_with_parent``: the kernel kills the server when the thread that
+        started it ends (Linux ``PR_SET_PDEATHSIG``), so that a process
+        killed with SIGKILL leaves no server behind."""
         self._tmpdir = tempfile.mkdtemp(prefix="meshfeed-")
         sock = os.fspath(socket) if socket is not None else os.path.join(self._tmpdir, "meshfeed.sock")
+        listen = address if address is not None else "unix://" + sock
         self.shm_address: str | None = None
         # A local server feeds one Loader: a few streams (a reopen after a
         # failure may overlap the old one), bounded memory (queued steps plus
         # read-ahead, which serve also hands to the Go runtime as its limit).
-        args = [binary, "serve", "--addr", "unix://" + sock, "--backend", backend, "--drain-timeout", "2s",
+        args = [binary, "serve", "--addr", listen, "--backend", backend, "--drain-timeout", "2s",
                 "--max-streams", "2", "--memory-budget", str(LOCAL_MEMORY_BUDGET),
                 "--read-ahead", str(LOCAL_READ_AHEAD)]
         if shm:
@@ -110,7 +117,8 @@ class LocalServer:
         with open(self._stderr_path, "wb") as err:
             try:
                 self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                             stderr=err, start_new_session=True)
+                                             stderr=err, start_new_session=True,
+                                             preexec_fn=_pdeathsig() if die_with_parent else None)
             except OSError as e:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
                 raise MeshfeedError(f"cannot start {args!r}: {e}") from e
@@ -177,6 +185,21 @@ class LocalServer:
         """Stops the server (SIGTERM, then SIGKILL after a timeout) and removes
         its temporary directory. Idempotent."""
         self._finalizer()
+
+
+def _pdeathsig():
+    """A preexec_fn that asks Linux to SIGKILL the child when its parent
+    thread ends. prctl is looked up here, before the fork: the child only
+    calls it."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    PR_SET_PDEATHSIG, sig = 1, int(signal.SIGKILL)
+
+    def set_it() -> None:
+        prctl(PR_SET_PDEATHSIG, sig)
+
+    return set_it
 
 
 def _stop(proc: subprocess.Popen, tmpdir: str, timeout: float) -> None:

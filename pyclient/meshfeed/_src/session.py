@@ -12,7 +12,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from . import shm
+from . import connect, shm
 from .config import LoaderConfig
 from .errors import MeshfeedError, PlanError, UnavailableError, from_flight, recoverable
 from .server import LocalServer, allowed_root, find_binary
@@ -20,14 +20,6 @@ from .server import LocalServer, allowed_root, find_binary
 # Steps in flight on the shared-memory wire: the one being filled, the
 # prefetched ones, and the ones the training loop still holds.
 SHM_EXTRA_SLOTS = 3
-
-
-def _location(server: str) -> str:
-    if "://" in server and not server.startswith("unix://"):
-        return server  # grpc+tcp://, grpc+tls://, grpc+unix://
-    if server.startswith("unix://"):
-        return "grpc+unix://" + server[len("unix://"):]
-    return "grpc+tcp://" + server
 
 
 class Session:
@@ -49,7 +41,11 @@ class Session:
         self.fallback: str | None = None  # why shared memory was given up, if it was
         self._binary = None
         self._roots: list[str] = []
-        if cfg.server is None:
+        # server= a callable: asked for the address now and before every reconnect.
+        self._server_fn: Callable[[], str] | None = None if isinstance(cfg.server, str) else cfg.server
+        if self._server_fn is not None:
+            self.address = connect.resolve(self._server_fn)
+        elif cfg.server is None:
             self._roots = [allowed_root(u) for u in cfg.datasets]
             self._binary = find_binary(cfg.binary)
             self.server = self._start()
@@ -91,8 +87,8 @@ class Session:
     def connect(self) -> flight.FlightClient:
         """Opens (or reopens) the connection to ``address``."""
         self._close_client()
-        self.client = flight.FlightClient(_location(self.address),
-                                          generic_options=[("grpc.max_receive_message_length", -1)])
+        self.client = connect.client(self.address, tls_root_certs=self._cfg.tls_root_certs,
+                                     tls_server_name=self._cfg.tls_server_name, token=self._cfg.token)
         return self.client
 
     def plan(self, request: dict[str, Any]) -> tuple[pa.Schema, dict[str, Any]]:
@@ -152,6 +148,8 @@ class Session:
             self.server = None
             self.server = self._start()
             self.address = self.server.address
+        if self._server_fn is not None:
+            self.address = connect.resolve(self._server_fn)
         self.connect()
 
     def _close_client(self) -> None:
