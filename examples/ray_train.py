@@ -75,6 +75,11 @@ def init_jax_distributed(train: Any, timeout_s: int = 60) -> None:
                                initialization_timeout=timeout_s)
 
 
+def _loader_kwargs(config: dict, rank: int) -> dict:
+    kw = config.get("loader_kwargs") or {}
+    return kw[rank % len(kw)] if isinstance(kw, list) else kw
+
+
 def train_loop_per_worker(config: dict) -> None:
     """Trains a small MLP on meshfeed batches; checkpoints and resumes through Ray Train.
 
@@ -83,7 +88,9 @@ def train_loop_per_worker(config: dict) -> None:
     ``columns`` (read columns; must include "features"), ``shuffle_seed`` and
     ``shuffle_window``, ``lr``, ``hidden``, ``classes``, ``server`` (address of
     a running meshfeed server; default: start one on this host), ``loader_kwargs``
-    (more ``meshfeed.Loader`` arguments, e.g. from ``meshfeed.ray.ServerGroup``),
+    (more ``meshfeed.Loader`` arguments: a dict, or a list of dicts of which
+    world rank ``r`` takes entry ``r % len``, e.g. ``[servers.loader_kwargs(r)
+    ...]`` of a ``meshfeed.ray.ServerGroup``),
     ``jax_distributed`` (True: this function joins ``jax.distributed`` itself,
     as JaxTrainer does so only on TPU and GPU; see :func:`init_jax_distributed`),
     ``on_step`` (optional callable(step, batch), for tests and monitoring; Ray
@@ -169,7 +176,7 @@ def train_loop_per_worker(config: dict) -> None:
     with meshfeed.Loader(config["data"], global_batch_size=B, sharding=batch_sharding,
                          columns=config.get("columns", ["features"]), last_batch="pad", shuffle=shuffle,
                          num_epochs=None, state=loader_state, server=config.get("server"),
-                         **config.get("loader_kwargs", {})) as loader:
+                         **_loader_kwargs(config, rank)) as loader:
         teacher = None
         step = start
         for batch in loader if step < steps else ():
@@ -234,6 +241,13 @@ def main() -> None:
     p.add_argument("--storage", default=None, help="RunConfig storage_path for checkpoints (e.g. gs://bucket/ray)")
     p.add_argument("--name", default="meshfeed-ray-train", help="run name (rerun with the same name to resume)")
     p.add_argument("--max-failures", type=int, default=3, help="worker-group restarts, each from the last checkpoint")
+    p.add_argument("--ray-servers", type=int, default=0,
+                   help="start this many meshfeed servers as Ray actors (meshfeed.ray) and read from them "
+                        "over TLS instead of one server per training host")
+    p.add_argument("--server-resource", default="meshfeed_server",
+                   help="custom Ray resource of the CPU nodes meant for the servers (--ray-servers)")
+    p.add_argument("--allow", action="append", default=None,
+                   help="root the servers may read (--ray-servers; default: the bucket or directory of --data)")
     args = p.parse_args()
 
     try:
@@ -243,12 +257,24 @@ def main() -> None:
         raise SystemExit(f"ray_train.py needs Ray Train with its JAX trainer (pip install 'ray[train]'): {e}")
 
     ray.init()
-    trainer = make_trainer({"data": args.data, "steps": args.steps, "global_batch_size": args.global_batch_size,
-                            "checkpoint_every": args.checkpoint_every},
-                           num_workers=args.num_workers, use_tpu=not args.cpu, topology=args.topology,
-                           accelerator_type=args.accelerator_type, storage=args.storage, name=args.name,
-                           max_failures=args.max_failures)
-    result = trainer.fit()
+    config = {"data": args.data, "steps": args.steps, "global_batch_size": args.global_batch_size,
+              "checkpoint_every": args.checkpoint_every}
+    servers = None
+    if args.ray_servers:
+        import meshfeed.ray as mf_ray
+        from meshfeed._src.server import allowed_root
+
+        servers = mf_ray.start_servers(args.ray_servers, allow=args.allow or [allowed_root(args.data)],
+                                       resources={args.server_resource: 1})
+        config["loader_kwargs"] = [servers.loader_kwargs(r) for r in range(args.num_workers)]
+    try:
+        trainer = make_trainer(config, num_workers=args.num_workers, use_tpu=not args.cpu, topology=args.topology,
+                               accelerator_type=args.accelerator_type, storage=args.storage, name=args.name,
+                               max_failures=args.max_failures)
+        result = trainer.fit()
+    finally:
+        if servers is not None:
+            servers.stop()
     print(f"done: metrics {result.metrics}, checkpoint {result.checkpoint}")
 
 
