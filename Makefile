@@ -54,8 +54,10 @@ $(VENV_RAY)/.stamp: requirements-ray.txt $(wildcard pyclient/pyproject.toml)
 	$(VENV_RAY)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e pyclient
 	touch $@
 
+# A hung Ray run (it should take ~2 minutes) fails after 20 minutes instead of holding CI.
 ray-test: build ray-setup
-	PATH="$(CURDIR)/bin:$$PATH" MESHFEED_BIN="$(CURDIR)/$(BIN)" $(VENV_RAY)/bin/python -m pytest -q pyclient/tests_ray
+	PATH="$(CURDIR)/bin:$$PATH" MESHFEED_BIN="$(CURDIR)/$(BIN)" timeout -k 30 1200 \
+		$(VENV_RAY)/bin/python -m pytest -q pyclient/tests_ray
 
 # Main job: generate a dataset, show its files, plan and raw read speed, then
 # train a small MLP on an 8-device CPU mesh fed by meshfeed (examples/demo_train.py):

@@ -6,7 +6,8 @@
 
 One Ray worker runs per TPU host. Each imports jax inside
 ``train_loop_per_worker`` (so each worker initializes its own TPU runtime; the
-JaxTrainer has already set up ``jax.distributed``), builds a
+JaxTrainer has already set up ``jax.distributed`` on TPU; with ``--cpu`` the
+workers are CPU processes that join ``jax.distributed`` themselves), builds a
 ``meshfeed.Loader`` over the global mesh (the loader starts a meshfeed server
 on its host and streams only the batch slices of this process's devices), and
 trains. Every ``checkpoint_every`` steps it reports a checkpoint directory that
