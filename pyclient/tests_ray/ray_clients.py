@@ -1,11 +1,11 @@
 """Client side of test_ray_servers.py, run in Ray workers (imported by
 reference through PYTHONPATH): a Loader over this process's CPU devices,
-connected to a meshfeed.ray server, reading every step of two epochs."""
+connected to a meshfeed.ray server, reading every step of six epochs."""
 
 import os
 import time
 
-B, SEED, WINDOW, EPOCHS = 256, 11, 512, 2
+B, SEED, WINDOW, EPOCHS = 256, 11, 512, 6  # 6 x 8 MB: more than gRPC can buffer ahead
 
 
 def read_all(data, loader_kwargs, pause_at=None, progress=None, gate=None, gate_timeout=120.0):

@@ -1,7 +1,7 @@
 """meshfeed.ray on a local multi-node Ray cluster (ray.cluster_utils.Cluster,
 three nodes on 127.0.0.1): two server actors on the two nodes that carry the
 custom resource "meshfeed_server", with TLS and a token; two clients, Ray
-tasks on the head node, each reading two shuffled epochs from its own server
+tasks on the head node, each reading six shuffled epochs from its own server
 through Loader(**group.loader_kwargs(i)). One server actor is killed
 mid-stream (ray.kill); Ray restarts it, its client finds the new server
 through the Connection and resumes: every client sees exactly the steps of
@@ -114,7 +114,7 @@ def test_server_actor_killed_mid_run_clients_recover(cluster, data, tmp_path, st
             ready, _ = ray.wait(tasks, timeout=0.1)
             if ready:
                 ray.get(ready)  # a client failed: raise its error
-        # Both clients are mid-stream (step PAUSE_AT of 126): kill server 0's actor.
+        # Both clients are mid-stream (step PAUSE_AT of 378): kill server 0's actor.
         ray.kill(group.actors[0], no_restart=False)
         new_addr = None
         deadline = time.monotonic() + 120
