@@ -221,28 +221,35 @@ func (s *Server) serveShmConn(conn *net.UnixConn) {
 }
 
 // shmStream runs the stream of one connection: hello, schema, steps.
-func (s *Server) shmStream(w *shmConn) error {
+// readShmHello reads and checks a client's hello: its request (decoded and
+// checked against the roots, as a ticket) and its slots.
+func (s *Server) readShmHello(w *shmConn) (*Request, int, error) {
 	_ = w.conn.SetReadDeadline(time.Now().Add(shmHelloTimeout))
 	raw, err := w.read()
 	if err != nil {
-		return fmt.Errorf("transport: shm: %w: read hello: %v", ErrBadRequest, err)
+		return nil, 0, fmt.Errorf("transport: shm: %w: read hello: %v", ErrBadRequest, err)
 	}
 	_ = w.conn.SetReadDeadline(time.Time{})
 	var hello shmHello
 	if err := json.Unmarshal(raw, &hello); err != nil {
-		return fmt.Errorf("transport: shm: %w: hello: %v", ErrBadRequest, err)
+		return nil, 0, fmt.Errorf("transport: shm: %w: hello: %v", ErrBadRequest, err)
 	}
 	if hello.Version != ShmVersion {
-		return fmt.Errorf("transport: shm: %w: hello version %d, this server speaks %d", ErrBadRequest, hello.Version, ShmVersion)
+		return nil, 0, fmt.Errorf("transport: shm: %w: hello version %d, this server speaks %d", ErrBadRequest, hello.Version, ShmVersion)
 	}
 	slots := hello.Slots
 	if slots == 0 {
 		slots = DefaultShmSlots
 	}
 	if slots < 2 || slots > MaxShmSlots {
-		return fmt.Errorf("transport: shm: %w: slots %d: want 2..%d (0: %d)", ErrBadRequest, hello.Slots, MaxShmSlots, DefaultShmSlots)
+		return nil, 0, fmt.Errorf("transport: shm: %w: slots %d: want 2..%d (0: %d)", ErrBadRequest, hello.Slots, MaxShmSlots, DefaultShmSlots)
 	}
 	req, err := s.request(hello.Ticket)
+	return req, slots, err
+}
+
+func (s *Server) shmStream(w *shmConn) error {
+	req, slots, err := s.readShmHello(w)
 	if err != nil {
 		return err
 	}
@@ -278,22 +285,7 @@ func (s *Server) shmStream(w *shmConn) error {
 	pool := &shmPool{changed: make(chan struct{}, 1), perRegion: slots}
 	go func() {
 		defer cancel()
-		for {
-			raw, err := w.read()
-			if err != nil {
-				return
-			}
-			var f shmClientFrame
-			if json.Unmarshal(raw, &f) != nil {
-				continue
-			}
-			if f.Ack > 0 {
-				pool.ack(f.Ack)
-			}
-			if f.Release != nil {
-				pool.release(f.Region, *f.Release)
-			}
-		}
+		pool.readClient(w)
 	}()
 
 	items := make(chan item, s.cfg.prefetch)
@@ -330,48 +322,48 @@ func (s *Server) shmStream(w *shmConn) error {
 			}
 			return fmt.Errorf("transport: step: %w", it.err)
 		}
-		if err := splitSlices(&it); err != nil {
-			s.drop(it)
+		if done, err := s.shmSend(ctx, w, pool, slots, it); done || err != nil {
 			return err
 		}
-		layouts := make([][]shmBuf, len(it.slices))
-		for k, r := range it.slices {
-			if layouts[k], err = shmSliceLayout(r); err != nil {
-				s.drop(it)
-				return fmt.Errorf("transport: shm: epoch %d step %d slice %d: %w", it.meta.Epoch, it.meta.Step, it.meta.Slices[min(k, len(it.meta.Slices)-1)], err)
-			}
-			if r.NumRows() != it.slices[0].NumRows() {
-				s.drop(it)
-				return fmt.Errorf("transport: shm: epoch %d step %d: slices of %d and %d rows", it.meta.Epoch, it.meta.Step, it.slices[0].NumRows(), r.NumRows())
-			}
-		}
-		// At most `slots` steps sent and not yet read by the client.
-		if !pool.waitWindow(ctx, int64(slots)) {
-			s.drop(it)
-			return nil
-		}
-		region, slot, fresh, err := pool.take(shmBytes(layouts))
-		if err != nil {
-			s.drop(it)
-			return fmt.Errorf("transport: shm: epoch %d step %d: %w", it.meta.Epoch, it.meta.Step, err)
-		}
-		reg := pool.regs[region]
-		desc := &shmStep{StepMeta: it.meta, Region: region, Slot: slot, Rows: it.slices[0].NumRows(), Buffers: reg.fill(slot, layouts)}
-		rows, size := it.rows(), it.size
-		s.drop(it) // the bytes are in the region now
-		if fresh {
-			f := &shmRegion{Index: region, Bytes: int64(slots) * reg.slotBytes, Slots: slots, SlotBytes: reg.slotBytes}
-			if err := w.send(shmFrame{Region: f}, unix.UnixRights(reg.fd)); err != nil {
-				return nil
-			}
-		}
-		if err := w.send(shmFrame{Step: desc}, nil); err != nil {
-			return nil // the client went away
-		}
-		s.metrics.steps.Add(1)
-		s.metrics.rows.Add(rows)
-		s.metrics.bytes.Add(size)
 	}
+}
+
+// shmSend writes one step into a slot of the pool (adding a region when none
+// is free) and sends its descriptor, once the client's window allows; it
+// drops the item. done is true when the client went away.
+func (s *Server) shmSend(ctx context.Context, w *shmConn, pool *shmPool, slots int, it item) (done bool, err error) {
+	layouts, err := shmItemLayout(&it)
+	if err != nil {
+		s.drop(it)
+		return true, err
+	}
+	// At most `slots` steps sent and not yet read by the client.
+	if !pool.waitWindow(ctx, int64(slots)) {
+		s.drop(it)
+		return true, nil
+	}
+	region, slot, fresh, err := pool.take(shmBytes(layouts))
+	if err != nil {
+		s.drop(it)
+		return true, fmt.Errorf("transport: shm: epoch %d step %d: %w", it.meta.Epoch, it.meta.Step, err)
+	}
+	reg := pool.regs[region]
+	desc := &shmStep{StepMeta: it.meta, Region: region, Slot: slot, Rows: it.slices[0].NumRows(), Buffers: reg.fill(slot, layouts)}
+	rows, size := it.rows(), it.size
+	s.drop(it) // the bytes are in the region now
+	if fresh {
+		f := &shmRegion{Index: region, Bytes: int64(slots) * reg.slotBytes, Slots: slots, SlotBytes: reg.slotBytes}
+		if err := w.send(shmFrame{Region: f}, unix.UnixRights(reg.fd)); err != nil {
+			return true, nil
+		}
+	}
+	if err := w.send(shmFrame{Step: desc}, nil); err != nil {
+		return true, nil // the client went away
+	}
+	s.metrics.steps.Add(1)
+	s.metrics.rows.Add(rows)
+	s.metrics.bytes.Add(size)
+	return false, nil
 }
 
 // shmPool is one stream's regions and their free slots. Steps in flight
@@ -389,6 +381,27 @@ type shmPool struct {
 	perRegion int
 	sent      int64
 	acked     int64
+}
+
+// readClient applies the client's frames (acknowledgements, releases) until
+// the connection ends.
+func (p *shmPool) readClient(w *shmConn) {
+	for {
+		raw, err := w.read()
+		if err != nil {
+			return
+		}
+		var f shmClientFrame
+		if json.Unmarshal(raw, &f) != nil {
+			continue
+		}
+		if f.Ack > 0 {
+			p.ack(f.Ack)
+		}
+		if f.Release != nil {
+			p.release(f.Region, *f.Release)
+		}
+	}
 }
 
 func (p *shmPool) signal() {
@@ -513,6 +526,25 @@ func shmFixedType(dt arrow.DataType) bool {
 		return shmFixedType(t.StorageType())
 	}
 	return virtualFixedWidth(dt.ID())
+}
+
+// shmItemLayout returns the buffers of each of the item's slices (cut into
+// one record per slice first, see splitSlices).
+func shmItemLayout(it *item) ([][]shmBuf, error) {
+	if err := splitSlices(it); err != nil {
+		return nil, err
+	}
+	layouts := make([][]shmBuf, len(it.slices))
+	for k, r := range it.slices {
+		var err error
+		if layouts[k], err = shmSliceLayout(r); err != nil {
+			return nil, fmt.Errorf("transport: shm: epoch %d step %d slice %d: %w", it.meta.Epoch, it.meta.Step, it.meta.Slices[min(k, len(it.meta.Slices)-1)], err)
+		}
+		if r.NumRows() != it.slices[0].NumRows() {
+			return nil, fmt.Errorf("transport: shm: epoch %d step %d: slices of %d and %d rows", it.meta.Epoch, it.meta.Step, it.slices[0].NumRows(), r.NumRows())
+		}
+	}
+	return layouts, nil
 }
 
 // splitSlices makes it.slices one record per slice of it.meta.Slices: a

@@ -103,6 +103,13 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	return serveUntilSignal(ctx, srv, *shmAddr, *drain, log)
+}
+
+// serveUntilSignal binds srv's address (and the shared-memory socket shmAddr,
+// when set), prints the ready lines a client waits for, serves until ctx is
+// done (SIGTERM, SIGINT), then drains for at most drain.
+func serveUntilSignal(ctx context.Context, srv *transport.Server, shmAddr string, drain time.Duration, log *slog.Logger) error {
 	lis, err := srv.Listen()
 	if err != nil {
 		return err
@@ -112,8 +119,8 @@ func runServe(ctx context.Context, args []string) error {
 		bound = "unix://" + bound
 	}
 	served := make(chan error, 2)
-	if *shmAddr != "" {
-		slis, err := transport.ListenShm(*shmAddr)
+	if shmAddr != "" {
+		slis, err := transport.ListenShm(shmAddr)
 		if err != nil {
 			lis.Close()
 			return err
@@ -135,7 +142,7 @@ func runServe(ctx context.Context, args []string) error {
 	case <-ctx.Done():
 	}
 	log.Info("signal received: draining", "timeout", drain.String())
-	sctx, cancel := context.WithTimeout(context.Background(), *drain)
+	sctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("drain timed out: streams cancelled", "err", err)
