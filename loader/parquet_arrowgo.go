@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	apq "github.com/apache/arrow-go/v18/parquet"
@@ -183,7 +184,10 @@ func (p *parquetFooter) outputField(j int) (arrow.Field, error) {
 
 // refused names why a column's Parquet types are refused although arrow-go
 // would decode them: INTERVAL (arrow-go reads the 12 bytes as
-// fixed_size_binary, losing the months/days/millis meaning).
+// fixed_size_binary, losing the months/days/millis meaning); INT96 and JSON
+// inside a nested type (arrow-go labels such a timestamp UTC and reads such
+// JSON as binary, where pyarrow reads timestamp[ns] without a zone and
+// string: the loader corrects both at the top level only).
 func (p *parquetFooter) refused(name string) string {
 	md := p.arrow.md
 	if md == nil {
@@ -196,6 +200,16 @@ func (p *parquetFooter) refused(name string) string {
 		col := md.Schema.Column(leaf)
 		if _, ok := col.LogicalType().(pqschema.IntervalLogicalType); ok || col.ConvertedType() == pqschema.ConvertedTypes.Interval {
 			return fmt.Sprintf("Parquet INTERVAL (leaf %s) has no exact Arrow form", col.Path())
+		}
+		if !strings.Contains(col.Path(), ".") {
+			continue // a top-level leaf: corrected where needed
+		}
+		if col.PhysicalType() == apq.Types.Int96 {
+			return fmt.Sprintf("Parquet INT96 inside a nested type (leaf %s) would not arrive as pyarrow reads it (timestamp[ns] without a time zone); rewrite the file with INT64 timestamps (pyarrow's default), or project top-level INT96 columns only", col.Path())
+		}
+		_, isJSON := col.LogicalType().(pqschema.JSONLogicalType)
+		if _, ok := col.LogicalType().(*pqschema.JSONLogicalType); ok || isJSON || col.ConvertedType() == pqschema.ConvertedTypes.JSON {
+			return fmt.Sprintf("Parquet JSON inside a nested type (leaf %s) would arrive as binary, not string as pyarrow reads it; rewrite it as a plain string, or project top-level JSON columns only", col.Path())
 		}
 	}
 	return ""

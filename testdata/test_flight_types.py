@@ -159,6 +159,10 @@ def served(tmp_path_factory):
     (root / "nested_dur").mkdir()
     pq.write_table(pa.table({"s": pa.array([{"d": 1}, {"d": 2}], pa.struct([("d", pa.duration("s"))]))}),
                    root / "nested_dur" / "f.parquet")
+    (root / "nested_int96").mkdir()
+    ts = pa.array([{"t": 1}, {"t": 2}], pa.struct([("t", pa.timestamp("ns"))]))
+    pq.write_table(pa.table({"s": ts, "l": pa.array([[1], [2, 3]], pa.list_(pa.timestamp("ns"))), "top": pa.array([1, 2], pa.timestamp("ns"))}),
+                   root / "nested_int96" / "f.parquet", use_deprecated_int96_timestamps=True, store_schema=False)
     (root / "lz4dur").mkdir()
     pq.write_table(tables["scalar"].select(["duration_ms"]), root / "lz4dur" / "f.parquet", compression="lz4")
     for name, (table, kw) in CASES.items():
@@ -272,6 +276,14 @@ def test_refused_at_plan_time(served):
     path = root / "nested_dur" / "f.parquet"
     with pytest.raises(pa.ArrowInvalid, match=f'{path}.*"s".*struct<d: duration.*duration inside a nested type'):
         client.get_flight_info(flight.FlightDescriptor.for_command(request(path, 2)))
+    # INT96 inside a struct or a list: arrow-go would label it UTC, pyarrow
+    # reads timestamp[ns] without a zone; refused, the top-level one served.
+    path = root / "nested_int96" / "f.parquet"
+    for col in ("s", "l"):
+        with pytest.raises(pa.ArrowInvalid, match=f'{path}.*"{col}".*INT96 inside a nested type'):
+            client.get_flight_info(flight.FlightDescriptor.for_command(request(path, 2, [col])))
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(request(path, 2, ["top"])))
+    assert info.schema.field("top").type == pq.read_table(path).schema.field("top").type == pa.timestamp("ns")
 
 
 # ---------------------------------------------------------------------------
