@@ -355,15 +355,11 @@ func (s *Server) DoGet(t *flight.Ticket, fs flight.FlightService_DoGetServer) er
 	if err != nil {
 		return err
 	}
-	select {
-	case s.slots <- struct{}{}:
-	default:
-		return fmt.Errorf("transport: %w: the server serves its limit of %d streams; retry later", ErrTooManyStreams, cap(s.slots))
+	leave, err := s.admitStream()
+	if err != nil {
+		return err
 	}
-	defer func() { <-s.slots }()
-	s.metrics.streamsActive.Add(1)
-	s.metrics.streamsTotal.Add(1)
-	defer s.metrics.streamsActive.Add(-1)
+	defer leave()
 
 	st, err := s.backend.Open(ctx, req)
 	if err != nil {
@@ -374,6 +370,44 @@ func (s *Server) DoGet(t *flight.Ticket, fs flight.FlightService_DoGetServer) er
 	s.log.Debug("stream ended", "steps", n.steps, "rows", n.rows, "bytes", n.bytes,
 		"seconds", time.Since(start).Seconds(), "err", err)
 	return err
+}
+
+// admitStream takes one of the server's stream slots (ErrTooManyStreams when
+// none is free) and counts the stream; leave gives the slot back.
+func (s *Server) admitStream() (leave func(), err error) {
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		return nil, fmt.Errorf("transport: %w: the server serves its limit of %d streams; retry later", ErrTooManyStreams, cap(s.slots))
+	}
+	s.metrics.streamsActive.Add(1)
+	s.metrics.streamsTotal.Add(1)
+	return func() {
+		s.metrics.streamsActive.Add(-1)
+		<-s.slots
+	}, nil
+}
+
+// startProducer runs produce for st on its own goroutine. stop cancels it
+// (through cancel, ctx's), drops the steps it queued, waits for it and closes
+// st, returning Close's error.
+func (s *Server) startProducer(ctx context.Context, cancel context.CancelFunc, st Stream, join bool) (<-chan item, func() error) {
+	items := make(chan item, s.cfg.prefetch)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(items)
+		s.produce(ctx, st, items, join)
+	}()
+	return items, func() error {
+		cancel()
+		for it := range items {
+			s.drop(it)
+		}
+		wg.Wait()
+		return st.Close()
+	}
 }
 
 // item is one step handed from the producer to the send loop: its slices
@@ -392,21 +426,9 @@ type sent struct{ steps, rows, bytes int64 }
 // stream runs the producer and the send loop of one DoGet and closes st.
 func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWriter) (n sent, err error) {
 	ctx, cancel := context.WithCancel(ctx)
-	items := make(chan item, s.cfg.prefetch)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer close(items)
-		s.produce(ctx, st, items, true)
-	}()
+	items, stop := s.startProducer(ctx, cancel, st, true)
 	defer func() {
-		cancel()
-		for it := range items {
-			s.drop(it)
-		}
-		wg.Wait()
-		if cerr := st.Close(); cerr != nil && err == nil {
+		if cerr := stop(); cerr != nil && err == nil {
 			err = fmt.Errorf("transport: close stream: %w", cerr)
 		}
 	}()

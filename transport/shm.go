@@ -253,15 +253,11 @@ func (s *Server) shmStream(w *shmConn) error {
 	if err != nil {
 		return err
 	}
-	select {
-	case s.slots <- struct{}{}:
-	default:
-		return fmt.Errorf("transport: %w: the server serves its limit of %d streams; retry later", ErrTooManyStreams, cap(s.slots))
+	leave, err := s.admitStream()
+	if err != nil {
+		return err
 	}
-	defer func() { <-s.slots }()
-	s.metrics.streamsActive.Add(1)
-	s.metrics.streamsTotal.Add(1)
-	defer s.metrics.streamsActive.Add(-1)
+	defer leave()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -288,21 +284,9 @@ func (s *Server) shmStream(w *shmConn) error {
 		pool.readClient(w)
 	}()
 
-	items := make(chan item, s.cfg.prefetch)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer close(items)
-		s.produce(ctx, st, items, false)
-	}()
+	items, stop := s.startProducer(ctx, cancel, st, false)
 	defer func() {
-		cancel()
-		for it := range items {
-			s.drop(it)
-		}
-		wg.Wait()
-		st.Close()
+		_ = stop()
 		pool.close()
 	}()
 	for {
