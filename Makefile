@@ -56,7 +56,7 @@ py-test: build
 # (pyclient/setup.py), into $(DIST)/. Offline: build deps come from .venv.
 wheel: py-setup
 	rm -rf $(DIST)
-	$(VENV)/bin/python -m build --sdist --no-isolation --outdir $(abspath $(DIST)) pyclient
+	$(VENV)/bin/python -m build --quiet --sdist --no-isolation --outdir $(abspath $(DIST)) pyclient
 	for arch in $(WHEEL_ARCHES); do \
 		MESHFEED_WHEEL_ARCH=$$arch $(VENV)/bin/pip wheel --quiet --disable-pip-version-check --no-deps \
 			--no-build-isolation --no-index --no-cache-dir --wheel-dir $(abspath $(DIST)) \
