@@ -90,14 +90,14 @@ def test_wheel_name_tags_and_metadata(dist, arch):
     assert str(meta.requires_python) == ">=3.11"
     plain = {r.name for r in meta.requires_dist if r.marker is None}
     assert plain == {"jax", "numpy", "pyarrow", "ml_dtypes"}, "plain `pip install meshfeed` stays lean"
-    assert set(meta.provides_extra) == {"orbax", "bench"}
+    assert set(meta.provides_extra) == {"orbax", "bench", "ray"}
 
     def extra(r: Requirement) -> str | None:
         m = re.search(r'extra == "([^"]+)"', str(r.marker)) if r.marker else None
         return m.group(1) if m else None
     by_extra = {(r.name, extra(r)) for r in meta.requires_dist if r.marker is not None}
     assert by_extra >= {("orbax-checkpoint", "orbax"), ("ray", "bench"), ("grain", "bench"),
-                        ("matplotlib", "bench")}, by_extra
+                        ("matplotlib", "bench"), ("ray", "ray"), ("cryptography", "ray")}, by_extra
     assert "meshfeed = meshfeed.__main__:console" in entry and "meshfeed-bench = meshfeed._src.bench:main" in entry
 
 
