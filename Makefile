@@ -7,8 +7,15 @@ VENV := .venv
 BIN := bin/meshfeed
 BENCH_COUNT ?= 5
 BENCHTIME ?= 3x
+# The version is written once, in pyclient/meshfeed/_version.py; the binary gets it here.
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' pyclient/meshfeed/_version.py)
+# The binary is built as the wheel ships it (pyclient/setup.py): static (no cgo), -trimpath,
+# so that bin/meshfeed is what the tests run and the wheel build reuses Go's cache.
+GO_BUILD := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags "-X main.version=$(VERSION)"
+DIST ?= dist
+WHEEL_ARCHES ?= x86_64 aarch64
 
-.PHONY: all setup go-setup py-setup build test go-test py-test ray-setup ray-test demo bench fuzz vet fmt clean
+.PHONY: all setup go-setup py-setup build test go-test py-test wheel wheel-test ray-setup ray-test demo bench fuzz vet fmt clean
 
 all: build
 
@@ -19,29 +26,48 @@ go-setup:
 
 # The virtual environment is rebuilt when requirements change.
 py-setup: $(VENV)/.stamp
-$(VENV)/.stamp: requirements-dev.txt $(wildcard pyclient/pyproject.toml)
+$(VENV)/.stamp: requirements-dev.txt $(wildcard pyclient/pyproject.toml pyclient/setup.py)
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	if [ -f pyclient/pyproject.toml ]; then $(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e pyclient; fi
 	touch $@
 
 build:
-	$(GO) build -o $(BIN) ./cmd/meshfeed
+	$(GO_BUILD) -o $(BIN) ./cmd/meshfeed
 
 vet:
 	@unformatted="$$(gofmt -l $$(git ls-files '*.go'))"; \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-test: setup vet go-test py-test ray-test
+test: setup vet go-test py-test ray-test wheel-test
 
 go-test:
 	$(GO) test -count=1 -timeout 30m ./...
 
-# Python tests: test-data generators agree with what is checked in, and (later)
-# the client. PATH gets bin/ so tests can find the server.
+# Python tests: test-data generators agree with what is checked in, and the client.
+# PATH gets bin/ so tests can find the server; bin/fakegcs serves bench's --gcs-emulator.
 py-test: build
-	PATH="$(CURDIR)/bin:$$PATH" MESHFEED_BIN="$(CURDIR)/$(BIN)" $(VENV)/bin/python -m pytest -q testdata $(wildcard pyclient/tests)
+	$(GO) build -o bin/fakegcs ./benchmarks/fakegcs
+	PATH="$(CURDIR)/bin:$$PATH" MESHFEED_BIN="$(CURDIR)/$(BIN)" $(VENV)/bin/python -m pytest -q testdata \
+		$(if $(wildcard pyclient/tests),pyclient/tests --ignore=pyclient/tests/test_wheel.py)
+
+# The sdist, then from it one platform wheel per Linux arch with the Go binary inside
+# (pyclient/setup.py), into $(DIST)/. Offline: build deps come from .venv.
+wheel: py-setup
+	rm -rf $(DIST)
+	$(VENV)/bin/python -m build --quiet --sdist --no-isolation --outdir $(abspath $(DIST)) pyclient
+	for arch in $(WHEEL_ARCHES); do \
+		MESHFEED_WHEEL_ARCH=$$arch $(VENV)/bin/pip wheel --quiet --disable-pip-version-check --no-deps \
+			--no-build-isolation --no-index --no-cache-dir --wheel-dir $(abspath $(DIST)) \
+			$(abspath $(DIST))/meshfeed-$(VERSION).tar.gz; \
+	done
+	ls -l $(DIST)
+
+# The wheels checked, then installed into a fresh venv outside the repository and run
+# there (pyclient/tests/test_wheel.py): no repository, no MESHFEED_BIN, no Go on PATH.
+wheel-test: wheel
+	MESHFEED_DIST="$(abspath $(DIST))" $(VENV)/bin/python -m pytest -q pyclient/tests/test_wheel.py
 
 # Ray tests (pyclient/tests_ray: JaxTrainer for real, meshfeed servers as Ray
 # actors on a local multi-node cluster) run in their own environment, .venv-ray,
@@ -85,7 +111,7 @@ fuzz:
 	$(GO) test ./batching -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)
 
 clean:
-	rm -rf bin .cache
+	rm -rf bin .cache $(DIST) pyclient/build pyclient/meshfeed.egg-info
 
 # Optional benchmark dependencies (Ray Data, Grain, matplotlib) live in their own
 # environment, .venv-bench, so that `make test` and .venv stay lean.

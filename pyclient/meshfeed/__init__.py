@@ -23,6 +23,7 @@ from ._src.errors import (
     UnavailableError,
 )
 from ._src.loader import Loader
+from ._version import __version__
 
 for _obj in (Column, Shuffle, Loader, BinaryNotFoundError, InvalidRequestError, MeshfeedError, NotFoundError,
              PermissionDeniedError, PlanError, ResourceExhaustedError, StateMismatchError, UnavailableError):

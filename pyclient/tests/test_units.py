@@ -186,9 +186,11 @@ def test_binary_not_found_lists_every_place(tmp_path, monkeypatch):
         server_mod.find_binary(tmp_path / "explicit")
     msg = str(e.value)
     for want in ["binary= argument: " + str(tmp_path / "explicit"), "$MESHFEED_BIN: " + str(tmp_path / "env-bin"),
-                 str(tmp_path / "pkg" / "meshfeed" / "_bin" / "meshfeed"), str(tmp_path / "bin" / "meshfeed"),
-                 "PATH: no meshfeed on PATH"]:
+                 "bundled in the package: " + str(tmp_path / "pkg" / "meshfeed" / "_bin" / "meshfeed"),
+                 "PATH: no meshfeed binary on PATH"]:
         assert want in msg, f"{want!r} not in {msg!r}"
+    # the installed package never looks outside itself (no repository bin/)
+    assert str(tmp_path / "bin") not in msg and "repository bin/" not in msg, msg
     # and through the public API: server=None needs the binary
     with pytest.raises(meshfeed.BinaryNotFoundError):
         meshfeed.Loader(str(tmp_path / "*.parquet"), global_batch_size=8, binary=tmp_path / "explicit",
@@ -206,6 +208,74 @@ def test_binary_search_order(tmp_path, monkeypatch):
     assert server_mod.find_binary(exe[0]) == exe[0]
     assert server_mod.find_binary(None) == exe[1]
     assert server_mod.find_binary(tmp_path / "missing") == exe[1]
+
+
+def _exe(path, text="#!/bin/sh\n"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_bundled_binary_comes_before_path(tmp_path, monkeypatch):
+    monkeypatch.delenv("MESHFEED_BIN", raising=False)
+    monkeypatch.setattr(server_mod, "_PKG_DIR", tmp_path / "pkg" / "meshfeed")
+    on_path = _exe(tmp_path / "path" / "meshfeed")
+    monkeypatch.setenv("PATH", str(tmp_path / "path"))
+    assert server_mod.find_binary() == on_path  # nothing bundled: PATH
+    bundled = _exe(tmp_path / "pkg" / "meshfeed" / "_bin" / "meshfeed")
+    assert server_mod.bundled_binary() == tmp_path / "pkg" / "meshfeed" / "_bin" / "meshfeed"
+    assert server_mod.find_binary() == bundled
+    env = _exe(tmp_path / "env-bin")
+    monkeypatch.setenv("MESHFEED_BIN", env)
+    assert server_mod.find_binary() == env  # $MESHFEED_BIN still wins
+
+
+CONSOLE_SCRIPT = """#!/venv/bin/python3
+# -*- coding: utf-8 -*-
+import re
+import sys
+from meshfeed.__main__ import console
+if __name__ == '__main__':
+    sys.exit(console())
+"""
+
+
+def test_path_search_skips_the_console_script(tmp_path, monkeypatch):
+    """`meshfeed` on PATH may be this package's console script, which would
+    run find_binary again: never taken for the server."""
+    monkeypatch.delenv("MESHFEED_BIN", raising=False)
+    monkeypatch.setattr(server_mod, "_PKG_DIR", tmp_path / "pkg" / "meshfeed")
+    _exe(tmp_path / "venv" / "meshfeed", CONSOLE_SCRIPT)
+    monkeypatch.setenv("PATH", str(tmp_path / "venv"))
+    with pytest.raises(meshfeed.BinaryNotFoundError, match="console script does not count"):
+        server_mod.find_binary()
+    real = _exe(tmp_path / "go-bin" / "meshfeed")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'venv'}:{tmp_path / 'go-bin'}")
+    assert server_mod.find_binary() == real
+
+
+def test_console_command_runs_the_binary(binary, tmp_path):
+    """`python -m meshfeed` and the `meshfeed` console script: server commands
+    become the binary (its output and exit status), bench stays Python."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, MESHFEED_BIN=binary)
+    script = os.path.join(os.path.dirname(sys.executable), "meshfeed")
+    for cmd in ([sys.executable, "-m", "meshfeed"], [script]):
+        r = subprocess.run(cmd + ["version"], capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert (r.returncode, r.stdout) == (0, f"meshfeed {meshfeed.__version__}\n"), r
+        r = subprocess.run(cmd + ["plan", "--global-batch-size", "0"], capture_output=True, text=True, env=env)
+        assert r.returncode != 0 and "meshfeed plan" in r.stderr, r
+        r = subprocess.run(cmd + ["--help"], capture_output=True, text=True, env=env)
+        assert r.returncode == 0 and "bench" in r.stdout and f"The binary ({binary})" in r.stdout, r
+        for c in ("gen", "inspect", "plan", "read", "serve", "version"):
+            assert f"  {c} " in r.stdout, f"{c!r} missing from --help:\n{r.stdout}"
+    r = subprocess.run([sys.executable, "-m", "meshfeed", "version"], capture_output=True, text=True,
+                       env=dict(env, MESHFEED_BIN=str(tmp_path / "missing"), PATH=str(tmp_path)))
+    if not server_mod.bundled_binary().exists():
+        assert r.returncode == 2 and "meshfeed binary not found" in r.stderr, r
 
 
 def test_local_server_start_failure_shows_stderr(binary, tmp_path):

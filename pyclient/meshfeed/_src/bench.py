@@ -27,7 +27,6 @@ from . import bench_proc
 
 _DATA_EXT = (".parquet", ".arrow", ".feather", ".ipc")
 FAKEGCS_BUCKET = "meshfeed-bench"
-_REPO = pathlib.Path(__file__).resolve().parents[3]  # .../pyclient/meshfeed/_src -> repository root
 
 
 # -- arguments -----------------------------------------------------------------
@@ -94,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--binary", default=None, help="path of the meshfeed binary")
     p.add_argument("--gcs-emulator", action="store_true",
                    help="serve the (local) dataset from an in-process fake GCS server and read it as gs://")
+    p.add_argument("--fakegcs", default=None, metavar="PATH",
+                   help="with --gcs-emulator: the fakegcs helper (`go build -o bin/fakegcs ./benchmarks/fakegcs` "
+                        "in a checkout; default: $MESHFEED_FAKEGCS, beside the meshfeed binary, PATH)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the figures as JSON")
     p.add_argument("--plot", default=None, metavar="PATH.png", help="draw the per-step timeline (needs matplotlib)")
     p.add_argument("--no-progress", action="store_true", help="no live progress line on stderr")
@@ -202,31 +204,25 @@ def make_sharding(a: argparse.Namespace):
 
 # -- the fake GCS --------------------------------------------------------------
 
-def find_fakegcs() -> str:
-    """The fakegcs helper: $MESHFEED_FAKEGCS, bin/fakegcs beside the meshfeed
-    binary or in the repository, else built there with ``go build``."""
-    env = os.environ.get("MESHFEED_FAKEGCS")
-    if env:
-        return env
-    cands = []
-    mf = os.environ.get("MESHFEED_BIN")
-    if mf:
-        cands.append(pathlib.Path(mf).resolve().parent / "fakegcs")
-    cands.append(_REPO / "bin" / "fakegcs")
-    for c in cands:
-        if c.is_file() and os.access(c, os.X_OK):
-            return str(c)
-    src = _REPO / "benchmarks" / "fakegcs"
-    go = shutil.which("go")
-    if not src.is_dir() or go is None:
-        raise SystemExit("--gcs-emulator needs the fakegcs helper: set $MESHFEED_FAKEGCS, or build it with "
-                         "`go build -o bin/fakegcs ./benchmarks/fakegcs` in the meshfeed repository")
-    out = _REPO / "bin" / "fakegcs"
-    r = subprocess.run([go, "build", "-o", str(out), "./benchmarks/fakegcs"], cwd=_REPO,
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"go build ./benchmarks/fakegcs failed:\n{r.stderr}")
-    return str(out)
+def find_fakegcs(explicit: str | None = None, binary: str | None = None) -> str:
+    """The fakegcs helper, a test tool of the meshfeed repository that no
+    wheel carries: ``--fakegcs``, $MESHFEED_FAKEGCS, ``fakegcs`` beside the
+    meshfeed binary in use, then PATH."""
+    from .errors import BinaryNotFoundError
+    from .server import find_binary
+    cands = [("--fakegcs", explicit), ("$MESHFEED_FAKEGCS", os.environ.get("MESHFEED_FAKEGCS") or None)]
+    try:
+        cands.append(("beside the meshfeed binary", str(pathlib.Path(find_binary(binary)).resolve().parent / "fakegcs")))
+    except BinaryNotFoundError:
+        cands.append(("beside the meshfeed binary (none found)", None))
+    cands.append(("PATH", shutil.which("fakegcs")))
+    tried = []
+    for what, path in cands:
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+        tried.append(f"{what}: {path or 'not set'}")
+    raise SystemExit("--gcs-emulator needs the fakegcs helper; tried " + "; ".join(tried) + ". In a checkout of "
+                     "the meshfeed repository: `go build -o bin/fakegcs ./benchmarks/fakegcs`, then --fakegcs bin/fakegcs")
 
 
 def _local_files(uri: str) -> list[str]:
@@ -244,7 +240,7 @@ class FakeGCS:
     """The fakegcs helper process serving the local datasets as
     ``gs://meshfeed-bench/d<i>/...``; stop() ends it."""
 
-    def __init__(self, uris: Sequence[str]):
+    def __init__(self, uris: Sequence[str], helper: str):
         objects, self.uris = [], []
         for i, u in enumerate(uris):
             if u.startswith("gs://"):
@@ -252,7 +248,7 @@ class FakeGCS:
             for f in _local_files(u):
                 objects.append(f"d{i}/{os.path.basename(f)}={os.path.abspath(f)}")
             self.uris.append(f"gs://{FAKEGCS_BUCKET}/d{i}/*")
-        args = [find_fakegcs(), "--bucket", FAKEGCS_BUCKET] + objects
+        args = [helper, "--bucket", FAKEGCS_BUCKET] + objects
         # stdin stays open: the helper exits when it closes (also if we die).
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
@@ -386,7 +382,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     step_fn = make_step(a.step, a.step_ms, mesh.devices.flat[0])
     step_ms_measured = step_fn.calibrate() if hasattr(step_fn, "calibrate") else a.step_ms
 
-    fake = FakeGCS(a.data) if a.gcs_emulator else None
+    fake = FakeGCS(a.data, find_fakegcs(a.fakegcs, a.binary)) if a.gcs_emulator else None
     uris = fake.uris if fake else list(a.data)
     old_emu = os.environ.get("STORAGE_EMULATOR_HOST")
     if fake:

@@ -22,32 +22,61 @@ READY_PREFIX = "meshfeed: listening on "
 SHM_PREFIX = "meshfeed: shared memory on "
 
 
+def bundled_binary() -> pathlib.Path:
+    """Where a platform wheel carries the binary: ``meshfeed/_bin/meshfeed``
+    inside this package (written by pyclient/setup.py; absent in a checkout)."""
+    return _PKG_DIR / "_bin" / BIN_NAME
+
+
+def _own_script(path: str) -> bool:
+    """Whether ``path`` is this package's ``meshfeed`` console script, which
+    runs find_binary itself: taking it for the server would loop."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1024)
+    except OSError:
+        return False
+    return head.startswith(b"#!") and b"meshfeed.__main__" in head
+
+
+def _on_path() -> str | None:
+    """The first ``meshfeed`` on PATH that is not this package's console script."""
+    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        p = shutil.which(BIN_NAME, path=d or os.curdir)
+        if p is not None and not _own_script(p):
+            return p
+    return None
+
+
 def _candidates(explicit: str | os.PathLike | None) -> list[tuple[str, str | None]]:
-    """The places searched, in order: (description, path or None)."""
-    out: list[tuple[str, str | None]] = []
-    out.append(("binary= argument", os.fspath(explicit) if explicit is not None else None))
-    out.append((f"${ENV_BIN}", os.environ.get(ENV_BIN) or None))
-    out.append(("bundled in the package", str(_PKG_DIR / "_bin" / BIN_NAME)))
-    out.append(("repository bin/", str(_PKG_DIR.parent.parent / "bin" / BIN_NAME)))
-    out.append(("PATH", shutil.which(BIN_NAME)))
-    return out
+    """The places searched, in order: (description, path or None). Nothing
+    here climbs out of the installed package."""
+    return [
+        ("binary= argument", os.fspath(explicit) if explicit is not None else None),
+        (f"${ENV_BIN}", os.environ.get(ENV_BIN) or None),
+        ("bundled in the package", str(bundled_binary())),
+        ("PATH", _on_path()),
+    ]
 
 
 def find_binary(explicit: str | os.PathLike | None = None) -> str:
     """Returns the meshfeed binary: the explicit path, $MESHFEED_BIN, the
-    binary bundled in the package, the repository's bin/meshfeed, then PATH.
-    Raises BinaryNotFoundError listing every place tried."""
+    binary bundled in the installed wheel (``meshfeed/_bin/meshfeed``), then
+    the first ``meshfeed`` on PATH (this package's console script does not
+    count). Raises BinaryNotFoundError listing every place tried."""
     tried = []
     for what, path in _candidates(explicit):
         if path is None:
-            tried.append(f"{what}: not set" if what != "PATH" else f"PATH: no {BIN_NAME} on PATH")
+            tried.append(f"{what}: not set" if what != "PATH"
+                         else f"PATH: no {BIN_NAME} binary on PATH (the meshfeed console script does not count)")
             continue
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
         tried.append(f"{what}: {path} ({'not executable' if os.path.exists(path) else 'does not exist'})")
     raise BinaryNotFoundError(
         "meshfeed binary not found; tried, in order:\n  " + "\n  ".join(tried)
-        + f"\n(build it with `go build -o bin/meshfeed ./cmd/meshfeed`, or pass binary= or set ${ENV_BIN})")
+        + "\n(install a meshfeed platform wheel, which carries the binary; in a checkout of the repository, "
+        f"`make build` and pass binary= or set ${ENV_BIN}=bin/meshfeed)")
 
 
 _GLOB_CHARS = set("*?[")
