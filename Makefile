@@ -46,10 +46,12 @@ go-test:
 	$(GO) test -count=1 -timeout 30m ./...
 
 # Python tests: test-data generators agree with what is checked in, and the client.
+# A test that runs longer than TEST_TIMEOUT seconds fails with every thread's stack.
+TEST_TIMEOUT ?= 600
 # PATH gets bin/ so tests can find the server; bin/fakegcs serves bench's --gcs-emulator.
 py-test: build
 	$(GO) build -o bin/fakegcs ./benchmarks/fakegcs
-	PATH="$(CURDIR)/bin:$$PATH" MESHFEED_BIN="$(CURDIR)/$(BIN)" $(VENV)/bin/python -m pytest -q testdata \
+	PATH="$(CURDIR)/bin:$$PATH" MESHFEED_BIN="$(CURDIR)/$(BIN)" $(VENV)/bin/python -m pytest -q --timeout $(TEST_TIMEOUT) testdata \
 		$(if $(wildcard pyclient/tests),pyclient/tests --ignore=pyclient/tests/test_wheel.py)
 
 # The sdist, then from it one platform wheel per Linux arch with the Go binary inside

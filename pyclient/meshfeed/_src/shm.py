@@ -97,7 +97,9 @@ class ShmReader:
         self._sock.settimeout(None)
         self._buf = bytearray()
         self._fds: list[int] = []
-        self._send_lock = threading.Lock()
+        # Reentrant: a slot's finalizer (a release) can run inside _send itself,
+        # when the garbage collector runs during it on the same thread.
+        self._send_lock = threading.RLock()
         self._closed = False
         self._regions: dict[int, _Region] = {}
         self.released = 0  # slots handed back (for tests)
