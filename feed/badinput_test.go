@@ -50,6 +50,21 @@ func goodFile(t *testing.T, spec datagen.Spec) []byte {
 	return b
 }
 
+// parquetOf is a Parquet file (arrow-go's writer) of one column, in row
+// groups of rowGroup rows.
+func parquetOf(t *testing.T, schema *arrow.Schema, col arrow.Array, rowGroup int64) []byte {
+	t.Helper()
+	rec := array.NewRecordBatch(schema, []arrow.Array{col}, int64(col.Len()))
+	defer rec.Release()
+	tbl := array.NewTableFromRecords(schema, []arrow.RecordBatch{rec})
+	defer tbl.Release()
+	var sb strings.Builder
+	if err := pqarrow.WriteTable(tbl, &sb, rowGroup, nil, pqarrow.DefaultWriterProps()); err != nil {
+		t.Fatal(err)
+	}
+	return []byte(sb.String())
+}
+
 // nullFile is a Parquet file with an int64 column "id" holding a null.
 func nullFile(t *testing.T) []byte {
 	t.Helper()
@@ -59,15 +74,7 @@ func nullFile(t *testing.T) []byte {
 	bld.AppendValues([]int64{1, 2, 0, 4, 5, 6, 7, 8}, []bool{true, true, false, true, true, true, true, true})
 	col := bld.NewArray()
 	defer col.Release()
-	rec := array.NewRecordBatch(schema, []arrow.Array{col}, 8)
-	defer rec.Release()
-	tbl := array.NewTableFromRecords(schema, []arrow.RecordBatch{rec})
-	defer tbl.Release()
-	var sb strings.Builder
-	if err := pqarrow.WriteTable(tbl, &sb, 8, nil, pqarrow.DefaultWriterProps()); err != nil {
-		t.Fatal(err)
-	}
-	return []byte(sb.String())
+	return parquetOf(t, schema, col, 8)
 }
 
 // decimalFile is a Parquet file with a decimal128(9, 2) column "price".
@@ -82,15 +89,7 @@ func decimalFile(t *testing.T) []byte {
 	}
 	col := bld.NewArray()
 	defer col.Release()
-	rec := array.NewRecordBatch(schema, []arrow.Array{col}, 8)
-	defer rec.Release()
-	tbl := array.NewTableFromRecords(schema, []arrow.RecordBatch{rec})
-	defer tbl.Release()
-	var sb strings.Builder
-	if err := pqarrow.WriteTable(tbl, &sb, 8, nil, pqarrow.DefaultWriterProps()); err != nil {
-		t.Fatal(err)
-	}
-	return []byte(sb.String())
+	return parquetOf(t, schema, col, 8)
 }
 
 // liveStream reads an unbounded DoGet one step at a time, hashing each step
@@ -285,15 +284,7 @@ func TestOverflowNamesFileRow(t *testing.T) {
 		}
 		col := bld.NewArray()
 		defer col.Release()
-		rec := array.NewRecordBatch(schema, []arrow.Array{col}, 40)
-		defer rec.Release()
-		tbl := array.NewTableFromRecords(schema, []arrow.RecordBatch{rec})
-		defer tbl.Release()
-		var sb strings.Builder
-		if err := pqarrow.WriteTable(tbl, &sb, 16, nil, pqarrow.DefaultWriterProps()); err != nil {
-			t.Fatal(err)
-		}
-		return []byte(sb.String())
+		return parquetOf(t, schema, col, 16)
 	}
 	root := t.TempDir()
 	// b.parquet's row 21 (row group 1, row 5): past a.parquet's 40 rows.
