@@ -5,12 +5,10 @@ package feed
 
 import (
 	"fmt"
-	"runtime"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/meshfeed/meshfeed/batching"
-	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/transport"
 )
 
@@ -65,13 +63,7 @@ func (s *pipelineStream) openRemainder() error {
 		for _, seg := range cut.Segments() {
 			sc.refs = append(sc.refs, pl.refs[seg.RowGroup])
 		}
-		if len(sc.refs) > 0 {
-			n := int64(len(pl.cfg.slices))
-			sc.rd = pl.ds.NewReader(s.ctx, sc.refs, s.mem,
-				loader.WithReaderReadAhead(s.cfg.readAhead/n),
-				loader.WithReaderDecodeWorkers(max(runtime.GOMAXPROCS(0)/int(n), 1)))
-		}
-		s.slices = append(s.slices, sc)
+		s.addSlice(sc)
 	}
 	return nil
 }

@@ -55,15 +55,22 @@ func (s *pipelineStream) openEpoch() error {
 			return fmt.Errorf("feed: epoch %d step %d slice %d: %w", s.pos.Epoch, s.pos.Step, d, err)
 		}
 		sc := &sliceCut{d: d, cut: cut, refs: s.readRefs(d)}
-		if len(sc.refs) > 0 {
-			n := int64(len(pl.cfg.slices))
-			sc.rd = pl.ds.NewReader(s.ctx, sc.refs, s.mem,
-				loader.WithReaderReadAhead(s.cfg.readAhead/n),
-				loader.WithReaderDecodeWorkers(max(runtime.GOMAXPROCS(0)/int(n), 1)))
-		}
-		s.slices = append(s.slices, sc)
+		s.addSlice(sc)
 	}
 	return nil
+}
+
+// addSlice adds sc to the current epoch, with a reader of exactly sc.refs
+// (none when it reads nothing): each of the stream's slices gets an even
+// share of the read-ahead budget and of the cores for decoding.
+func (s *pipelineStream) addSlice(sc *sliceCut) {
+	if len(sc.refs) > 0 {
+		n := int64(len(s.pl.cfg.slices))
+		sc.rd = s.pl.ds.NewReader(s.ctx, sc.refs, s.mem,
+			loader.WithReaderReadAhead(s.cfg.readAhead/n),
+			loader.WithReaderDecodeWorkers(max(runtime.GOMAXPROCS(0)/int(n), 1)))
+	}
+	s.slices = append(s.slices, sc)
 }
 
 // readRefs returns the row groups that stream d's cutter will ask for from
