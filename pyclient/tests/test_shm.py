@@ -245,3 +245,18 @@ def test_loader_keeps_every_batch(glob):
     assert len(kept) == len(want) == 1000 // 16 > 2 * (1 + 3)
     for s, (b, w) in enumerate(zip(kept, want)):
         np.testing.assert_array_equal(np.asarray(b["id"]), w, err_msg=f"kept step {s}")
+
+
+def test_many_regions_in_one_read(shm_server, glob):
+    """Steps kept without release make the server add a region per 2 steps;
+    the reader, reading only after many have arrived, still maps each
+    region from its own descriptor (several can come in one read)."""
+    r = ShmReader(_shm_path(shm_server), _ticket(glob, global_batch_size=8, num_slices=1, slices=[0], epochs=1), slots=2)
+    kept = []
+    for _ in range(30):
+        kept.append(r.read_chunk())
+        time.sleep(0.01)  # let the server run ahead by its window
+    assert len(r._regions) >= 10, len(r._regions)
+    ids = np.concatenate([c.data[0].column("id").to_numpy() for c in kept])
+    assert len(set(ids.tolist())) == len(ids) == 30 * 8, "a kept step was overwritten or repeated"
+    r.close()

@@ -155,9 +155,11 @@ class ShmReader:
                 raise StopIteration
             if "region" in f:
                 r = f["region"]
-                if len(self._fds) != 1:
-                    raise MeshfeedError(f"shared-memory region came with {len(self._fds)} descriptors, want 1")
-                self._regions[r["index"]] = _Region(self._fds.pop(), r["bytes"], r["slots"], r["slot_bytes"])
+                # Descriptors arrive in the order of their frames; one read
+                # can bring those of several region frames.
+                if not self._fds:
+                    raise MeshfeedError("shared-memory region frame came without its descriptor")
+                self._regions[r["index"]] = _Region(self._fds.pop(0), r["bytes"], r["slots"], r["slot_bytes"])
                 continue
             if "step" in f:
                 chunk = self._step(f["step"])
