@@ -77,8 +77,8 @@ func (p *parquetFooter) arrowFromTail(ra io.ReaderAt, tail []byte, obj Object) {
 }
 
 // pyarrowSchema is asch with pyarrow's one difference from arrow-go at the top
-// level: a BYTE_ARRAY annotated JSON is a string (arrow-go says binary; the
-// bytes are the same).
+// level: a BYTE_ARRAY annotated JSON is pyarrow's extension arrow.json over
+// string (arrow-go says binary; the bytes are the same).
 func pyarrowSchema(asch *arrow.Schema, md *metadata.FileMetaData) *arrow.Schema {
 	if md == nil {
 		return asch
@@ -90,11 +90,12 @@ func pyarrowSchema(asch *arrow.Schema, md *metadata.FileMetaData) *arrow.Schema 
 			break
 		}
 		n := root.Field(i)
-		if _, ok := n.LogicalType().(*pqschema.JSONLogicalType); ok && fields[i].Type.ID() == arrow.BINARY {
+		_, isJSON := n.LogicalType().(pqschema.JSONLogicalType)
+		if _, ok := n.LogicalType().(*pqschema.JSONLogicalType); (ok || isJSON) && fields[i].Type.ID() == arrow.BINARY {
+			// pyarrow reads it as the canonical extension arrow.json over
+			// string: the same on the wire, as the extension's field metadata.
 			fields[i].Type = arrow.BinaryTypes.String
-		}
-		if _, ok := n.LogicalType().(pqschema.JSONLogicalType); ok && fields[i].Type.ID() == arrow.BINARY {
-			fields[i].Type = arrow.BinaryTypes.String
+			fields[i].Metadata = arrow.MetadataFrom(map[string]string{"ARROW:extension:name": "arrow.json", "ARROW:extension:metadata": ""})
 		}
 	}
 	md2 := asch.Metadata()

@@ -246,6 +246,22 @@ def test_pyarrow_written(served, case):
     assert not bad, "\n".join(bad)
 
 
+@pytest.mark.parametrize("store_schema", [True, False])
+def test_uuid_and_json(served, store_schema):
+    """The canonical extensions pyarrow reads back from Parquet (arrow.uuid
+    over FIXED_LEN_BYTE_ARRAY(16), arrow.json over a JSON-annotated string)
+    arrive as the same extension types and values."""
+    root, client = served
+    d = root / f"uuid_json_{store_schema}"
+    d.mkdir(exist_ok=True)
+    rng = np.random.default_rng(SEED)
+    t = pa.table({"u": pa.array([bytes(rng.integers(0, 256, 16, dtype=np.uint8)) for _ in range(N)], pa.uuid()),
+                  "j": pa.array([json.dumps({"k": int(i)}) for i in range(N)], pa.json_())})
+    pq.write_table(t, d / "f.parquet", store_schema=store_schema)
+    bad = compare(client, d / "f.parquet")
+    assert not bad, "\n".join(bad)
+
+
 @pytest.mark.parametrize("name", OTHER_FILES)
 def test_other_writers(served, name):
     root, client = served
