@@ -188,7 +188,7 @@ func (p *parquetFooter) outputField(j int) (arrow.Field, error) {
 // fixed_size_binary, losing the months/days/millis meaning); INT96 and JSON
 // inside a nested type (arrow-go labels such a timestamp UTC and reads such
 // JSON as binary, where pyarrow reads timestamp[ns] without a zone and
-// string: the loader corrects both at the top level only).
+// arrow.json: the loader corrects both at the top level only).
 func (p *parquetFooter) refused(name string) string {
 	md := p.arrow.md
 	if md == nil {
@@ -210,7 +210,7 @@ func (p *parquetFooter) refused(name string) string {
 		}
 		_, isJSON := col.LogicalType().(pqschema.JSONLogicalType)
 		if _, ok := col.LogicalType().(*pqschema.JSONLogicalType); ok || isJSON || col.ConvertedType() == pqschema.ConvertedTypes.JSON {
-			return fmt.Sprintf("Parquet JSON inside a nested type (leaf %s) would arrive as binary, not string as pyarrow reads it; rewrite it as a plain string, or project top-level JSON columns only", col.Path())
+			return fmt.Sprintf("Parquet JSON inside a nested type (leaf %s) would arrive as binary, not as pyarrow reads it (arrow.json over string); rewrite it as a plain string, or project top-level JSON columns only", col.Path())
 		}
 	}
 	return ""
