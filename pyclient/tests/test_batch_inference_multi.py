@@ -8,9 +8,7 @@ jax.distributed job) resumes from its last commit without duplicates."""
 import glob
 import json
 import os
-import subprocess
 import sys
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -18,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from test_batch_inference import DEVICES, ROWS, SCRIPT, SEED, B, bi_dataset, run_script  # noqa: F401  (fixture)
-from test_multihost import _free_port, _kill_all
+from test_multihost import _free_port, run_processes
 
 NPROC, LOCAL = 2, 4
 EVERY = 3  # steps per committed part: 16 steps -> parts at steps 3, 6, 9, 12, 15, 16
@@ -29,31 +27,13 @@ def _launch(data, out_dir, *extra_per_process, timeout=TIMEOUT_S):
     """Runs NPROC processes of the script; returns [(returncode, log)].
     extra_per_process[i]: more arguments for process i."""
     coord = f"127.0.0.1:{_free_port()}"
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = " ".join(
-        [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
-        + [f"--xla_force_host_platform_device_count={LOCAL}"])
-    env["JAX_PLATFORMS"] = "cpu"
-    procs, logs = [], []
-    try:
-        for i in range(NPROC):
-            log = open(f"{out_dir}.log{i}", "wb")
-            logs.append(log)
-            more = list(extra_per_process[i]) if i < len(extra_per_process) else []
-            procs.append(subprocess.Popen(
-                [sys.executable, str(SCRIPT), "--data", str(data), "--out-dir", str(out_dir), "--batch-size", str(B),
-                 "--seed", str(SEED), "--commit-every", str(EVERY), "--coordinator", coord,
-                 "--num-processes", str(NPROC), "--process-id", str(i), *more],
-                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
-            if any(p.poll() not in (None, 0) for p in procs):
-                break  # one died: a scheduler restarts the whole job; so does the caller
-            time.sleep(0.05)
-    finally:
-        _kill_all(procs)  # the survivors of a failed job too (as its scheduler would)
-        for log in logs:
-            log.close()
+    argvs = [[sys.executable, str(SCRIPT), "--data", str(data), "--out-dir", str(out_dir), "--batch-size", str(B),
+              "--seed", str(SEED), "--commit-every", str(EVERY), "--coordinator", coord,
+              "--num-processes", str(NPROC), "--process-id", str(i),
+              *(list(extra_per_process[i]) if i < len(extra_per_process) else [])] for i in range(NPROC)]
+    # One that dies stops the wait: a scheduler restarts the whole job, so
+    # does the caller; the survivors are stopped too.
+    procs, _ = run_processes(argvs, [f"{out_dir}.log{i}" for i in range(NPROC)], LOCAL, timeout, poll=0.05)
     return [(p.returncode, open(f"{out_dir}.log{i}", errors="replace").read()) for i, p in enumerate(procs)]
 
 

@@ -6,14 +6,11 @@ plan depends only on the dataset and the configuration (DESIGN.md invariant
 2)."""
 
 import json
-import os
-import subprocess
 import sys
-import time
 
 import numpy as np
 
-from test_multihost import HERE, ROWS, _free_port, _kill_all, mh_dataset  # noqa: F401 (fixture)
+from test_multihost import HERE, ROWS, _free_port, mh_dataset, run_processes  # noqa: F401 (fixture)
 
 WORKER = HERE / "elastic_worker.py"
 B, K = 64, 5  # global batch; steps read before the state is saved
@@ -24,31 +21,10 @@ def _launch(work, tag, nproc, runs, data, binary):
     """Runs the worker in nproc processes over one mesh of 8 devices; returns
     their results, by process index."""
     coord = f"127.0.0.1:{_free_port()}"
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = " ".join(
-        [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
-        + [f"--xla_force_host_platform_device_count={8 // nproc}"])
-    env["JAX_PLATFORMS"] = "cpu"
-    procs, logs = [], []
-    try:
-        for i in range(nproc):
-            log = open(work / f"{tag}-{i}.log", "wb")
-            logs.append(log)
-            procs.append(subprocess.Popen(
-                [sys.executable, str(WORKER), "--process-id", str(i), "--num-processes", str(nproc),
-                 "--coordinator", coord, "--data", data, "--runs", json.dumps(runs),
-                 "--out", str(work / f"{tag}-{i}.json"), "--batch-size", str(B), "--binary", binary],
-                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
-        deadline = time.monotonic() + TIMEOUT_S
-        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
-            if any(p.poll() not in (None, 0) for p in procs):
-                break
-            time.sleep(0.1)
-        timed_out = any(p.poll() is None for p in procs)
-    finally:
-        _kill_all(procs)
-        for log in logs:
-            log.close()
+    argvs = [[sys.executable, str(WORKER), "--process-id", str(i), "--num-processes", str(nproc),
+              "--coordinator", coord, "--data", data, "--runs", json.dumps(runs),
+              "--out", str(work / f"{tag}-{i}.json"), "--batch-size", str(B), "--binary", binary] for i in range(nproc)]
+    procs, timed_out = run_processes(argvs, [work / f"{tag}-{i}.log" for i in range(nproc)], 8 // nproc, TIMEOUT_S)
     tails = "\n".join(f"--- {tag} worker {i} (rc {p.returncode}):\n"
                       + (work / f"{tag}-{i}.log").read_text(errors="replace")[-4000:] for i, p in enumerate(procs))
     assert not timed_out, f"{tag}: workers did not finish within {TIMEOUT_S}s\n{tails}"

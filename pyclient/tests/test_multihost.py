@@ -85,6 +85,36 @@ def _kill_all(procs: list[subprocess.Popen]) -> None:
             pass
 
 
+def run_processes(argvs, logs, local_devices, timeout, poll=0.1):
+    """Runs one process per argv (stdout and stderr into the matching path of
+    logs) with jax on local_devices CPU devices each; stops waiting as soon as
+    one fails (its peers would only block in a collective) or at the timeout,
+    then stops them all and their descendants. Returns the processes (their
+    returncode set) and whether the wait timed out."""
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = " ".join(
+        [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
+        + [f"--xla_force_host_platform_device_count={local_devices}"])
+    env["JAX_PLATFORMS"] = "cpu"
+    procs, files = [], []
+    try:
+        for argv, path in zip(argvs, logs):
+            log = open(path, "wb")
+            files.append(log)
+            procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+            if any(p.poll() not in (None, 0) for p in procs):
+                break
+            time.sleep(poll)
+        timed_out = any(p.poll() is None for p in procs)
+    finally:
+        _kill_all(procs)
+        for log in files:
+            log.close()
+    return procs, timed_out
+
+
 @pytest.fixture(scope="module")
 def mh_dataset(tmp_path_factory, binary):
     out = tmp_path_factory.mktemp("mh") / "ds"
@@ -110,31 +140,10 @@ def results(mh_dataset, binary, tmp_path_factory):
     """Runs the two worker processes; returns their JSON results, by process id."""
     work = tmp_path_factory.mktemp("mh-run")
     coord = f"127.0.0.1:{_free_port()}"
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = " ".join(
-        [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
-        + [f"--xla_force_host_platform_device_count={LOCAL_DEVICES}"])
-    env["JAX_PLATFORMS"] = "cpu"
-    procs, logs = [], []
-    try:
-        for i in range(NPROC):
-            log = open(work / f"worker{i}.log", "wb")
-            logs.append(log)
-            procs.append(subprocess.Popen(
-                [sys.executable, str(WORKER), "--process-id", str(i), "--num-processes", str(NPROC),
-                 "--coordinator", coord, "--data", str(mh_dataset / "*.parquet"), "--out", str(work / f"out{i}.json"),
-                 "--batch-size", str(B), "--binary", binary],
-                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
-        deadline = time.monotonic() + TIMEOUT_S
-        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
-            if any(p.poll() not in (None, 0) for p in procs):
-                break  # one failed: do not wait for the other to time out in a collective
-            time.sleep(0.1)
-        timed_out = any(p.poll() is None for p in procs)
-    finally:
-        _kill_all(procs)
-        for log in logs:
-            log.close()
+    argvs = [[sys.executable, str(WORKER), "--process-id", str(i), "--num-processes", str(NPROC),
+              "--coordinator", coord, "--data", str(mh_dataset / "*.parquet"), "--out", str(work / f"out{i}.json"),
+              "--batch-size", str(B), "--binary", binary] for i in range(NPROC)]
+    procs, timed_out = run_processes(argvs, [work / f"worker{i}.log" for i in range(NPROC)], LOCAL_DEVICES, TIMEOUT_S)
 
     def tails() -> str:
         return "\n".join(f"--- worker {i} (rc {p.returncode}):\n"
