@@ -64,10 +64,10 @@ def main() -> int:
 
     # Count the client's placement calls (one per step, issue 12): every
     # array of a step goes through one make_array_from_process_local_data
-    # (Flight) or one batched device_put of per-device views (shared memory).
+    # (Flight) or one place_slices of per-device views (shared memory).
     placements = []
     real_make = layout_mod.jax.make_array_from_process_local_data
-    real_per_device = layout_mod.place_per_device
+    real_per_device = layout_mod.place_slices
 
     def counting_make(*a, **kw):
         placements.append(1)
@@ -78,7 +78,7 @@ def main() -> int:
         return real_per_device(*a, **kw)
 
     layout_mod.jax.make_array_from_process_local_data = counting_make
-    layout_mod.place_per_device = counting_per_device
+    layout_mod.place_slices = counting_per_device
 
     result = {"process_index": jax.process_index(), "process_count": jax.process_count(),
               "local_device_count": jax.local_device_count(), "device_count": jax.device_count(), "runs": {}}

@@ -532,3 +532,80 @@ def test_unaligned_transfers_counted_per_device():
     np.testing.assert_array_equal(np.asarray(out["id"]), np.arange(1, 65))
     want = sum(1 for dev, k in L.devices if (rb.column(0).buffers()[1].address + 8 * (1 + k * L.b)) % 64)
     assert mat.counts["unaligned_transfers"] == want == 8
+
+
+def _per_slice(L):
+    """The shared-memory wire's form of a step: one record per local slice
+    d (ids b*d..b*(d+1)-1 and 4 floats per row), every buffer 64-byte aligned."""
+    out = []
+    for d in L.slices:
+        ids = _abuf(np.arange(L.b * d, L.b * (d + 1), dtype=np.int64))
+        x = pa.FixedSizeListArray.from_arrays(_abuf(np.arange(L.b * d * 4, L.b * (d + 1) * 4, dtype=np.float32)), 4)
+        out.append(pa.record_batch([ids, x], names=["id", "x"]))
+    return out
+
+
+@pytest.mark.parametrize("make", [
+    lambda: named((4, 2), ("data", "model"), P("data")),
+    lambda: named((8,), ("data",), P("data")),
+    lambda: named((4, 2), ("data", "model"), P(("data", "model"))),
+    lambda: named((4, 2), ("data", "model"), P("model")),
+    lambda: named((4, 2), ("data", "model"), P()),
+], ids=["4x2-data", "8-data", "4x2-data+model", "4x2-model", "replicated"])
+def test_per_slice_placement_direct_equals_public(make, monkeypatch):
+    """The shared-memory step (one record per slice) is placed with one
+    place_slices call: jax's batched transfer per column (the direct path,
+    checked on first use), each device aliasing its slice's aligned view,
+    with the same arrays as the public jax.device_put path."""
+    from meshfeed._src import layout as layout_mod
+    sh = make()
+    B = 64
+    L = layout_of(sh, B)
+    recs = _per_slice(L)
+    calls = []
+    real = layout_mod.place_slices
+    monkeypatch.setattr(layout_mod, "place_slices", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    mat = Materializer(recs[0].schema, sh, L, None)
+    direct = [mat(recs) for _ in range(3)]
+    assert calls == [1, 1, 1], calls
+    assert layout_mod.placement_path() == "direct"
+    assert mat.counts == {"host_copies": 0, "mask_unpacks": 0, "unaligned_transfers": 0}
+    monkeypatch.setitem(layout_mod._direct, "ok", False)
+    public = Materializer(recs[0].schema, sh, L, None)(recs)
+    want_ids = np.concatenate([np.arange(L.b * d, L.b * (d + 1)) for d in range(L.D)])
+    for out in direct:
+        for name in ("id", "x"):
+            assert out[name].sharding == public[name].sharding == sh
+            assert out[name].shape == public[name].shape and out[name].dtype == public[name].dtype
+            for a, b in zip(out[name].addressable_shards, public[name].addressable_shards):
+                assert a.device == b.device and a.index == b.index
+                np.testing.assert_array_equal(np.asarray(a.data), np.asarray(b.data))
+        for shard in out["id"].addressable_shards:
+            np.testing.assert_array_equal(np.asarray(shard.data), want_ids[shard.index])
+            k = dict(L.devices)[shard.device]
+            buf = recs[k].column(0).buffers()[1]
+            assert shard.data.unsafe_buffer_pointer() == buf.address, f"id on {shard.device}: copied"
+
+
+def test_per_slice_placement_falls_back_when_direct_fails(monkeypatch):
+    """A jax whose private batched transfer fails (or gives other arrays)
+    is noticed on the first step: a warning, then the public path for good,
+    with the same values."""
+    from meshfeed._src import layout as layout_mod
+    sh = named((4, 2), ("data", "model"), P("data"))
+    L = layout_of(sh, 64)
+    recs = _per_slice(L)
+    monkeypatch.setitem(layout_mod._direct, "ok", None)
+
+    def broken(aval, sharding, xs, devices):
+        return layout_mod._put_public(sharding, L, [(aval.shape, list(reversed(xs)))])[0]  # wrong devices
+
+    monkeypatch.setattr(layout_mod, "_batched_device_put", broken)
+    mat = Materializer(recs[0].schema, sh, L, None)
+    with pytest.warns(UserWarning, match="batched transfer is not usable"):
+        out = mat(recs)
+    assert layout_mod.placement_path() == "device_put"
+    want = np.concatenate([np.arange(16 * d, 16 * (d + 1)) for d in range(4)])
+    np.testing.assert_array_equal(np.asarray(out["id"]), want)
+    out = mat(recs)  # no second warning, still right
+    np.testing.assert_array_equal(np.asarray(out["id"]), want)

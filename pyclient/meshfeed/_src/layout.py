@@ -163,9 +163,9 @@ def narrowed_columns(schema: pa.Schema, columns: Sequence[Mapping[str, Any]] | N
     return out
 
 
-def dense_view(arr: pa.Array, spec: ColumnSpec) -> tuple[np.ndarray, pa.Buffer]:
+def dense_view(arr: pa.Array, spec: ColumnSpec) -> tuple[np.ndarray, pa.Buffer, int]:
     """A numpy view (no copy) of the values of ``arr``, shaped (rows, *trailing),
-    and the Arrow buffer it points into. Columns with nulls never get here
+    the Arrow buffer it points into and the view's address. Columns with nulls never get here
     (Materializer refuses them: the server writes fill values)."""
     if isinstance(arr, pa.ExtensionArray):
         arr = arr.storage
@@ -182,7 +182,7 @@ def dense_view(arr: pa.Array, spec: ColumnSpec) -> tuple[np.ndarray, pa.Buffer]:
     buf = a.buffers()[1]
     item = spec.dtype.itemsize
     view = np.frombuffer(buf, dtype=spec.dtype, count=n * per_row, offset=start * item)
-    return view.reshape((n, *spec.trailing)), buf
+    return view.reshape((n, *spec.trailing)), buf, buf.address + start * item
 
 
 def unpack_bool(arr: pa.Array) -> np.ndarray:
@@ -243,6 +243,7 @@ class Materializer:
         # Counters of the last call; for tests, its (numpy view, Arrow buffer)
         # pairs (buffer None for unpacked booleans).
         self.counts = {"host_copies": 0, "mask_unpacks": 0, "unaligned_transfers": 0}
+        self._placed = False  # the first step checks the direct placement (place_slices)
         self.last_views: dict[str, tuple[np.ndarray, pa.Buffer | None]] = {}
 
     def _unaligned(self, view: np.ndarray, slice_bytes: int) -> int:
@@ -284,12 +285,13 @@ class Materializer:
                 out[spec.name] = cols[0] if len(cols) == 1 else pa.concat_arrays(cols)
                 continue
             out[spec.name] = None  # placed below, in schema order
-            vs, valids, buf = [], [], None
+            vs, valids, buf, addrs = [], [], None, []
             for col in cols:
                 if spec.kind == "bool":
                     v, buf = unpack_bool(col), None
                 else:
-                    v, buf = dense_view(col, spec)
+                    v, buf, addr = dense_view(col, spec)
+                    addrs.append(addr)
                     if spec.name in self.masks:
                         if col.null_count:
                             copies += 1
@@ -304,7 +306,8 @@ class Materializer:
             elif spec.name in self.narrowed:
                 copies += ndev
             elif per_slice:
-                unaligned += sum(vs[k].ctypes.data % CPU_ALIAS_ALIGNMENT != 0 for _, k in L.devices)
+                # devices whose slice's view is not 64-byte aligned (counted per slice)
+                unaligned += int(self._devs_per_slice[np.array(addrs) % CPU_ALIAS_ALIGNMENT != 0].sum())
             else:
                 unaligned += self._unaligned(vs[0], L.b * vs[0][:1].nbytes)
             views[spec.name] = (vs[0], buf)
@@ -323,25 +326,102 @@ class Materializer:
         return out
 
     def _place_slices(self, placed: list[tuple[str, tuple[int, ...], list[np.ndarray]]]) -> list[jax.Array]:
-        """Per-slice views: each device gets a view of its own slice
-        (aligned, so XLA aliases it), all arrays in one batched
-        ``jax.device_put``; each global array is then assembled from its
-        devices' arrays (no transfer)."""
-        L = self.layout
-        views = [vs[k] for _, _, vs in placed for _, k in L.devices]
-        devices = [dev for _ in placed for dev, _ in L.devices]
-        singles = place_per_device(views, devices)
-        n = len(L.devices)
-        return [jax.make_array_from_single_device_arrays(shape, self.sharding, singles[j * n:(j + 1) * n])
-                for j, (_, shape, _) in enumerate(placed)]
+        """Per-slice views (aligned, so XLA aliases them) onto their devices,
+        in one ``place_slices`` call for the whole step."""
+        first = not self._placed
+        self._placed = True
+        return place_slices(self.sharding, self.layout, [(shape, vs) for _, shape, vs in placed],
+                            direct=not self.narrowed, check=first)
 
 
-def place_per_device(views: list[np.ndarray], devices: list[Any]) -> list[jax.Array]:
-    """Every (view, device) pair of one step onto its device, in one batched
-    ``jax.device_put`` call; XLA's CPU client aliases aligned views."""
-    if not views:
+# jax's own per-column transfer of per-device host arrays into one global
+# array (what jax.device_put ends in, below its per-argument Python work):
+# one C++ call per column instead of jax.device_put's 10-20 us per array.
+# Private, so it is feature-detected and checked on first use (values,
+# devices, aliasing); any surprise falls back to the public path for good.
+try:
+    from jax._src.core import ShapedArray as _ShapedArray
+    from jax._src.interpreters.pxla import batched_device_put as _batched_device_put
+except ImportError:  # pragma: no cover - another jax
+    _batched_device_put = None
+
+_direct: dict[str, Any] = {"ok": None if _batched_device_put is not None else False, "why": ""}
+
+
+def placement_path() -> str:
+    """Which placement the shared-memory path uses: "direct" (one jax
+    batched transfer per column), "device_put" (the public API, after a
+    failed check), or "unchecked" before the first step."""
+    ok = _direct["ok"]
+    return "unchecked" if ok is None else "direct" if ok else "device_put"
+
+
+def _put_direct(sharding: jax.sharding.Sharding, layout: Layout,
+                columns: list[tuple[tuple[int, ...], list[np.ndarray]]]) -> list[jax.Array]:
+    devs = [d for d, _ in layout.devices]
+    ks = [k for _, k in layout.devices]
+    return [_batched_device_put(_ShapedArray(shape, vs[0].dtype), sharding, [vs[k] for k in ks], devs)
+            for shape, vs in columns]
+
+
+def _put_public(sharding: jax.sharding.Sharding, layout: Layout,
+                columns: list[tuple[tuple[int, ...], list[np.ndarray]]]) -> list[jax.Array]:
+    L = layout
+    views = [vs[k] for _, vs in columns for _, k in L.devices]
+    devices = [dev for _ in columns for dev, _ in L.devices]
+    singles = jax.device_put(views, devices) if views else []
+    n = len(L.devices)
+    return [jax.make_array_from_single_device_arrays(shape, sharding, singles[j * n:(j + 1) * n])
+            for j, (shape, _) in enumerate(columns)]
+
+
+def _check_direct(arrays: list[jax.Array], sharding: jax.sharding.Sharding, layout: Layout,
+                  columns: list[tuple[tuple[int, ...], list[np.ndarray]]]) -> str:
+    """Why the direct path's arrays are not what the public path makes ("" if they are)."""
+    k_of = {d: k for d, k in layout.devices}
+    for arr, (shape, vs) in zip(arrays, columns):
+        if not isinstance(arr, jax.Array) or arr.shape != shape or arr.sharding != sharding \
+                or arr.dtype != vs[0].dtype:
+            return f"made {type(arr).__name__} {getattr(arr, 'shape', None)} {getattr(arr, 'sharding', None)}"
+        for shard in arr.addressable_shards:
+            v = vs[k_of[shard.device]]
+            if not np.array_equal(np.asarray(shard.data), v):
+                return f"device {shard.device} holds other values than its slice"
+            if v.ctypes.data % CPU_ALIAS_ALIGNMENT == 0 and shard.device.platform == "cpu" \
+                    and shard.data.unsafe_buffer_pointer() != v.ctypes.data:
+                return f"device {shard.device} copied an aligned slice"
+    return ""
+
+
+def place_slices(sharding: jax.sharding.Sharding, layout: Layout,
+                 columns: list[tuple[tuple[int, ...], list[np.ndarray]]], direct: bool = True,
+                 check: bool = True) -> list[jax.Array]:
+    """One step onto the devices, in one call: for each column, its global
+    shape and one host view per local slice (``layout.slices`` order); each
+    device gets the view of its slice, aliased by XLA's CPU client when the
+    view is 64-byte aligned. Returns one global jax.Array per column.
+
+    ``direct=False`` takes the public path (jax.device_put converts dtypes
+    that jax_enable_x64 rules out; the direct one would not); ``check``
+    compares the direct path's arrays with their views first (a caller's
+    first step)."""
+    if not columns:
         return []
-    return jax.device_put(views, devices)
+    if not direct or _direct["ok"] is False:
+        return _put_public(sharding, layout, columns)
+    try:
+        arrays = _put_direct(sharding, layout, columns)
+    except Exception as e:  # noqa: BLE001 - a changed private API: use the public one
+        why = f"{type(e).__name__}: {e}"
+    else:
+        why = _check_direct(arrays, sharding, layout, columns) if check or not _direct["ok"] else ""
+    if why:
+        _direct.update(ok=False, why=why)
+        warnings.warn(f"meshfeed: jax's batched transfer is not usable here ({why}); "
+                      "placing through jax.device_put (slower per step)", stacklevel=3)
+        return _put_public(sharding, layout, columns)
+    _direct["ok"] = True
+    return arrays
 
 
 def place(shardings: list[jax.sharding.Sharding], local: list[np.ndarray],

@@ -50,10 +50,7 @@ class ShmChunk:
 
     data: list[pa.RecordBatch]
     app_metadata: pa.Buffer
-
-    @property
-    def nbytes(self) -> int:
-        return sum(r.nbytes for r in self.data)
+    nbytes: int  # the step's buffer bytes (from the descriptor)
 
 
 class _Region:
@@ -181,12 +178,14 @@ class ShmReader:
         base = slot * reg.slot_bytes
         rows = s["rows"]
         recs = []
+        nbytes = 0
         for slice_bufs in s["buffers"]:
+            nbytes += sum(ln for _, ln in slice_bufs)
             it = iter([None if ln == 0 else pa.py_buffer(hold[off - base:off - base + ln]) for off, ln in slice_bufs])
             cols = [_array(f.type, rows, it) for f in self.schema]
             recs.append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
         meta = {k: s[k] for k in ("epoch", "step", "slices", "real_rows")}
-        return ShmChunk(recs, pa.py_buffer(json.dumps(meta).encode()))
+        return ShmChunk(recs, pa.py_buffer(json.dumps(meta).encode()), nbytes)
 
     def _release(self, region: int, slot: int) -> None:
         try:
