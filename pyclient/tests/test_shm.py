@@ -260,3 +260,39 @@ def test_many_regions_in_one_read(shm_server, glob):
     ids = np.concatenate([c.data[0].column("id").to_numpy() for c in kept])
     assert len(set(ids.tolist())) == len(ids) == 30 * 8, "a kept step was overwritten or repeated"
     r.close()
+
+
+def test_direct_views_equal_records_and_hold_their_slot(shm_server, glob):
+    """The Materializer views a step's numeric columns straight in the slot
+    (no record batches built): the same arrays as through the records, each
+    device aliasing its slice, the slot kept while they live (100 later
+    steps leave them unchanged) and released once they are gone."""
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from meshfeed._src.layout import Materializer, layout_of
+    sh = NamedSharding(jax.make_mesh((4,), ("data",), devices=jax.devices()[:4]), P("data"))
+    L = layout_of(sh, 40)
+    tkt = _ticket(glob, epochs=5, columns=[{"name": "id"}, {"name": "features"}])
+    r = ShmReader(_shm_path(shm_server), tkt, slots=2)
+    first = r.read_chunk()
+    mat = Materializer(r.schema, sh, L, "valid")
+    held = mat(first)
+    assert first._data is None, "the direct path built record batches"
+    assert mat.counts == {"host_copies": 0, "mask_unpacks": 1, "unaligned_transfers": 0}
+    via_records = Materializer(r.schema, sh, L, "valid")(first.data)
+    for name in ("id", "features", "valid"):
+        np.testing.assert_array_equal(np.asarray(held[name]), np.asarray(via_records[name]), err_msg=name)
+    for shard in held["id"].addressable_shards:
+        k = shard.index[0].start // L.b
+        assert shard.data.unsafe_buffer_pointer() == first.data[k].column("id").buffers()[1].address
+    expect = {k: np.array(v, copy=True) for k, v in held.items()}
+    del first, via_records, shard
+    gc.collect()
+    for _ in range(100):
+        mat(r.read_chunk())
+    for k, v in expect.items():
+        np.testing.assert_array_equal(np.asarray(held[k]), v, err_msg=k)
+    released = r.released
+    del held
+    gc.collect()
+    assert r.released == released + 1, "dropping a step's arrays did not release its slot"
+    r.close()

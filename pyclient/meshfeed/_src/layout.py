@@ -254,24 +254,23 @@ class Materializer:
         off = (base + self._slice_starts * slice_bytes) % CPU_ALIAS_ALIGNMENT != 0
         return int(self._devs_per_slice[off].sum())
 
-    def __call__(self, rb: pa.RecordBatch | Sequence[pa.RecordBatch]) -> dict[str, Any]:
+    def __call__(self, rb: Any) -> dict[str, Any]:
         """Materializes one step, given as one record (this process's slices
-        concatenated: Flight) or as one record per local slice (the
-        shared-memory wire, where every slice starts 64-byte aligned); its
-        counters are in ``counts`` afterwards."""
+        concatenated: Flight), as one record per local slice, or as a
+        shared-memory step (shm.ShmChunk: per-slice buffers, every one
+        64-byte aligned, whose numeric columns are viewed without building
+        records); its counters are in ``counts`` afterwards."""
         L = self.layout
-        per_slice = not isinstance(rb, pa.RecordBatch)
-        recs = list(rb) if per_slice else [rb]
-        if per_slice and (len(recs) != len(L.slices) or any(r.num_rows != L.b for r in recs)):
-            raise MeshfeedError(f"step of {[r.num_rows for r in recs]} rows per slice, "
-                                f"want {len(L.slices)} slices of {L.b} rows")
-        if not per_slice and recs[0].num_rows != len(L.slices) * L.b:
-            raise MeshfeedError(f"record of {recs[0].num_rows} rows, want {len(L.slices) * L.b} "
-                                f"({len(L.slices)} slices of {L.b} rows)")
-        if self.flatten:
-            recs = [flatten_batch(r) for r in recs]
-        for r in recs:
-            check_batch_nulls(r, self.dense)
+        direct = None if self.flatten else getattr(rb, "dense", None)
+        if direct is not None:
+            if rb.slices != len(L.slices) or rb.rows != L.b:
+                raise MeshfeedError(f"step of {rb.slices} slices of {rb.rows} rows, "
+                                    f"want {len(L.slices)} slices of {L.b} rows")
+            per_slice, recs = True, None  # records only for the columns that need them
+        else:
+            src = rb if isinstance(rb, (pa.RecordBatch, list, tuple)) else rb.data
+            per_slice = not isinstance(src, pa.RecordBatch)
+            recs = self._records(src)
         copies = unpacks = unaligned = 0
         out: dict[str, Any] = {}
         views: dict[str, tuple[np.ndarray, pa.Buffer | None]] = {}
@@ -280,11 +279,31 @@ class Materializer:
         placed: list[tuple[str, tuple[int, ...], list[np.ndarray]]] = []
         ndev = len(L.devices)
         for i, spec in enumerate(self.specs):
+            out[spec.name] = None  # in schema order; placed below
+            if direct is not None and spec.kind == "dense" and spec.name not in self.masks \
+                    and (got := direct(i, spec.dtype, (L.b, *spec.trailing))) is not None:
+                vs, addrs = got
+                if spec.name in self.narrowed:
+                    copies += ndev
+                else:
+                    unaligned += int(self._devs_per_slice[np.array(addrs) % CPU_ALIAS_ALIGNMENT != 0].sum())
+                views[spec.name] = (vs[0], None)
+                placed.append((spec.name, (L.B, *spec.trailing), vs))
+                continue
+            if direct is not None and spec.kind == "bool" and (vs := rb.bits(i)) is not None:
+                if spec.name == self.mask_key:
+                    unpacks += 1
+                else:
+                    copies += 1
+                views[spec.name] = (vs[0], None)
+                placed.append((spec.name, (L.B,), vs))
+                continue
+            if recs is None:
+                recs = self._records(rb.data)
             cols = [r.column(i) for r in recs]
             if spec.kind == "arrow":
                 out[spec.name] = cols[0] if len(cols) == 1 else pa.concat_arrays(cols)
                 continue
-            out[spec.name] = None  # placed below, in schema order
             vs, valids, buf, addrs = [], [], None, []
             for col in cols:
                 if spec.kind == "bool":
@@ -324,6 +343,23 @@ class Materializer:
         self.last_views = views
         self.counts = {"host_copies": copies, "mask_unpacks": unpacks, "unaligned_transfers": unaligned}
         return out
+
+    def _records(self, rb: pa.RecordBatch | Sequence[pa.RecordBatch]) -> list[pa.RecordBatch]:
+        """The step's records, checked (rows, nulls) and with structs flattened."""
+        L = self.layout
+        per_slice = not isinstance(rb, pa.RecordBatch)
+        recs = list(rb) if per_slice else [rb]
+        if per_slice and (len(recs) != len(L.slices) or any(r.num_rows != L.b for r in recs)):
+            raise MeshfeedError(f"step of {[r.num_rows for r in recs]} rows per slice, "
+                                f"want {len(L.slices)} slices of {L.b} rows")
+        if not per_slice and recs[0].num_rows != len(L.slices) * L.b:
+            raise MeshfeedError(f"record of {recs[0].num_rows} rows, want {len(L.slices) * L.b} "
+                                f"({len(L.slices)} slices of {L.b} rows)")
+        if self.flatten:
+            recs = [flatten_batch(r) for r in recs]
+        for r in recs:
+            check_batch_nulls(r, self.dense)
+        return recs
 
     def _place_slices(self, placed: list[tuple[str, tuple[int, ...], list[np.ndarray]]]) -> list[jax.Array]:
         """Per-slice views (aligned, so XLA aliases them) onto their devices,

@@ -76,7 +76,9 @@ class Prefetcher:
                     raise MeshfeedError(
                         f"server sent epoch {ep} step {st} slices {meta.get('slices')}, "
                         f"want epoch {self._expect[0]} step {self._expect[1]} slices {list(L.slices)}")
-                batch = self._mat(chunk.data)
+                # A shared-memory step goes as it is (its numeric columns are
+                # viewed without records); a Flight chunk as its record.
+                batch = self._mat(chunk if hasattr(chunk, "dense") else chunk.data)
                 real = meta.get("real_rows") or [L.b] * len(L.slices)
                 nbytes = chunk.nbytes if hasattr(chunk, "nbytes") else chunk.data.nbytes
                 info = (ep, st, int(sum(real)), len(L.slices) * L.b - int(sum(real)), nbytes,

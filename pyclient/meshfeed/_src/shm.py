@@ -24,7 +24,6 @@ import socket
 import struct
 import threading
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,6 +34,7 @@ from .errors import MeshfeedError, PlanError, UnavailableError, from_code
 VERSION = 1
 _HDR = struct.Struct("<I")
 _MAX_FRAME = 64 << 20
+_ACK = (lambda b: _HDR.pack(len(b)) + b)(b'{"ack": 1}')
 
 
 class ShmIneligible(PlanError):
@@ -42,15 +42,69 @@ class ShmIneligible(PlanError):
     error frame's reason is ``SHM_INELIGIBLE``): read it over Flight."""
 
 
-@dataclass(frozen=True)
 class ShmChunk:
-    """One step: one record batch per slice (views of the region, each
+    """One step: its slices' buffers in a slot of a region (each buffer
     starting 64-byte aligned) and its metadata (the JSON of Flight's
-    app_metadata, as bytes)."""
+    app_metadata, as bytes). ``data`` is one record batch per slice (views
+    of the slot, built on first use); ``dense`` gives a column's values as
+    numpy views without building them."""
 
-    data: list[pa.RecordBatch]
-    app_metadata: pa.Buffer
-    nbytes: int  # the step's buffer bytes (from the descriptor)
+    __slots__ = ("_hold", "_base", "_bufs", "_schema", "_starts", "_data", "_addr", "rows", "slices",
+                 "app_metadata", "nbytes")
+
+    def __init__(self, hold: np.ndarray, base: int, bufs: list[list[list[int]]], schema: pa.Schema,
+                 starts: list[int], rows: int, app_metadata: pa.Buffer, nbytes: int):
+        self._hold, self._base, self._bufs, self._schema = hold, base, bufs, schema
+        self._starts = starts
+        self.rows, self.slices = rows, len(bufs)  # rows per slice, slices
+        self._data: list[pa.RecordBatch] | None = None
+        self._addr = 0  # the slot's address, once dense needs it
+        self.app_metadata = app_metadata
+        self.nbytes = nbytes  # the step's buffer bytes (from the descriptor)
+
+    @property
+    def data(self) -> list[pa.RecordBatch]:
+        """One record batch per slice, every buffer a view of the slot."""
+        if self._data is None:
+            hold, base, recs = self._hold, self._base, []
+            for slice_bufs in self._bufs:
+                it = iter([None if ln == 0 else pa.py_buffer(hold[off - base:off - base + ln])
+                           for off, ln in slice_bufs])
+                cols = [_array(f.type, self.rows, it) for f in self._schema]
+                recs.append(pa.RecordBatch.from_arrays(cols, schema=self._schema))
+            self._data = recs
+        return self._data
+
+    def dense(self, i: int, dtype: np.dtype, shape: tuple[int, ...]) -> tuple[list[np.ndarray], list[int]] | None:
+        """Field i's values in each slice as numpy arrays of ``shape`` (views
+        of the slot: they keep it from being released) and their addresses,
+        or None when a slice of it has a validity bitmap (nulls may be
+        there: use ``data``)."""
+        j, k = self._starts[i], self._starts[i + 1] - 1  # validity buffers, then the values
+        hold, base = self._hold, self._base
+        if not self._addr:
+            self._addr = hold.ctypes.data
+        out, addrs = [], []
+        for slice_bufs in self._bufs:
+            for _, ln in slice_bufs[j:k]:
+                if ln:
+                    return None
+            off, ln = slice_bufs[k]
+            out.append(hold[off - base:off - base + ln].view(dtype).reshape(shape))
+            addrs.append(self._addr + off - base)
+        return out, addrs
+
+    def bits(self, i: int) -> list[np.ndarray] | None:
+        """Boolean field i unpacked from each slice's bitmap (copies), or
+        None when a slice of it has a validity bitmap."""
+        j = self._starts[i]
+        hold, base, n, out = self._hold, self._base, self.rows, []
+        for slice_bufs in self._bufs:
+            if slice_bufs[j][1]:
+                return None
+            off, ln = slice_bufs[j + 1]
+            out.append(np.unpackbits(hold[off - base:off - base + ln], count=n, bitorder="little").view(np.bool_))
+        return out
 
 
 class _Region:
@@ -105,15 +159,22 @@ class ShmReader:
         if "schema" not in first:
             raise MeshfeedError(f"shared-memory server sent {sorted(first)}, want the schema first")
         self.schema = pa.ipc.read_schema(pa.py_buffer(_b64(first["schema"])))
+        # Field i's buffers in a slice's list are [starts[i], starts[i+1]).
+        self._starts = [0]
+        for f in self.schema:
+            self._starts.append(self._starts[-1] + _nbuffers(f.type))
 
     # --- frames -----------------------------------------------------------
 
     def _send(self, obj: Any) -> None:
         b = json.dumps(obj).encode()
+        self._send_raw(_HDR.pack(len(b)) + b)
+
+    def _send_raw(self, frame: bytes) -> None:
         with self._send_lock:
             if self._closed:
                 return
-            self._sock.sendall(_HDR.pack(len(b)) + b)
+            self._sock.sendall(frame)
 
     def _fill(self, n: int) -> None:
         while len(self._buf) < n:
@@ -161,7 +222,7 @@ class ShmReader:
             if "step" in f:
                 chunk = self._step(f["step"])
                 try:
-                    self._send({"ack": 1})  # read: the server may send one more
+                    self._send_raw(_ACK)  # read: the server may send one more
                 except OSError:
                     pass  # the server already ended the stream; its frames are still readable
                 return chunk
@@ -176,20 +237,18 @@ class ShmReader:
         hold = reg.slot(slot)
         weakref.finalize(hold, self._release, s["region"], slot)
         base = slot * reg.slot_bytes
-        rows = s["rows"]
-        recs = []
-        nbytes = 0
-        for slice_bufs in s["buffers"]:
-            nbytes += sum(ln for _, ln in slice_bufs)
-            it = iter([None if ln == 0 else pa.py_buffer(hold[off - base:off - base + ln]) for off, ln in slice_bufs])
-            cols = [_array(f.type, rows, it) for f in self.schema]
-            recs.append(pa.RecordBatch.from_arrays(cols, schema=self.schema))
+        bufs = s["buffers"]
+        nbytes = sum(ln for slice_bufs in bufs for _, ln in slice_bufs)
         meta = {k: s[k] for k in ("epoch", "step", "slices", "real_rows")}
-        return ShmChunk(recs, pa.py_buffer(json.dumps(meta).encode()), nbytes)
+        return ShmChunk(hold, base, bufs, self.schema, self._starts, s["rows"],
+                        pa.py_buffer(json.dumps(meta).encode()), nbytes)
 
     def _release(self, region: int, slot: int) -> None:
+        # Runs on whichever thread drops a step's last array: the frame is
+        # formatted by hand (the same JSON as json.dumps would write).
+        b = b'{"release": %d, "region": %d}' % (slot, region)
         try:
-            self._send({"release": slot, "region": region})
+            self._send_raw(_HDR.pack(len(b)) + b)
             self.released += 1
         except OSError:
             pass  # the stream is gone; so is the server's region
@@ -223,6 +282,15 @@ def _array(t: pa.DataType, n: int, bufs) -> pa.Array:
         child = _array(t.value_type, n * t.list_size, bufs)
         return pa.Array.from_buffers(t, n, [validity], children=[child])
     return pa.Array.from_buffers(t, n, [validity, next(bufs)])
+
+
+def _nbuffers(t: pa.DataType) -> int:
+    """How many buffers _array takes for a column of type t."""
+    if isinstance(t, pa.BaseExtensionType):
+        return _nbuffers(t.storage_type)
+    if pa.types.is_fixed_size_list(t):
+        return 1 + _nbuffers(t.value_type)
+    return 2
 
 
 def _b64(s: str) -> bytes:
