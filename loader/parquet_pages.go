@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -170,43 +171,52 @@ func convertInto(dst []byte, t arrow.Type, raw []byte, k parquet.Kind, n int) er
 	switch t {
 	case arrow.INT8, arrow.UINT8, arrow.INT16, arrow.UINT16:
 		src := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(raw))), n)
+		var bad int
 		switch t {
 		case arrow.INT8:
-			o := unsafe.Slice((*int8)(unsafe.Pointer(unsafe.SliceData(dst))), n)
-			for i, v := range src {
-				if v < math.MinInt8 || v > math.MaxInt8 {
-					return fmt.Errorf("value %d at index %d does not fit int8: %w", v, i, ErrCorrupt)
-				}
-				o[i] = int8(v)
-			}
+			bad = narrow(unsafe.Slice((*int8)(unsafe.Pointer(unsafe.SliceData(dst))), n), src, -math.MinInt8, math.MaxUint8)
 		case arrow.UINT8:
-			for i, v := range src {
-				if uint32(v) > math.MaxUint8 {
-					return fmt.Errorf("value %d at index %d does not fit uint8: %w", v, i, ErrCorrupt)
-				}
-				dst[i] = uint8(v)
-			}
+			bad = narrow(dst[:n], src, 0, math.MaxUint8)
 		case arrow.INT16:
-			o := unsafe.Slice((*int16)(unsafe.Pointer(unsafe.SliceData(dst))), n)
-			for i, v := range src {
-				if v < math.MinInt16 || v > math.MaxInt16 {
-					return fmt.Errorf("value %d at index %d does not fit int16: %w", v, i, ErrCorrupt)
-				}
-				o[i] = int16(v)
-			}
+			bad = narrow(unsafe.Slice((*int16)(unsafe.Pointer(unsafe.SliceData(dst))), n), src, -math.MinInt16, math.MaxUint16)
 		case arrow.UINT16:
-			o := unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(dst))), n)
-			for i, v := range src {
-				if uint32(v) > math.MaxUint16 {
-					return fmt.Errorf("value %d at index %d does not fit uint16: %w", v, i, ErrCorrupt)
-				}
-				o[i] = uint16(v)
-			}
+			bad = narrow(unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(dst))), n), src, 0, math.MaxUint16)
+		}
+		if bad >= 0 {
+			return fmt.Errorf("value %d at index %d does not fit %s: %w", src[bad], bad, strings.ToLower(t.String()), ErrCorrupt)
 		}
 		return nil
 	}
 	copy(dst[:n*w], raw[:n*w])
 	return nil
+}
+
+// narrow writes src into o, narrowed (o[i] = T(src[i])), and returns the
+// index of the first value outside T's range, or -1. The range check is
+// branch-free: v fits when uint32(v + bias) <= mask (mask being all ones,
+// T's width), so OR-ing those over a block of 8 finds any value that does
+// not; the block is then scanned for the index.
+func narrow[T int8 | uint8 | int16 | uint16](o []T, src []int32, bias int32, mask uint32) int {
+	o = o[:len(src)]
+	i := 0
+	for ; i+8 <= len(src); i += 8 {
+		s := src[i : i+8 : i+8]
+		d := o[i : i+8 : i+8]
+		or := uint32(s[0]+bias) | uint32(s[1]+bias) | uint32(s[2]+bias) | uint32(s[3]+bias) |
+			uint32(s[4]+bias) | uint32(s[5]+bias) | uint32(s[6]+bias) | uint32(s[7]+bias)
+		if or > mask {
+			break
+		}
+		d[0], d[1], d[2], d[3] = T(s[0]), T(s[1]), T(s[2]), T(s[3])
+		d[4], d[5], d[6], d[7] = T(s[4]), T(s[5]), T(s[6]), T(s[7])
+	}
+	for ; i < len(src); i++ {
+		if uint32(src[i]+bias) > mask {
+			return i
+		}
+		o[i] = T(src[i])
+	}
+	return -1
 }
 
 // scatterWithFill writes n slots of a page with nulls: present values where

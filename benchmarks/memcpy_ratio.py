@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""meshfeed's delivery rate against memcpy, measured in the same run.
+
+    make bench-memcpy       # or: .venv/bin/python benchmarks/memcpy_ratio.py
+
+One client process on an 8-device CPU mesh (P("data")), the server the
+Loader starts (shared memory), page-cache-warm *uncompressed* Parquet: how
+many bytes per second of jax.Arrays the loop receives (each step's arrays
+ready: block_until_ready, nothing else computed), against a single-threaded
+memcpy of 256 MiB (numpy.copyto, best of 5, measured before and after the
+loader runs). Issue 12's target: at least 50% of memcpy.
+
+Datasets (written once with bin/meshfeed gen --compression none into
+CACHE/memcpy-WORKLOAD):
+
+  images   id int64, image fixed_shape_tensor<uint8>[128,128,3]; B=256
+  tabular  id int64, label int32, features fixed_size_list<float32>[64]; B=2,000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+WORKLOADS = {
+    "images": {"rows": 8192, "batch": 256, "files": 4, "row_group_rows": 256, "columns": ["id", "image"],
+               "gen": ["--features", "0", "--image", "128x128x3"]},
+    "tabular": {"rows": 2_000_000, "batch": 2000, "files": 4, "row_group_rows": 65536,
+                "columns": ["id", "label", "features"], "gen": ["--features", "64"]},
+}
+
+
+def memcpy_gbps(mib: int = 256, reps: int = 5) -> float:
+    """Best of ``reps`` single-threaded copies of ``mib`` MiB, in GB/s."""
+    import numpy as np
+    src = np.ones(mib << 20, np.uint8)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t)
+    return src.nbytes / best / 1e9
+
+
+def run(data: str, spec: dict, epochs: int) -> dict:
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    import meshfeed
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    sh = NamedSharding(mesh, P("data"))
+    B = spec["batch"]
+    with meshfeed.Loader(data, global_batch_size=B, sharding=sh, columns=spec["columns"], last_batch="drop",
+                         num_epochs=epochs, prefetch=2) as loader:
+        it = iter(loader)
+        first = next(it)
+        jax.block_until_ready(first)
+        step_bytes = sum(int(a.nbytes) for a in first.values())
+        del first
+        steps = 0
+        c0, t0 = time.process_time(), time.perf_counter()
+        for batch in it:
+            jax.block_until_ready(batch)
+            steps += 1
+        el = time.perf_counter() - t0
+        cpu = time.process_time() - c0
+        stats = loader.stats()
+    return {"steps": steps, "step_bytes": step_bytes, "seconds": el, "gbps": steps * step_bytes / el / 1e9,
+            "client_cpu_s": cpu, "transport": stats.get("transport"), "host_copies": stats.get("host_copies"),
+            "unaligned_transfers": stats.get("unaligned_transfers")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workloads", default="images,tabular")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--cache", default=os.path.join(ROOT, ".cache"))
+    ap.add_argument("--binary", default=os.path.join(ROOT, "bin", "meshfeed"))
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+    os.environ.setdefault("MESHFEED_BIN", a.binary)
+    sys.path.insert(0, os.path.join(ROOT, "pyclient"))
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    out = {"memcpy_before_gbps": memcpy_gbps(), "workloads": {}}
+    for wl in a.workloads.split(","):
+        spec = WORKLOADS[wl]
+        data = os.path.join(a.cache, f"memcpy-{wl}")
+        subprocess.run([a.binary, "gen", "--out", data, "--rows", str(spec["rows"]), "--files", str(spec["files"]),
+                        "--row-group-rows", str(spec["row_group_rows"]), "--compression", "none", "--if-absent",
+                        *spec["gen"]], check=True, capture_output=True)
+        for f in os.listdir(data):  # page cache warm
+            with open(os.path.join(data, f), "rb") as fh:
+                while fh.read(1 << 24):
+                    pass
+        runs = [run(data, spec, a.epochs) for _ in range(a.repeats)]
+        out["workloads"][wl] = {"runs": runs, "median_gbps": statistics.median(r["gbps"] for r in runs)}
+    out["memcpy_after_gbps"] = memcpy_gbps()
+    mc = statistics.median([out["memcpy_before_gbps"], out["memcpy_after_gbps"]])
+    print(f"memcpy (numpy.copyto of 256 MiB, best of 5): {out['memcpy_before_gbps']:.2f} GB/s before, "
+          f"{out['memcpy_after_gbps']:.2f} GB/s after")
+    print("| workload | step | runs | delivered GB/s (median; min-max) | vs memcpy | client CPU s per GB | "
+          "transport | host_copies | unaligned_transfers |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for wl, w in out["workloads"].items():
+        g = [r["gbps"] for r in w["runs"]]
+        r0 = w["runs"][0]
+        cpu = statistics.median(r["client_cpu_s"] / (r["steps"] * r["step_bytes"] / 1e9) for r in w["runs"])
+        print(f"| {wl} | {r0['step_bytes'] / 1e6:.2f} MB | {len(g)} | {w['median_gbps']:.2f}; {min(g):.2f}-{max(g):.2f} "
+              f"| {100 * w['median_gbps'] / mc:.0f}% | {cpu:.2f} | {r0['transport']} | {r0['host_copies']} "
+              f"| {r0['unaligned_transfers']} |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
