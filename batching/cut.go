@@ -60,8 +60,10 @@ type run struct {
 // The caller pushes, in order, the records of the stream's segments starting at
 // the one that ReadStart names, and pulls slices with Next. Next reports (nil,
 // 0, false, nil) when it needs the segment that Wants returns, or when the epoch
-// is over (Done). Pushing only when Next asks keeps the memory a cutter holds
-// bounded by the shuffle window plus two row groups plus one slice.
+// is over (Done). A segment may also be pushed in consecutive pieces (Push,
+// Reads). Pushing only when Next asks keeps the memory a cutter holds bounded
+// by the shuffle window plus two pushed records (row groups, or pieces) plus
+// one slice.
 //
 // Slices: with W = 0 a slice that lies within one row group is a zero-copy view
 // of the pushed record; a slice straddling row groups is assembled with one copy.
