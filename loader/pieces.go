@@ -1,0 +1,567 @@
+package loader
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"sort"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/encoding/thrift"
+	"github.com/parquet-go/parquet-go/format"
+)
+
+// Pieces: a row range of a row group read and decoded by itself, so that a
+// reader never holds more than a bounded part of a large row group.
+//
+// A column is streamed (only the pages holding the range are fetched and
+// decoded) when the fast path (fastpath.go) decodes it: fixed-width values
+// and lists of them, PLAIN pages, no dictionary, no nulls, codec none,
+// snappy, zstd or gzip. Its pages are located with the column chunk's
+// offset index when the file has one (one small read; the page locations
+// and first rows), else by walking the page headers in bounded windows
+// (pageWindow bytes at a time), which finds the rows of every page of a
+// primitive or fixed_size_list column and of v2 pages; a list column of v1
+// pages without an offset index is not streamed (its rows per page are known
+// only from decoding the levels). The pages cutting the range's edges are
+// decoded whole and sliced: a piece decodes at most one page more per column
+// at each end.
+//
+// Every other column (dictionary-encoded, nullable, booleans, strings,
+// arrow-go's fallback types, and Arrow IPC batches) is decoded whole, once
+// per row group and reader, and the reader's pieces of that row group are
+// slices of it; its whole size is charged to the read-ahead budget with the
+// first piece of its row group (cost), and it stays in memory until the last
+// piece of the row group has been decoded and every piece record released.
+
+// pageWindow is the bytes read at a time to walk page headers without an
+// offset index.
+const pageWindow = 64 << 10
+
+// pageLoc is one data page of a column chunk: its bytes (header and body)
+// in the file and the rows it holds.
+type pageLoc struct {
+	off, size   int64
+	first, rows int64
+}
+
+// rgEntry is what one reader keeps of a row group while it reads pieces of
+// it: the page locations of streamed columns and the whole decoded columns
+// of the others, shared by the pieces and released after the last one.
+type rgEntry struct {
+	mu      sync.Mutex
+	left    int               // pieces not decoded yet
+	locs    map[int][]pageLoc // per column: nil slice when the column is not streamed
+	cols    map[int]arrow.Array
+	rec     arrow.RecordBatch // a whole record (formats without streaming)
+	charged bool              // the whole columns' cost was charged (pieceCost)
+	pin     int64             // bytes this entry holds pinned in the reader's budget
+	extra   int64             // bytes decoded whole that pieceCost did not foresee
+}
+
+func (e *rgEntry) release() {
+	for _, a := range e.cols {
+		a.Release()
+	}
+	e.cols = nil
+	if e.rec != nil {
+		e.rec.Release()
+		e.rec = nil
+	}
+}
+
+// span returns the rows [start, end) that ref names: its Start and End, or
+// the whole row group when End is 0.
+func (ref RowGroupRef) span() (start, end int64) {
+	if ref.End == 0 && ref.Start == 0 {
+		return 0, ref.Rows
+	}
+	return ref.Start, ref.End
+}
+
+// whole reports whether ref names all rows of its row group.
+func (ref RowGroupRef) whole() bool {
+	s, e := ref.span()
+	return s == 0 && e == ref.Rows
+}
+
+// streamedCost returns, for row group rg of file fi, the bytes (compressed
+// plus decoded, from the footer) of the columns a piece streams and of
+// those it decodes whole.
+func (ds *Dataset) streamedCost(fi, rg int) (streamed, whole int64) {
+	meta := ds.Files[fi].RowGroups[rg]
+	d, ok := ds.decoders[fi].(*parquetDecoder)
+	if !ok {
+		return 0, meta.Bytes + meta.DecodedBytes
+	}
+	cols := d.pf.Metadata().RowGroups[rg].Columns
+	for i := range d.cols {
+		c := &d.cols[i]
+		var n int64
+		for _, leaf := range c.leaves {
+			if leaf < len(cols) {
+				n += cols[leaf].MetaData.TotalCompressedSize + cols[leaf].MetaData.TotalUncompressedSize
+			}
+		}
+		if d.mayStream(c, rg) {
+			streamed += n
+		} else {
+			whole += n
+		}
+	}
+	return streamed, whole
+}
+
+// PieceCost returns what reading rows [start, end) of row group ref costs
+// the read-ahead budget on its own (compressed plus decoded bytes, from the
+// footer): the rows' share of the columns streamed plus the whole size of
+// the columns decoded whole (see the package's caveats).
+func (ds *Dataset) PieceCost(ref RowGroupRef, start, end int64) int64 {
+	streamed, whole := ds.streamedCost(ref.File, ref.Index)
+	if ref.Rows <= 0 {
+		return streamed + whole
+	}
+	return ceilDiv(streamed*(end-start), ref.Rows) + whole
+}
+
+// StreamedRowBytes returns the most bytes per row (compressed plus decoded)
+// of the streamed columns over the dataset's row groups, and the most bytes
+// of any row group's columns decoded whole: a piece of n rows costs at most
+// n times the first plus the second.
+func (ds *Dataset) StreamedRowBytes() (perRow float64, whole int64) {
+	for fi, f := range ds.Files {
+		for rg, m := range f.RowGroups {
+			if m.Rows == 0 {
+				continue
+			}
+			s, w := ds.streamedCost(fi, rg)
+			perRow = max(perRow, float64(s)/float64(m.Rows))
+			whole = max(whole, w)
+		}
+	}
+	return perRow, whole
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// mayStream reports whether column c of row group rg qualifies for
+// streaming by its footer metadata (the pages decide in the end).
+func (d *parquetDecoder) mayStream(c *colDecoder, rg int) bool {
+	if !c.streamEligible() {
+		return false
+	}
+	md := &d.pf.Metadata().RowGroups[rg].Columns[c.leaf].MetaData
+	if !fastCodec(md.Codec) || md.DictionaryPageOffset != 0 || needsFallback(md, false) {
+		return false
+	}
+	for _, e := range md.Encoding {
+		switch e {
+		case format.Plain, format.RLE, format.BitPacked:
+		default:
+			return false
+		}
+	}
+	if md.Statistics.NullCount > 0 {
+		return false
+	}
+	return true
+}
+
+// readPiece reads rows [start, end) of row group ref into a record.
+func (ds *Dataset) readPiece(ctx context.Context, ref RowGroupRef, start, end int64, mem memory.Allocator, stats *ReadStats, e *rgEntry) (arrow.RecordBatch, error) {
+	d, ok := ds.decoders[ref.File].(*parquetDecoder)
+	if !ok {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.rec == nil {
+			rec, err := ds.readRowGroup(ctx, ref.File, ref.Index, mem, stats)
+			if err != nil {
+				return nil, err
+			}
+			e.rec = rec
+		}
+		return e.rec.NewSlice(start, end), nil
+	}
+	return d.decodeRange(ctx, ds, ref.Index, start, end, mem, stats, e)
+}
+
+// decodeRange decodes rows [start, end) of row group rg: streamed columns
+// from the pages that hold those rows, the others from their whole chunk,
+// decoded once per entry.
+func (d *parquetDecoder) decodeRange(ctx context.Context, ds *Dataset, rg int, start, end int64, mem memory.Allocator, stats *ReadStats, e *rgEntry) (rec arrow.RecordBatch, err error) {
+	if start < 0 || end > d.f.RowGroups[rg].Rows || start >= end {
+		return nil, fmt.Errorf("loader: %s row group %d: rows [%d, %d) outside its %d rows", d.f.Object.URI, rg, start, end, d.f.RowGroups[rg].Rows)
+	}
+	arrs := make([]arrow.Array, 0, len(d.cols))
+	defer func() {
+		if r := recover(); r != nil {
+			if err = faultErr(d.f.Object, rg, r); err == nil {
+				err = fmt.Errorf("loader: %s row group %d: undecodable data (%v): %w; the file is corrupt: rewrite it", d.f.Object.URI, rg, r, ErrCorrupt)
+			}
+		}
+		if err != nil {
+			for _, a := range arrs {
+				a.Release()
+			}
+		}
+	}()
+	for i := range d.cols {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		c := &d.cols[i]
+		var a arrow.Array
+		if d.mayStream(c, rg) {
+			locs, err := d.pages(ctx, ds, rg, i, stats, e)
+			if err != nil {
+				return nil, err
+			}
+			if locs != nil {
+				if a, err = d.decodePages(ctx, ds, rg, c, locs, start, end, mem, stats); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if a == nil {
+			w, err := d.wholeColumn(ctx, ds, rg, i, mem, stats, e)
+			if err != nil {
+				return nil, err
+			}
+			a = array.NewSlice(w, start, end)
+		}
+		arrs = append(arrs, a)
+	}
+	rec = array.NewRecordBatch(d.sch, arrs, end-start)
+	for _, a := range arrs {
+		a.Release()
+	}
+	arrs = nil
+	return rec, nil
+}
+
+// wholeColumn returns column i of row group rg decoded whole, decoding it on
+// the entry's first need.
+func (d *parquetDecoder) wholeColumn(ctx context.Context, ds *Dataset, rg, i int, mem memory.Allocator, stats *ReadStats, e *rgEntry) (arrow.Array, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if a, ok := e.cols[i]; ok {
+		return a, nil
+	}
+	c := &d.cols[i]
+	var chunks []Chunk
+	for _, ch := range d.f.RowGroups[rg].Chunks {
+		if ch.Column == c.name {
+			chunks = append(chunks, ch)
+		}
+	}
+	ra, err := ds.fetchChunks(ctx, ds.fileIndex(d.f), rg, chunks, stats)
+	if err != nil {
+		return nil, err
+	}
+	defer ra.release()
+	if ra.mapped {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	}
+	a, err := d.decodeColumn(ctx, c, rg, ra, mem)
+	if err != nil {
+		return nil, err
+	}
+	if e.cols == nil {
+		e.cols = map[int]arrow.Array{}
+	}
+	e.cols[i] = a
+	if d.mayStream(c, rg) {
+		// Foreseen as streamed, decoded whole after all.
+		for _, ch := range chunks {
+			e.extra += ch.Length
+		}
+		e.extra += dataBytes(a.Data())
+	}
+	return a, nil
+}
+
+// dataBytes returns the bytes of an array's buffers, children included.
+func dataBytes(d arrow.ArrayData) int64 {
+	var n int64
+	for _, b := range d.Buffers() {
+		if b != nil {
+			n += int64(b.Len())
+		}
+	}
+	for _, c := range d.Children() {
+		n += dataBytes(c)
+	}
+	return n
+}
+
+// fileIndex returns the index of f in ds.Files.
+func (ds *Dataset) fileIndex(f *File) int {
+	for i, g := range ds.Files {
+		if g == f {
+			return i
+		}
+	}
+	return -1
+}
+
+// pages returns the page locations of column i of row group rg, located on
+// the entry's first need; nil when the column cannot be streamed.
+func (d *parquetDecoder) pages(ctx context.Context, ds *Dataset, rg, i int, stats *ReadStats, e *rgEntry) ([]pageLoc, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if locs, ok := e.locs[i]; ok {
+		return locs, nil
+	}
+	locs, err := d.locatePages(ctx, ds.store, rg, &d.cols[i], stats)
+	if err != nil {
+		return nil, fmt.Errorf("loader: %s row group %d column %q: locating pages: %w", d.f.Object.URI, rg, d.cols[i].name, err)
+	}
+	if e.locs == nil {
+		e.locs = map[int][]pageLoc{}
+	}
+	e.locs[i] = locs
+	return locs, nil
+}
+
+// locatePages finds the data pages of column c in row group rg and the rows
+// each holds: from the offset index when the file has one, else from the
+// page headers. It returns nil (not an error) when the pages cannot be
+// placed by row (a dictionary page, a v1 list page without an offset index,
+// counts that do not add up): the column is then decoded whole, and
+// decoding reports what is wrong with it.
+func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c *colDecoder, stats *ReadStats) ([]pageLoc, error) {
+	cc := &d.pf.Metadata().RowGroups[rg].Columns[c.leaf]
+	rows := d.f.RowGroups[rg].Rows
+	chunkOff, chunkLen := chunkRange(&cc.MetaData)
+	if cc.OffsetIndexOffset > 0 && cc.OffsetIndexLength > 0 {
+		if cc.OffsetIndexLength > 64<<20 || cc.OffsetIndexOffset+int64(cc.OffsetIndexLength) > d.f.Object.Size {
+			return nil, fmt.Errorf("offset index [%d, +%d) outside the file's %d bytes: %w", cc.OffsetIndexOffset, cc.OffsetIndexLength, d.f.Object.Size, ErrCorrupt)
+		}
+		buf := make([]byte, cc.OffsetIndexLength)
+		if err := store.ReadAt(ctx, d.f.Object, buf, cc.OffsetIndexOffset); err != nil {
+			return nil, err
+		}
+		stats.Fetches.Add(1)
+		stats.FetchedBytes.Add(int64(len(buf)))
+		var oi format.OffsetIndex
+		var proto thrift.CompactProtocol
+		if err := thrift.Unmarshal(&proto, buf, &oi); err != nil {
+			return nil, fmt.Errorf("offset index: %w: %w", err, ErrCorrupt)
+		}
+		locs := make([]pageLoc, len(oi.PageLocations))
+		for k, pl := range oi.PageLocations {
+			locs[k] = pageLoc{off: pl.Offset, size: int64(pl.CompressedPageSize), first: pl.FirstRowIndex}
+			if k > 0 {
+				locs[k-1].rows = pl.FirstRowIndex - locs[k-1].first
+			}
+		}
+		if n := len(locs); n > 0 {
+			locs[n-1].rows = rows - locs[n-1].first
+		}
+		if !placed(locs, rows, chunkOff, chunkOff+chunkLen) {
+			return nil, nil
+		}
+		return locs, nil
+	}
+	// No offset index: walk the headers, pageWindow bytes at a time.
+	var locs []pageLoc
+	var proto thrift.CompactProtocol
+	end := chunkOff + chunkLen
+	var first int64
+	buf := getBuf(pageWindow)
+	defer func() { putBuf(buf) }()
+	for pos := chunkOff; pos < end; {
+		w := min(int64(cap(buf)), end-pos)
+		win := buf[:w]
+		if err := store.ReadAt(ctx, d.f.Object, win, pos); err != nil {
+			return nil, err
+		}
+		stats.Fetches.Add(1)
+		stats.FetchedBytes.Add(w)
+		br := bytes.NewReader(win)
+		dec := thrift.NewDecoder(proto.NewReader(br))
+		parsed := 0
+		for pos < end {
+			at := int64(len(win)) - int64(br.Len()) // offset of this header in win
+			var h format.PageHeader
+			if err := dec.Decode(&h); err != nil {
+				break // truncated by the window (or corrupt: decoding the chunk whole says)
+			}
+			hdr := int64(len(win)) - int64(br.Len()) - at
+			if h.CompressedPageSize < 0 {
+				return nil, nil
+			}
+			size := hdr + int64(h.CompressedPageSize)
+			var n int64
+			switch {
+			case h.Type == format.DataPage && h.DataPageHeader.Valid:
+				n = int64(h.DataPageHeader.V.NumValues)
+				switch c.kind {
+				case kindFixedList:
+					if n%int64(c.listSize) != 0 {
+						return nil, nil
+					}
+					n /= int64(c.listSize)
+				case kindList:
+					return nil, nil
+				}
+			case h.Type == format.DataPageV2 && h.DataPageHeaderV2.Valid:
+				n = int64(h.DataPageHeaderV2.V.NumRows)
+			case h.Type == format.IndexPage:
+				n = -1
+			default: // dictionary pages, unknown pages
+				return nil, nil
+			}
+			if n >= 0 {
+				locs = append(locs, pageLoc{off: pos, size: size, first: first, rows: n})
+				first += n
+			}
+			pos += size
+			parsed++
+			if at+size >= int64(len(win)) {
+				break // the next header is past this window
+			}
+			br.Seek(at+size, io.SeekStart)
+		}
+		if parsed == 0 {
+			if w == end-pos || cap(buf) >= 16<<20 {
+				return nil, nil // a header that does not parse: decoding the chunk whole reports it
+			}
+			putBuf(buf)
+			buf = getBuf(int64(cap(buf)) * 2) // a header larger than the window (large statistics)
+		}
+	}
+	if !placed(locs, rows, chunkOff, end) {
+		return nil, nil
+	}
+	return locs, nil
+}
+
+// placed reports whether locs are pages in order inside [lo, hi) whose rows
+// add up to rows.
+func placed(locs []pageLoc, rows, lo, hi int64) bool {
+	var next int64
+	pos := lo
+	for _, l := range locs {
+		if l.first != next || l.rows < 0 || l.off < pos || l.size <= 0 || l.off+l.size > hi {
+			return false
+		}
+		next += l.rows
+		pos = l.off + l.size
+	}
+	return next == rows && len(locs) > 0
+}
+
+// decodePages decodes rows [start, end) of column c from the pages that hold
+// them, fetched alone, or returns nil (no error) when those pages do not
+// qualify for the fast path after all (the column is then decoded whole).
+func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c *colDecoder, locs []pageLoc, start, end int64, mem memory.Allocator, stats *ReadStats) (arrow.Array, error) {
+	i := sort.Search(len(locs), func(k int) bool { return locs[k].first+locs[k].rows > start })
+	j := sort.Search(len(locs), func(k int) bool { return locs[k].first >= end })
+	if i >= j {
+		return nil, fmt.Errorf("loader: %s row group %d column %q: no page holds rows [%d, %d): %w", d.f.Object.URI, rg, c.name, start, end, ErrCorrupt)
+	}
+	off, n := locs[i].off, locs[j-1].off+locs[j-1].size-locs[i].off
+	first, rows := locs[i].first, locs[j-1].first+locs[j-1].rows-locs[i].first
+	ra, err := ds.fetchChunks(ctx, ds.fileIndex(d.f), rg, []Chunk{{Column: c.name, Offset: off, Length: n}}, stats)
+	if err != nil {
+		return nil, err
+	}
+	defer ra.release()
+	if ra.mapped {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	}
+	b, ok := ra.bytesAt(off, n)
+	if !ok {
+		return nil, nil
+	}
+	md := &d.pf.Metadata().RowGroups[rg].Columns[c.leaf].MetaData
+	if err := checkPages(b, md, d.maxBytes); err != nil {
+		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d: %w", d.f.Object.URI, rg, c.name, i, j-1, err)
+	}
+	fc := c
+	if c.narrowed() {
+		fc = c.wide()
+	}
+	a, ok, err := fc.decodeFast(b, md, rows, mem, d.maxBytes)
+	if !ok {
+		return nil, nil
+	}
+	if err == nil && fc != c {
+		a, err = c.narrow(a, mem)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d (rows %d..%d): %w", d.f.Object.URI, rg, c.name, i, j-1, first, first+rows-1, err)
+	}
+	stats.Pages.Add(int64(j - i))
+	if first == start && rows == end-start {
+		return a, nil
+	}
+	defer a.Release()
+	return array.NewSlice(a, start-first, end-first), nil
+}
+
+// streamEligible reports whether c's layout can be streamed: the fast
+// path's layouts, and those of 8- and 16-bit integers stored as INT32 (read
+// as INT32 on the fast path, then narrowed, checked, by narrow).
+func (c *colDecoder) streamEligible() bool {
+	return c.fastEligible() || c.narrowed()
+}
+
+// narrowed reports whether c is an 8- or 16-bit integer column (or a list
+// of them) stored as INT32.
+func (c *colDecoder) narrowed() bool {
+	if c.kind != kindPrimitive && c.kind != kindFixedList && c.kind != kindList || c.phys != parquet.Int32 {
+		return false
+	}
+	switch c.elem.ID() {
+	case arrow.INT8, arrow.UINT8, arrow.INT16, arrow.UINT16:
+		return true
+	}
+	return false
+}
+
+// wide returns c as an int32 column of the same layout, for the fast path.
+func (c *colDecoder) wide() *colDecoder {
+	w := *c
+	w.elem, w.elemSize = arrow.PrimitiveTypes.Int32, 4
+	switch c.kind {
+	case kindFixedList:
+		w.field.Type = arrow.FixedSizeListOfNonNullable(int32(c.listSize), w.elem)
+	case kindList:
+		w.field.Type = arrow.ListOfNonNullable(w.elem)
+	default:
+		w.field.Type = w.elem
+	}
+	return &w
+}
+
+// narrow converts a, decoded by c.wide(), to c's type, checking that every
+// value fits (the writer guarantees it; one that does not is ErrCorrupt). It
+// releases a.
+func (c *colDecoder) narrow(a arrow.Array, mem memory.Allocator) (arrow.Array, error) {
+	defer a.Release()
+	vals := a.Data()
+	var offsets *memory.Buffer
+	if c.kind == kindFixedList || c.kind == kindList {
+		if c.kind == kindList {
+			offsets = vals.Buffers()[1]
+		}
+		vals = vals.Children()[0]
+	}
+	n := vals.Len()
+	raw := vals.Buffers()[1].Bytes()[vals.Offset()*4 : (vals.Offset()+n)*4]
+	out := newValuesBuf(mem, n*c.elemSize)
+	defer out.Release()
+	if err := convertInto(out.Bytes(), c.elem.ID(), raw, parquet.Int32, n); err != nil {
+		return nil, err
+	}
+	st := &colState{c: c, mem: mem, values: out, nvals: n, offsets: offsets, rows: a.Len()}
+	return st.finish(int64(a.Len()))
+}
