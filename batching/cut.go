@@ -267,13 +267,13 @@ func (c *Cutter) Push(rec arrow.RecordBatch, seg Segment) error {
 
 // Reads returns the row ranges the cutter will still read, in push order:
 // the rest of its segments, trimmed to the rows it needs (the first may
-// start inside a row group, the last end inside one), each split into pieces
-// of at most maxRows rows (maxRows <= 0: not split). When maxRows is at least
-// the slice size b, pieces end on multiples of the largest multiple of b not
-// above maxRows in stream rows, so that with no shuffle window every slice
-// inside a row group lies inside one piece (a view, not a copy). Pushing
-// them in order, each when Next asks for input, feeds the cutter to the end
-// of its epoch.
+// start inside a row group, the last end inside one), each longer than
+// maxRows rows split into pieces of at most maxRows rows (maxRows <= 0: not
+// split). When maxRows is at least the slice size b, pieces end on multiples
+// of the largest multiple of b not above maxRows in stream rows, so that
+// with no shuffle window every slice inside a row group lies inside one
+// piece (a view, not a copy). Pushing them in order, each when Next asks for
+// input, feeds the cutter to the end of its epoch.
 func (c *Cutter) Reads(maxRows int64) []Segment {
 	if c.closed {
 		return nil
@@ -292,7 +292,7 @@ func (c *Cutter) Reads(maxRows int64) []Segment {
 		hi := min(c.segStart[i+1], c.end)
 		for lo < hi {
 			end := hi
-			if grid > 0 {
+			if grid > 0 && hi-lo > maxRows {
 				end = min(hi, (lo/grid+1)*grid)
 			}
 			g := c.segs[i]

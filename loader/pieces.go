@@ -45,10 +45,19 @@ import (
 const pageWindow = 64 << 10
 
 // pageLoc is one data page of a column chunk: its bytes (header and body)
-// in the file and the rows it holds.
+// in the file and the slots it holds: rows, or for a fixed_size_list[n]
+// column values (n per row: pages need not start at a row).
 type pageLoc struct {
 	off, size   int64
-	first, rows int64
+	first, rows int64 // slots
+}
+
+// slot returns the slot of row r of c: r, or r*n for a fixed_size_list[n].
+func (c *colDecoder) slot(r int64) int64 {
+	if c.kind == kindFixedList {
+		return r * int64(c.listSize)
+	}
+	return r
 }
 
 // rgEntry is what one reader keeps of a row group while it reads pieces of
@@ -60,7 +69,7 @@ type rgEntry struct {
 	locs    map[int][]pageLoc // per column: nil slice when the column is not streamed
 	cols    map[int]arrow.Array
 	rec     arrow.RecordBatch // a whole record (formats without streaming)
-	charged bool              // the whole columns' cost was charged (pieceCost)
+	charged map[int]bool      // columns (-1: the whole record) whose whole size was charged (pieceCharge)
 	pin     int64             // bytes this entry holds pinned in the reader's budget
 	extra   int64             // bytes decoded whole that pieceCost did not foresee
 }
@@ -173,6 +182,69 @@ func (d *parquetDecoder) mayStream(c *colDecoder, rg int) bool {
 	return true
 }
 
+// pieceCharge returns what reading rows [start, end) of row group ref
+// charges the read-ahead budget (see RowGroupReader.pieceCost): cost for
+// the pages of the streamed columns, pin for the columns decoded whole not
+// yet charged for this entry. It locates the streamed columns' pages (once
+// per entry).
+func (ds *Dataset) pieceCharge(ctx context.Context, ref RowGroupRef, start, end int64, stats *ReadStats, e *rgEntry) (cost, pin int64, err error) {
+	meta := ds.Files[ref.File].RowGroups[ref.Index]
+	d, ok := ds.decoders[ref.File].(*parquetDecoder)
+	charge := func(col int, n int64) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.charged == nil {
+			e.charged = map[int]bool{}
+		}
+		if !e.charged[col] {
+			e.charged[col] = true
+			e.pin += n
+			pin += n
+		}
+	}
+	if !ok {
+		charge(-1, meta.Bytes+meta.DecodedBytes)
+		return 0, pin, nil
+	}
+	cols := d.pf.Metadata().RowGroups[ref.Index].Columns
+	for i := range d.cols {
+		c := &d.cols[i]
+		var comp, dec int64
+		for _, leaf := range c.leaves {
+			if leaf < len(cols) {
+				comp += cols[leaf].MetaData.TotalCompressedSize
+				dec += cols[leaf].MetaData.TotalUncompressedSize
+			}
+		}
+		if d.mayStream(c, ref.Index) {
+			locs, err := d.pages(ctx, ds, ref.Index, i, stats, e)
+			if err != nil {
+				return 0, 0, err
+			}
+			if locs != nil {
+				a, b := pageSpan(locs, c.slot(start), c.slot(end))
+				if a < b {
+					slots := locs[b-1].first + locs[b-1].rows - locs[a].first
+					cost += locs[b-1].off + locs[b-1].size - locs[a].off
+					if all := c.slot(meta.Rows); all > 0 {
+						cost += ceilDiv(dec*slots, all)
+					}
+					continue
+				}
+			}
+		}
+		charge(i, comp+dec)
+	}
+	return cost, pin, nil
+}
+
+// pageSpan returns the pages [i, j) of locs that hold rows [start, end).
+func pageSpan(locs []pageLoc, start, end int64) (i, j int) {
+	i = sort.Search(len(locs), func(k int) bool { return locs[k].first+locs[k].rows > start })
+	j = sort.Search(len(locs), func(k int) bool { return locs[k].first >= end })
+	return i, j
+}
+
 // readPiece reads rows [start, end) of row group ref into a record.
 func (ds *Dataset) readPiece(ctx context.Context, ref RowGroupRef, start, end int64, mem memory.Allocator, stats *ReadStats, e *rgEntry) (arrow.RecordBatch, error) {
 	d, ok := ds.decoders[ref.File].(*parquetDecoder)
@@ -276,8 +348,9 @@ func (d *parquetDecoder) wholeColumn(ctx context.Context, ds *Dataset, rg, i int
 		e.cols = map[int]arrow.Array{}
 	}
 	e.cols[i] = a
-	if d.mayStream(c, rg) {
-		// Foreseen as streamed, decoded whole after all.
+	if !e.charged[i] {
+		// Foreseen as streamed, decoded whole after all (pages that are
+		// not the fast path's): counted from now on.
 		for _, ch := range chunks {
 			e.extra += ch.Length
 		}
@@ -356,15 +429,15 @@ func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c
 		}
 		locs := make([]pageLoc, len(oi.PageLocations))
 		for k, pl := range oi.PageLocations {
-			locs[k] = pageLoc{off: pl.Offset, size: int64(pl.CompressedPageSize), first: pl.FirstRowIndex}
+			locs[k] = pageLoc{off: pl.Offset, size: int64(pl.CompressedPageSize), first: c.slot(pl.FirstRowIndex)}
 			if k > 0 {
-				locs[k-1].rows = pl.FirstRowIndex - locs[k-1].first
+				locs[k-1].rows = locs[k].first - locs[k-1].first
 			}
 		}
 		if n := len(locs); n > 0 {
-			locs[n-1].rows = rows - locs[n-1].first
+			locs[n-1].rows = c.slot(rows) - locs[n-1].first
 		}
-		if !placed(locs, rows, chunkOff, chunkOff+chunkLen) {
+		if !placed(locs, c.slot(rows), chunkOff, chunkOff+chunkLen) {
 			return nil, nil
 		}
 		return locs, nil
@@ -401,18 +474,15 @@ func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c
 			var n int64
 			switch {
 			case h.Type == format.DataPage && h.DataPageHeader.Valid:
-				n = int64(h.DataPageHeader.V.NumValues)
-				switch c.kind {
-				case kindFixedList:
-					if n%int64(c.listSize) != 0 {
-						return nil, nil
-					}
-					n /= int64(c.listSize)
-				case kindList:
-					return nil, nil
+				n = int64(h.DataPageHeader.V.NumValues) // rows, or a fixed list's values
+				if c.kind == kindList {
+					return nil, nil // rows known only from the levels
 				}
 			case h.Type == format.DataPageV2 && h.DataPageHeaderV2.Valid:
 				n = int64(h.DataPageHeaderV2.V.NumRows)
+				if c.kind == kindFixedList {
+					n = int64(h.DataPageHeaderV2.V.NumValues)
+				}
 			case h.Type == format.IndexPage:
 				n = -1
 			default: // dictionary pages, unknown pages
@@ -437,7 +507,7 @@ func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c
 			buf = getBuf(int64(cap(buf)) * 2) // a header larger than the window (large statistics)
 		}
 	}
-	if !placed(locs, rows, chunkOff, end) {
+	if !placed(locs, c.slot(rows), chunkOff, end) {
 		return nil, nil
 	}
 	return locs, nil
@@ -462,8 +532,7 @@ func placed(locs []pageLoc, rows, lo, hi int64) bool {
 // them, fetched alone, or returns nil (no error) when those pages do not
 // qualify for the fast path after all (the column is then decoded whole).
 func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c *colDecoder, locs []pageLoc, start, end int64, mem memory.Allocator, stats *ReadStats) (arrow.Array, error) {
-	i := sort.Search(len(locs), func(k int) bool { return locs[k].first+locs[k].rows > start })
-	j := sort.Search(len(locs), func(k int) bool { return locs[k].first >= end })
+	i, j := pageSpan(locs, c.slot(start), c.slot(end))
 	if i >= j {
 		return nil, fmt.Errorf("loader: %s row group %d column %q: no page holds rows [%d, %d): %w", d.f.Object.URI, rg, c.name, start, end, ErrCorrupt)
 	}
@@ -485,6 +554,17 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c
 	if err := checkPages(b, md, d.maxBytes); err != nil {
 		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d: %w", d.f.Object.URI, rg, c.name, i, j-1, err)
 	}
+	if c.kind == kindFixedList {
+		a, err := c.decodeFixedListSlots(b, md, first, rows, start, end, mem, d.maxBytes)
+		if a == nil || err != nil {
+			if err != nil {
+				err = fmt.Errorf("loader: %s row group %d column %q pages %d..%d (values %d..%d): %w", d.f.Object.URI, rg, c.name, i, j-1, first, first+rows-1, err)
+			}
+			return nil, err
+		}
+		stats.Pages.Add(int64(j - i))
+		return a, nil
+	}
 	fc := c
 	if c.narrowed() {
 		fc = c.wide()
@@ -505,6 +585,46 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c
 	}
 	defer a.Release()
 	return array.NewSlice(a, start-first, end-first), nil
+}
+
+// decodeFixedListSlots decodes the pages in b, holding values [first,
+// first+n) of fixed_size_list column c (pages need not start at a row), and
+// returns rows [start, end) of the column; nil (no error) when the pages do
+// not qualify for the fast path.
+func (c *colDecoder) decodeFixedListSlots(b []byte, md *format.ColumnMetaData, first, n, start, end int64, mem memory.Allocator, maxBytes int64) (arrow.Array, error) {
+	// Decode the values as a fixed_size_list[1] (the same page layout:
+	// repetition levels skipped, definition levels checked), then view them.
+	one := *c
+	if c.narrowed() {
+		one = *c.wide()
+	}
+	one.listSize = 1
+	one.field.Type = arrow.FixedSizeListOfNonNullable(1, one.elem)
+	a, ok, err := one.decodeFast(b, md, n, mem, maxBytes)
+	if !ok {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer a.Release()
+	vals := a.(*array.FixedSizeList).ListValues()
+	vals.Retain()
+	if c.narrowed() {
+		prim := *c
+		prim.kind, prim.field.Type = kindPrimitive, c.elem
+		if vals, err = prim.narrow(vals, mem); err != nil {
+			return nil, err
+		}
+	}
+	defer vals.Release()
+	L := int64(c.listSize)
+	lo, hi := start*L-first, end*L-first
+	child := array.NewSliceData(vals.Data(), lo, hi)
+	defer child.Release()
+	data := array.NewData(c.field.Type, int(end-start), []*memory.Buffer{nil}, []arrow.ArrayData{child}, 0, 0)
+	defer data.Release()
+	return array.MakeFromData(data), nil
 }
 
 // streamEligible reports whether c's layout can be streamed: the fast

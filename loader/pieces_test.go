@@ -25,11 +25,12 @@ import (
 // directly.
 
 // randomPieces splits every row group of ds into consecutive ranges of
-// random sizes (1 to maxRows rows; sometimes the whole row group).
+// random sizes (1 to maxRows rows; sometimes, but not the first, the whole
+// row group).
 func randomPieces(r *rand.Rand, ds *Dataset, maxRows int) []RowGroupRef {
 	var out []RowGroupRef
-	for _, ref := range ds.RowGroups() {
-		if r.IntN(5) == 0 {
+	for i, ref := range ds.RowGroups() {
+		if i > 0 && r.IntN(5) == 0 {
 			out = append(out, ref)
 			continue
 		}

@@ -203,22 +203,13 @@ func (r *RowGroupReader) pieces(refs []RowGroupRef) []RowGroupRef {
 	return out
 }
 
-// pieceCost returns what a piece charges: its rows' share of the streamed
-// columns, plus (the first time for its row group) the columns decoded
-// whole, which stay pinned until the row group's last piece is decoded.
-func (r *RowGroupReader) pieceCost(p *pending) (cost, pin int64) {
+// pieceCost returns what a piece charges: the pages its streamed columns
+// decode (their compressed bytes, and their rows' share of the decoded
+// size), plus the columns decoded whole the first time its row group needs
+// them, which stay pinned until the row group's last piece is decoded.
+func (r *RowGroupReader) pieceCost(p *pending) (cost, pin int64, err error) {
 	start, end := p.ref.span()
-	streamed, whole := r.ds.streamedCost(p.ref.File, p.ref.Index)
-	if p.ref.Rows > 0 {
-		cost = ceilDiv(streamed*(end-start), p.ref.Rows)
-	}
-	p.ent.mu.Lock()
-	defer p.ent.mu.Unlock()
-	if !p.ent.charged {
-		p.ent.charged, p.ent.pin = true, whole
-		pin = whole
-	}
-	return cost, pin
+	return r.ds.pieceCharge(r.ctx, p.ref, start, end, &r.stats, p.ent)
 }
 
 // pieceDone records that p's piece was decoded, and releases its row
@@ -265,7 +256,18 @@ func (r *RowGroupReader) produce(refs []RowGroupRef, mem memory.Allocator) {
 			r.mu.Lock()
 			p.ent = r.entries[[2]int{ref.File, ref.Index}]
 			r.mu.Unlock()
-			p.cost, pin = r.pieceCost(p)
+			var err error
+			if p.cost, pin, err = r.pieceCost(p); err != nil {
+				// Locating the pages failed: Next reports it in order.
+				p.err = err
+				p.ent = nil
+				close(p.done)
+				select {
+				case r.queue <- p:
+				case <-r.ctx.Done():
+				}
+				return
+			}
 		}
 		if err := r.acquire(p.cost + pin); err != nil {
 			return
