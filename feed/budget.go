@@ -14,10 +14,11 @@ import (
 // whole slices (multiples of b rows, cut on the slice grid, so that with no
 // shuffle window a slice inside a row group stays a view), about half the
 // share each, so that one piece is read while the previous one is cut. What
-// a slice needs at least is one slice of rows (b), plus the shuffle window
-// (W rows, which its cutter holds raw), plus the columns the loader cannot
-// stream and decodes whole for a row group's pieces (loader.Dataset.
-// StreamedRowBytes): a plan whose slices need more than the budget is
+// a slice needs at least is one slice of rows (b) as read (compressed plus
+// decoded), plus the shuffle window (W rows, which its cutter holds decoded:
+// loader.Dataset.ArrowRowBytes), plus the columns the loader cannot stream
+// and decodes whole for a row group's pieces (loader.Dataset.
+// StreamedRowBytes): a plan whose slices need more than their share is
 // refused when it is planned (GetFlightInfo, Open), with the numbers.
 
 // piecePlan is how the slices of a plan read: pieceRows rows per piece (0:
@@ -44,20 +45,23 @@ func (p *Pipeline) planPieces(pl *pipelinePlan) (piecePlan, error) {
 	n := int64(len(pl.cfg.slices))
 	share := budget / n
 	perRow, whole := pl.ds.StreamedRowBytes()
+	rowMem := pl.ds.ArrowRowBytes()
 	b := int64(pl.plan.SliceRows())
 	w := pl.cfg.plan.Window
-	need := int64(float64(b+w)*perRow+0.5) + whole
+	window := int64(float64(w)*rowMem + 0.5)
+	need := int64(float64(b)*perRow+0.5) + window + whole
 	if need > share {
 		return piecePlan{}, fmt.Errorf("feed: %w: the plan does not fit the read-ahead budget: each of the %d slices requested needs at least %d bytes "+
-			"(one slice of %d rows plus a shuffle window of %d rows, at %.0f bytes per row compressed plus decoded, plus %d bytes of columns decoded whole per row group), "+
-			"%d bytes for the %d slices, over the read-ahead budget of %d bytes (%d per slice): raise the server's --read-ahead to at least %d, "+
-			"or lower the shuffle window, the global batch size or the slices per request (or write row groups with an offset index or fewer rows when columns are decoded whole)",
-			transport.ErrFailedPrecondition, n, need, b, w, perRow, whole, need*n, n, budget, share, need*n)
+			"(one slice of %d rows read at %.0f bytes per row compressed plus decoded, a shuffle window of %d rows held at %.0f bytes per row, "+
+			"and %d bytes of columns decoded whole per row group), %d bytes for the %d slices, over the read-ahead budget of %d bytes (%d per slice): "+
+			"raise the server's --read-ahead to at least %d, or lower the shuffle window, the global batch size or the slices per request "+
+			"(or write row groups with an offset index or fewer rows when columns are decoded whole)",
+			transport.ErrFailedPrecondition, n, need, b, perRow, w, rowMem, whole, need*n, n, budget, share, need*n)
 	}
 	if perRow <= 0 {
 		return piecePlan{}, nil // nothing streams: pieces would not save memory
 	}
-	avail := float64(share-whole) - float64(w)*perRow // bytes for pieces, held and in flight
+	avail := float64(share - whole - window) // bytes for pieces, held and in flight
 	rows := max(int64(avail/perRow/4)/b*b, b)
 	pieceBytes := int64(float64(rows)*perRow + 0.5)
 	reader := max(int64(avail)-2*pieceBytes, pieceBytes) + whole

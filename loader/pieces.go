@@ -157,6 +157,45 @@ func (ds *Dataset) StreamedRowBytes() (perRow float64, whole int64) {
 	return perRow, whole
 }
 
+// ArrowRowBytes returns the most bytes per row that the dataset's decoded
+// records hold in Arrow memory (what a consumer that keeps rows, such as a
+// shuffle window, holds per row): exact for fixed-width columns, the
+// chunks' uncompressed size per row for the others.
+func (ds *Dataset) ArrowRowBytes() float64 {
+	var most float64
+	for fi, f := range ds.Files {
+		d, ok := ds.decoders[fi].(*parquetDecoder)
+		for rg, m := range f.RowGroups {
+			if m.Rows == 0 {
+				continue
+			}
+			if !ok {
+				most = max(most, float64(m.DecodedBytes)/float64(m.Rows))
+				continue
+			}
+			cols := d.pf.Metadata().RowGroups[rg].Columns
+			var row float64
+			for i := range d.cols {
+				c := &d.cols[i]
+				switch {
+				case (c.kind == kindPrimitive || c.kind == kindFixedList) && c.elemSize > 0:
+					row += float64(c.elemSize * max(c.listSize, 1))
+				case (c.kind == kindPrimitive || c.kind == kindFixedList) && c.elemSize == 0:
+					row += float64(max(c.listSize, 1)) / 8
+				default:
+					for _, leaf := range c.leaves {
+						if leaf < len(cols) {
+							row += float64(cols[leaf].MetaData.TotalUncompressedSize) / float64(m.Rows)
+						}
+					}
+				}
+			}
+			most = max(most, row)
+		}
+	}
+	return most
+}
+
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // mayStream reports whether column c of row group rg qualifies for

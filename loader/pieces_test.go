@@ -297,3 +297,26 @@ func TestPiecesWholeColumnsPinned(t *testing.T) {
 	}
 	checkPieces(t, ds, refs, mem)
 }
+
+// TestArrowRowBytes: the decoded bytes per row of fixed-width columns are
+// exact (8 for int64, 4 per float32 of a fixed_size_list, int8 one byte
+// although stored as INT32).
+func TestArrowRowBytes(t *testing.T) {
+	rec := fastRecord(0, 100)
+	defer rec.Release()
+	path := filepath.Join(t.TempDir(), "f.parquet")
+	writeFastFile(t, path, []arrow.RecordBatch{rec}, pq.WithDictionaryDefault(false))
+	store := NewLocalStore()
+	defer store.Close()
+	ds, err := Open(context.Background(), store, []string{path}, WithColumns("id", "features", "small"), WithFooterCache(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ds.ArrowRowBytes(), float64(8+4*fastListSize+1); got != want {
+		t.Errorf("ArrowRowBytes = %v, want %v", got, want)
+	}
+	perRow, whole := ds.StreamedRowBytes()
+	if perRow <= 0 || whole != 0 {
+		t.Errorf("StreamedRowBytes = %v, %d: want every column streamed", perRow, whole)
+	}
+}
