@@ -103,6 +103,13 @@ demo: setup
 bench: setup
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCH_COUNT) -timeout 60m ./loader ./batching ./shape ./shard ./transport ./feed | tee bench.txt
 
+# The server's peak RSS (anonymous and file-backed apart) against its budget,
+# for row groups of 16 MiB to 1 GiB (benchmarks/pieces_rss.sh; settings there,
+# e.g. BEFORE=/path/to/older/meshfeed to measure one side by side).
+bench-rss: build
+	MESHFEED="$(CURDIR)/$(BIN)" benchmarks/pieces_rss.sh
+.PHONY: bench-rss
+
 # Fuzz each target for FUZZTIME (not part of make test; seeds run in make test).
 FUZZTIME ?= 60s
 fuzz:

@@ -60,8 +60,10 @@ type run struct {
 // The caller pushes, in order, the records of the stream's segments starting at
 // the one that ReadStart names, and pulls slices with Next. Next reports (nil,
 // 0, false, nil) when it needs the segment that Wants returns, or when the epoch
-// is over (Done). Pushing only when Next asks keeps the memory a cutter holds
-// bounded by the shuffle window plus two row groups plus one slice.
+// is over (Done). A segment may also be pushed in consecutive pieces (Push,
+// Reads). Pushing only when Next asks keeps the memory a cutter holds bounded
+// by the shuffle window plus two pushed records (row groups, or pieces) plus
+// one slice.
 //
 // Slices: with W = 0 a slice that lies within one row group is a zero-copy view
 // of the pushed record; a slice straddling row groups is assembled with one copy.
@@ -90,6 +92,7 @@ type Cutter struct {
 	segs     []Segment
 	segStart []int64 // stream row where segs[i] starts
 	next     int     // index of the next segment to push
+	pushed   int64   // stream row that the pushes of segs[next] reached; -1 before the first
 	from     int64   // first stream row read
 	end      int64   // stream row where reading stops
 
@@ -116,7 +119,7 @@ func NewCutter(plan *Plan, epoch, d, startStep int, mem memory.Allocator, opts .
 	c := &Cutter{
 		plan: plan, epoch: epoch, d: d, step: startStep,
 		b: plan.b, w: plan.cfg.Window, mem: mem,
-		cfg: cutterConfig{mask: DefaultMaskColumn}, permK: -1,
+		cfg: cutterConfig{mask: DefaultMaskColumn}, permK: -1, pushed: -1,
 	}
 	for _, o := range opts {
 		o(&c.cfg)
@@ -173,25 +176,50 @@ func (c *Cutter) Done() bool { return c.step >= c.plan.steps }
 func (c *Cutter) CopiedBytes() int64 { return c.copied }
 
 // Wants returns the segment that the next Push must carry, and false when the
-// cutter accepts no more segments (everything it needs was pushed).
+// cutter accepts no more segments (everything it needs was pushed). Before
+// the first push of a segment it is the whole segment of the plan's stream;
+// after a partial push (a piece, see Push) it is what remains of it, from the
+// row the pushes reached.
 func (c *Cutter) Wants() (Segment, bool) {
 	if c.closed || c.next >= len(c.segs) || c.segStart[c.next] >= c.end {
 		return Segment{}, false
 	}
-	return c.segs[c.next], true
+	seg := c.segs[c.next]
+	if c.pushed >= 0 {
+		seg.Start += c.pushed - c.segStart[c.next]
+	}
+	return seg, true
 }
 
-// Push hands the cutter the record of the segment that Wants names: either the
-// whole row group (rec.NumRows() equal to the row group's Rows) or just the
-// segment's rows. The cutter retains rec for as long as it needs it.
+// Push hands the cutter rows of the segment that Wants names: the whole row
+// group's record (rec.NumRows() equal to the row group's Rows), or a record
+// of just rows [seg.Start, seg.End) of the row group. seg is the segment of
+// Wants or a piece of it: consecutive pieces of a segment may be pushed one
+// after the other (each when Next asks for input), each starting where the
+// previous one ended (or anywhere before the first row the cutter reads, see
+// Reads) and ending at or before the segment's end. A piece's rows must not
+// leave a gap: rows the cutter needs are never skipped. The cutter retains
+// rec for as long as it needs it.
 func (c *Cutter) Push(rec arrow.RecordBatch, seg Segment) error {
 	if c.closed {
 		return ErrCutterClosed
 	}
 	want, ok := c.Wants()
-	if !ok || seg != want {
+	if !ok || seg.RowGroup != want.RowGroup || seg.End > want.End || seg.Start >= seg.End {
 		return fmt.Errorf("%w: stream %d epoch %d got row group %d rows [%d, %d), want %s",
 			ErrUnexpectedSegment, c.d, c.epoch, seg.RowGroup, seg.Start, seg.End, c.describeWant())
+	}
+	full := c.segs[c.next]
+	base := c.segStart[c.next] // stream row of full.Start
+	need := max(c.from, base)  // the next stream row the cutter needs
+	if c.pushed >= 0 {
+		need = c.pushed
+	}
+	stop := min(c.segStart[c.next+1], c.end) // stream row where reading this segment stops
+	from, to := base+seg.Start-full.Start, base+seg.End-full.Start
+	if seg.Start < full.Start || from > need || to <= need {
+		return fmt.Errorf("%w: stream %d epoch %d got row group %d rows [%d, %d), want rows from %d (%s)",
+			ErrUnexpectedSegment, c.d, c.epoch, seg.RowGroup, seg.Start, seg.End, full.Start+need-base, c.describeWant())
 	}
 	if rec == nil {
 		return fmt.Errorf("%w: nil record for row group %d", ErrUnexpectedSegment, seg.RowGroup)
@@ -203,8 +231,8 @@ func (c *Cutter) Push(rec arrow.RecordBatch, seg Segment) error {
 	case rows == seg.Len():
 		off = 0
 	default:
-		return fmt.Errorf("%w: row group %d: record has %d rows, want %d (whole row group) or %d (segment)",
-			ErrUnexpectedSegment, seg.RowGroup, rows, c.plan.rgs[seg.RowGroup].Rows, seg.Len())
+		return fmt.Errorf("%w: row group %d: record has %d rows, want %d (whole row group) or %d (rows [%d, %d))",
+			ErrUnexpectedSegment, seg.RowGroup, rows, c.plan.rgs[seg.RowGroup].Rows, seg.Len(), seg.Start, seg.End)
 	}
 	if c.cfg.schema == nil {
 		if err := c.setSchema(rec.Schema()); err != nil {
@@ -215,21 +243,64 @@ func (c *Cutter) Push(rec arrow.RecordBatch, seg Segment) error {
 			ErrSchemaMismatch, seg.RowGroup, c.plan.rgs[seg.RowGroup].File, c.plan.rgs[seg.RowGroup].Index,
 			rec.Schema(), c.cfg.schema)
 	}
-	from, to := c.segStart[c.next], c.segStart[c.next+1]
-	c.next++
-	// Trim to what is read: the first segment may start before the read start,
-	// the last one may run past the read end.
-	if from < c.from {
-		off += c.from - from
-		from = c.from
+	// Trim to what is read: the first segment may start before the read
+	// start, the last one may run past the read end, a piece may repeat
+	// rows before the ones needed.
+	if from < need {
+		off += need - from
+		from = need
 	}
-	to = min(to, c.end)
+	to = min(to, stop)
+	if to >= stop {
+		c.next++
+		c.pushed = -1
+	} else {
+		c.pushed = to
+	}
 	if from >= to {
 		return nil
 	}
 	rec.Retain()
 	c.pieces = append(c.pieces, piece{rec: rec, off: off, from: from, to: to})
 	return nil
+}
+
+// Reads returns the row ranges the cutter will still read, in push order:
+// the rest of its segments, trimmed to the rows it needs (the first may
+// start inside a row group, the last end inside one), each longer than
+// maxRows rows split into pieces of at most maxRows rows (maxRows <= 0: not
+// split). When maxRows is at least the slice size b, pieces end on multiples
+// of the largest multiple of b not above maxRows in stream rows, so that
+// with no shuffle window every slice inside a row group lies inside one
+// piece (a view, not a copy). Pushing them in order, each when Next asks for
+// input, feeds the cutter to the end of its epoch.
+func (c *Cutter) Reads(maxRows int64) []Segment {
+	if c.closed {
+		return nil
+	}
+	grid := maxRows
+	if maxRows >= c.b {
+		grid = maxRows / c.b * c.b
+	}
+	var out []Segment
+	for i := c.next; i < len(c.segs) && c.segStart[i] < c.end; i++ {
+		base := c.segStart[i]
+		lo := max(c.from, base)
+		if i == c.next && c.pushed >= 0 {
+			lo = c.pushed
+		}
+		hi := min(c.segStart[i+1], c.end)
+		for lo < hi {
+			end := hi
+			if grid > 0 && hi-lo > maxRows {
+				end = min(hi, (lo/grid+1)*grid)
+			}
+			g := c.segs[i]
+			out = append(out, Segment{RowGroup: g.RowGroup, Start: g.Start + lo - base, End: g.Start + end - base})
+			lo = end
+		}
+	}
+	return out
 }
 
 func (c *Cutter) describeWant() string {

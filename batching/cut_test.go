@@ -3,6 +3,7 @@ package batching
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -535,5 +536,239 @@ func TestGatherFixedSizeList(t *testing.T) {
 		if _, _, _, ok := fixedWidth(tt.dt); ok != tt.ok {
 			t.Errorf("fixedWidth(%v) = %v, want %v", tt.dt, ok, tt.ok)
 		}
+	}
+}
+
+// runPieces drives a cutter over stream d from step start the way a
+// piecewise reader would: it takes the cutter's Reads(maxRows), splits every
+// range again at random rows (pieces of random sizes), and pushes each piece
+// when Next asks for input, as the piece's rows alone or, at random, inside
+// the whole row group's record. It returns the real ids per step and the
+// most bytes held at once.
+func runPieces(t *testing.T, r *rand.Rand, p *Plan, ds dataset, epoch, d, start int, maxRows int64, mem *memory.CheckedAllocator) ([][]int64, int) {
+	t.Helper()
+	c, err := NewCutter(p, epoch, d, start, mem, WithSchema(testSchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	reads := c.Reads(maxRows)
+	var queue []Segment
+	for _, s := range reads {
+		if maxRows > 0 && s.Len() > maxRows {
+			t.Fatalf("stream %d: Reads(%d) gave %v, longer than %d rows", d, maxRows, s, maxRows)
+		}
+		for s.Len() > 0 {
+			n := r.Int64N(s.Len()) + 1
+			queue = append(queue, Segment{RowGroup: s.RowGroup, Start: s.Start, End: s.Start + n})
+			s.Start += n
+		}
+	}
+	mask := ""
+	if p.Config().Policy == Pad {
+		mask = DefaultMaskColumn
+	}
+	var ids [][]int64
+	peak := 0
+	for guard := 0; ; guard++ {
+		if guard > 1<<20 {
+			t.Fatal("cutter does not progress")
+		}
+		rec, real, ok, err := c.Next()
+		if err != nil {
+			t.Fatalf("stream %d step %d: Next: %v", d, c.Step(), err)
+		}
+		peak = max(peak, mem.CurrentAlloc())
+		if ok {
+			ids = append(ids, checkSlice(t, rec, real, p.SliceRows(), mask))
+			rec.Release()
+			continue
+		}
+		if c.Done() {
+			break
+		}
+		want, ok := c.Wants()
+		if !ok || len(queue) == 0 {
+			t.Fatalf("stream %d step %d: Next needs input, Wants = %v %v, %d pieces left", d, c.Step(), want, ok, len(queue))
+		}
+		seg := queue[0]
+		queue = queue[1:]
+		if seg.RowGroup != want.RowGroup || seg.End > want.End || seg.Start < want.Start {
+			t.Fatalf("stream %d: piece %v is not inside what Wants names, %v", d, seg, want)
+		}
+		if r.IntN(4) == 0 {
+			// Rows before the ones needed may come along: from the start
+			// of what Wants names (before the first push of a segment, the
+			// whole segment, which may start before the read start).
+			seg.Start = want.Start
+		}
+		var in arrow.RecordBatch
+		if r.IntN(4) == 0 {
+			in = makeRecord(mem, testSchema, ds.first[seg.RowGroup], ds.rgs[seg.RowGroup].Rows)
+		} else {
+			in = makeRecord(mem, testSchema, ds.first[seg.RowGroup]+seg.Start, seg.Len())
+		}
+		if err := c.Push(in, seg); err != nil {
+			t.Fatalf("stream %d: push %v: %v", d, seg, err)
+		}
+		in.Release()
+		peak = max(peak, mem.CurrentAlloc())
+	}
+	if len(queue) != 0 {
+		t.Fatalf("stream %d: done with %d pieces of Reads left: %v", d, len(queue), queue)
+	}
+	if _, ok := c.Wants(); ok {
+		t.Fatalf("stream %d: done but still wants input", d)
+	}
+	return ids, peak
+}
+
+// TestCutterPieces: a cutter fed its rows in consecutive pieces of random
+// sizes (random maxRows for Reads, then random cuts inside each range)
+// delivers exactly the slices of the independent model, for random plans:
+// every policy, W = 0 and W > 0, from step 0 and resumed at a random step.
+// It also holds the memory bound in rows: one window or slice, two pieces
+// (here at most two row groups), the carried and returned slices.
+func TestCutterPieces(t *testing.T) {
+	seed := testSeed(t)
+	r := rand.New(rand.NewPCG(seed, seed^0x9ec5))
+	iters := 150
+	if testing.Short() {
+		iters = 40
+	}
+	done := 0
+	for it := 0; done < iters && it < 20*iters; it++ {
+		rows := randomRows(r)
+		var n int64
+		for _, x := range rows {
+			n += x
+		}
+		if n == 0 {
+			continue
+		}
+		cfg := randomConfig(r, n)
+		ds := newDataset(rows, 10)
+		p, err := NewPlan(ds.rgs, cfg)
+		if err != nil {
+			continue // the plan's own errors are TestPlanProperties' business
+		}
+		done++
+		mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+		epoch := r.IntN(3)
+		exp := expectedSlices(p, ds, epoch)
+		for d := 0; d < cfg.D; d++ {
+			start := 0
+			if r.IntN(3) == 0 {
+				start = r.IntN(p.StepsPerEpoch() + 1)
+			}
+			maxRows := []int64{0, 1, int64(p.SliceRows()), int64(r.IntN(3*p.SliceRows()) + 1)}[r.IntN(4)]
+			ids, _ := runPieces(t, r, p, ds, epoch, d, start, maxRows, mem)
+			if len(ids) != p.StepsPerEpoch()-start {
+				t.Fatalf("iter %d cfg %s stream %d from step %d: %d steps, want %d", it, fmtCfg(cfg), d, start, len(ids), p.StepsPerEpoch()-start)
+			}
+			for i, got := range ids {
+				if s := start + i; !slices.Equal(got, exp[s][d]) {
+					t.Fatalf("iter %d rows %s cfg %s stream %d (from step %d, maxRows %d) step %d = %v, want %v",
+						it, fmtInts(rows), fmtCfg(cfg), d, start, maxRows, s, got, exp[s][d])
+				}
+			}
+		}
+		mem.AssertSize(t, 0)
+	}
+}
+
+// TestCutterPiecesMemory: large row groups pushed in pieces of one slice
+// hold about a slice (plus the window), not a row group.
+func TestCutterPiecesMemory(t *testing.T) {
+	ds := newDataset([]int64{2000, 3000, 2500}, 10)
+	for _, w := range []int64{0, 40} {
+		mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+		p, err := NewPlan(ds.rgs, Config{GlobalBatch: 32, D: 2, Window: w, Seed: 5, ShuffleRowGroups: true, Policy: Pad})
+		if err != nil {
+			t.Fatal(err)
+		}
+		perRow := maxBytesPerRow(mem, ds)
+		// Pieces pushed as their own rows only: a whole row group's record
+		// is a row group by definition.
+		c, err := NewCutter(p, 0, 1, 0, mem, WithSchema(testSchema))
+		if err != nil {
+			t.Fatal(err)
+		}
+		queue := c.Reads(16)
+		peak := 0
+		for !c.Done() {
+			rec, _, ok, err := c.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			peak = max(peak, mem.CurrentAlloc())
+			if ok {
+				rec.Release()
+				continue
+			}
+			seg := queue[0]
+			queue = queue[1:]
+			in := makeRecord(mem, testSchema, ds.first[seg.RowGroup]+seg.Start, seg.Len())
+			if err := c.Push(in, seg); err != nil {
+				t.Fatal(err)
+			}
+			in.Release()
+		}
+		c.Release()
+		bound := (w + 2*16 + 2*16 + 16) * perRow
+		if int64(peak) > bound+4096 {
+			t.Errorf("W=%d: peak %d bytes, want <= %d (a row group is %d)", w, peak, bound, 2000*perRow)
+		}
+		mem.AssertSize(t, 0)
+	}
+}
+
+// TestCutterPieceErrors: a piece that leaves a gap, repeats only rows
+// already pushed, or runs past its segment is refused; Wants names the rest.
+func TestCutterPieceErrors(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	ds := newDataset([]int64{10, 10}, 8)
+	p, err := NewPlan(ds.rgs, Config{GlobalBatch: 4, D: 1, Policy: Drop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCutter(p, 0, 0, 0, mem, WithSchema(idOnlySchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	push := func(s Segment) error {
+		in := makeRecord(mem, idOnlySchema, ds.first[s.RowGroup]+s.Start, s.Len())
+		defer in.Release()
+		return c.Push(in, s)
+	}
+	g := p.Stream(0, 0)[0].RowGroup
+	if err := push(Segment{RowGroup: g, Start: 2, End: 5}); !errors.Is(err, ErrUnexpectedSegment) {
+		t.Fatalf("piece with a gap: %v, want ErrUnexpectedSegment", err)
+	}
+	if err := push(Segment{RowGroup: g, Start: 0, End: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := c.Wants(); w != (Segment{RowGroup: g, Start: 3, End: 10}) {
+		t.Fatalf("Wants after rows [0, 3) = %v, want rows [3, 10)", w)
+	}
+	if err := push(Segment{RowGroup: g, Start: 1, End: 3}); !errors.Is(err, ErrUnexpectedSegment) {
+		t.Fatalf("piece of rows already pushed: %v, want ErrUnexpectedSegment", err)
+	}
+	if err := push(Segment{RowGroup: g, Start: 4, End: 6}); !errors.Is(err, ErrUnexpectedSegment) {
+		t.Fatalf("piece with a gap: %v, want ErrUnexpectedSegment", err)
+	}
+	big := makeRecord(mem, idOnlySchema, 0, 12)
+	defer big.Release()
+	if err := c.Push(big, Segment{RowGroup: g, Start: 3, End: 15}); !errors.Is(err, ErrUnexpectedSegment) {
+		t.Fatalf("piece past the segment: %v, want ErrUnexpectedSegment", err)
+	}
+	// Overlapping rows before the ones needed are trimmed.
+	if err := push(Segment{RowGroup: g, Start: 1, End: 10}); err != nil {
+		t.Fatalf("overlapping piece: %v", err)
+	}
+	if w, _ := c.Wants(); w.RowGroup == g {
+		t.Fatalf("segment complete, but Wants = %v", w)
 	}
 }

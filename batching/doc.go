@@ -16,7 +16,9 @@
 //
 //   - A Cutter is driven by its caller: when Next returns ok=false and Done is
 //     false, push the segment Wants names (the whole row group's record, or its
-//     rows), then call Next again. It is not safe for concurrent use.
+//     rows), or the next piece of it (consecutive rows; Cutter.Reads lists
+//     the pieces of a bounded size, cut on slice boundaries), then call Next
+//     again. It is not safe for concurrent use.
 //   - Records returned by Next belong to the caller, who
 //     releases them. With no shuffle window a slice inside one row group is a
 //     view of the pushed record (no column bytes copied); slices that straddle

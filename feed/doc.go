@@ -24,6 +24,12 @@
 //     copied); the row group's memory returns to the allocator when the last
 //     view is released, which for a step sent zero-copy is when gRPC has
 //     written it.
+//   - A row group larger than a slice's share of the read-ahead budget is
+//     read in pieces of whole slices (budget.go); a slice that spans two
+//     pieces is then copied, like one that spans two row groups. A request
+//     whose slices cannot fit their share is refused at plan time
+//     (transport.ErrFailedPrecondition) with the numbers. Elastic epochs
+//     (pipeline_elastic.go) read whole row groups.
 //   - Next must not be called concurrently with itself or Close; Close is
 //     called once, after the last Next returned.
 package feed

@@ -41,9 +41,9 @@ import (
 // every ranged read is far longer than the byte offsets where faults cut.
 func faultSpec() datagen.Spec {
 	s := datagen.DefaultSpec()
-	// 48 row groups, 12 per stream: reading one row group at a time per slice
-	// (WithReadAhead below), the outage armed after step 3 always
-	// finds row groups still to read.
+	// 48 row groups, 12 per stream: reading one piece of a row group at a
+	// time per slice (WithReadAhead below), the outage armed after step 3
+	// always finds row groups still to read.
 	s.Rows, s.Files, s.RowGroupRows, s.Features, s.Seed = 4800, 2, 100, 8, 3
 	return s
 }
@@ -83,7 +83,7 @@ func (e *faultEnv) serve(t *testing.T, endpoint string, opts ...loader.GCSOption
 		WithAllocator(checkedMem(t)),
 		WithStore(store),
 		WithCacheTTL(0),
-		WithReadAhead(4), // one row group at a time per slice: reading spans the epoch
+		WithReadAhead(32<<10), // 8 KiB per slice: pieces of 16 rows, one at a time: reading spans the epoch
 		WithLoaderOptions(loader.WithFooterCache(nil)))
 	if err != nil {
 		t.Fatalf("NewPipeline: %v", err)

@@ -23,6 +23,7 @@ type pipelinePlan struct {
 	shaper *shape.Shaper        // nil: no column is shaped
 	schema *arrow.Schema        // schema of every slice sent
 	rem    *batching.Remainder  // elastic resume: the remainder of the switch's epoch (pipeline_elastic.go)
+	pieces piecePlan            // how each slice reads its row groups (budget.go)
 }
 
 // planFor maps the request (configOf), opens its dataset and plans it, from
@@ -59,6 +60,9 @@ func (p *Pipeline) planFor(ctx context.Context, req *transport.Request) (*pipeli
 		pl.shaper, pl.schema = sh, sh.Schema()
 	}
 	if err := pl.planElastic(); err != nil {
+		return nil, err
+	}
+	if pl.pieces, err = p.planPieces(pl); err != nil {
 		return nil, err
 	}
 	return pl, nil

@@ -34,8 +34,9 @@ type sliceCut struct {
 	d    int
 	cut  slicer                 // a *batching.Cutter, or a *batching.RemainderCutter in an elastic epoch
 	rd   *loader.RowGroupReader // nil when the stream reads nothing
-	refs []loader.RowGroupRef   // what rd reads, in order (to check what it returns)
-	got  int                    // row groups taken from rd
+	refs []loader.RowGroupRef   // what rd reads, in order (to check what it returns): row groups, or pieces of them
+	segs []batching.Segment     // per ref, what is pushed; nil: the segment the cutter wants
+	got  int                    // records taken from rd
 }
 
 // Schema implements transport.Stream.
@@ -54,7 +55,22 @@ func (s *pipelineStream) openEpoch() error {
 		if err != nil {
 			return fmt.Errorf("feed: epoch %d step %d slice %d: %w", s.pos.Epoch, s.pos.Step, d, err)
 		}
-		sc := &sliceCut{d: d, cut: cut, refs: s.readRefs(d)}
+		sc := &sliceCut{d: d, cut: cut}
+		if rows := pl.pieces.pieceRows; rows > 0 {
+			// Pieces of at most rows rows, on the slice grid, exactly what
+			// the cutter will ask for (batching.Cutter.Reads).
+			sc.segs = cut.Reads(rows)
+			sc.refs = make([]loader.RowGroupRef, len(sc.segs))
+			for i, g := range sc.segs {
+				ref := pl.refs[g.RowGroup]
+				if g.Start != 0 || g.End != ref.Rows {
+					ref.Start, ref.End = g.Start, g.End
+				}
+				sc.refs[i] = ref
+			}
+		} else {
+			sc.refs = s.readRefs(d)
+		}
 		s.addSlice(sc)
 	}
 	return nil
@@ -62,12 +78,17 @@ func (s *pipelineStream) openEpoch() error {
 
 // addSlice adds sc to the current epoch, with a reader of exactly sc.refs
 // (none when it reads nothing): each of the stream's slices gets an even
-// share of the read-ahead budget and of the cores for decoding.
+// share of the read-ahead budget (of which, when it reads pieces, the part
+// planPieces leaves in flight) and of the cores for decoding.
 func (s *pipelineStream) addSlice(sc *sliceCut) {
 	if len(sc.refs) > 0 {
 		n := int64(len(s.pl.cfg.slices))
+		budget := s.cfg.readAhead / n
+		if sc.segs != nil {
+			budget = s.pl.pieces.readerBudget
+		}
 		sc.rd = s.pl.ds.NewReader(s.ctx, sc.refs, s.mem,
-			loader.WithReaderReadAhead(s.cfg.readAhead/n),
+			loader.WithReaderReadAhead(budget),
 			loader.WithReaderDecodeWorkers(max(runtime.GOMAXPROCS(0)/int(n), 1)))
 	}
 	s.slices = append(s.slices, sc)
@@ -236,6 +257,9 @@ func (s *pipelineStream) cutSlice(sc *sliceCut) (arrow.RecordBatch, int, error) 
 				err = fmt.Errorf("stream %d: reader ended after %d of %d row groups", sc.d, sc.got, len(sc.refs))
 			}
 			return nil, 0, err
+		}
+		if sc.segs != nil {
+			seg = sc.segs[sc.got]
 		}
 		sc.got++
 		if exp := s.pl.refs[seg.RowGroup]; ref.File != exp.File || ref.Index != exp.Index {

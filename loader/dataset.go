@@ -92,12 +92,18 @@ type footer interface {
 	decoder(f *File, proj []int, out []arrow.Field, cfg *config) (rowGroupDecoder, error)
 }
 
-// RowGroupRef names one row group of a Dataset, in dataset order.
+// RowGroupRef names one row group of a Dataset, in dataset order, or a row
+// range of it.
 type RowGroupRef struct {
 	File  int   // index into Dataset.Files
 	Index int   // row group index within the file
 	Rows  int64 // rows in the row group
 	Bytes int64 // projected compressed bytes
+	// Start and End are the rows [Start, End) of the row group to read; both
+	// 0 (the zero value) means the whole row group. A RowGroupReader reads
+	// a range that is not the whole row group as a piece: only the pages of
+	// those rows where it can (see the package's caveats).
+	Start, End int64
 }
 
 // Dataset is the planned set of files: sorted by URI, footers read, schemas

@@ -31,6 +31,26 @@
 // wrapping ErrNotFound, but files must be replaced by renaming new ones into
 // place, never truncated and rewritten while a dataset reads them.
 //
+// A [RowGroupReader] reads a ref with a row range ([RowGroupRef] Start and
+// End, or any ref under [WithReaderMaxPiece]) as a piece: a record of those
+// rows alone. Columns the fast path decodes (fixed-width values and lists
+// of them, 8- and 16-bit integers stored as INT32 included; PLAIN pages, no
+// dictionary, no nulls; codec none, snappy, zstd or gzip) are streamed: only
+// the pages holding the piece's rows are fetched (mapped, for local files:
+// the mapping covers those pages and is released after decoding) and
+// decoded, located by the column chunk's offset index when the file has one,
+// else by walking the page headers in 64 KiB windows. A list column with v1
+// pages and no offset index is not streamed. The pages at a piece's edges
+// are decoded whole: a piece decodes at most one page more per streamed
+// column at each end, and is charged for it. Every other column
+// (dictionary-encoded, nullable, booleans, strings, the types arrow-go
+// decodes, Arrow IPC batches) is decoded whole once per row group and
+// reader; its pieces are slices of it, and its whole size (compressed plus
+// decoded) stays charged to the read-ahead budget from the row group's first
+// piece until its last is decoded ([RowGroupReader.PeakInFlight] counts
+// it). Planning still reads no data page; the pages are located when a
+// piece is first read.
+//
 // Column types are those pyarrow reads (docs/TYPES.md): a file's Arrow schema
 // is its stored ARROW:schema or, without one, the one arrow-go derives from
 // the Parquet schema (parquet_arrowgo.go). Columns the page decoder and its

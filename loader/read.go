@@ -17,8 +17,14 @@ import (
 // ReadStats counts what reading row groups cost. All fields are updated
 // atomically and may be read while reads run.
 type ReadStats struct {
-	// RowGroups decoded.
+	// RowGroups decoded whole.
 	RowGroups atomic.Int64
+	// Pieces decoded: row ranges of row groups read by themselves
+	// (RowGroupRef.Start and End, WithReaderMaxPiece).
+	Pieces atomic.Int64
+	// Pages decoded by pieces from the pages of their rows alone (the
+	// streamed columns).
+	Pages atomic.Int64
 	// Fetches is the number of ranged reads issued (after coalescing).
 	Fetches atomic.Int64
 	// FetchedBytes is the bytes those reads made available: read into
@@ -184,8 +190,14 @@ func releaseSpans(spans []span) {
 // reads, concurrently. When the store is a Mapper and WithMmap allows it, each
 // range is mapped instead; a range whose Map fails is read.
 func (ds *Dataset) fetch(ctx context.Context, fi, rg int, stats *ReadStats) (*spanReader, error) {
+	return ds.fetchChunks(ctx, fi, rg, ds.Files[fi].RowGroups[rg].Chunks, stats)
+}
+
+// fetchChunks is fetch of the given byte ranges of file fi (chunks of row
+// group rg, or parts of them), coalesced.
+func (ds *Dataset) fetchChunks(ctx context.Context, fi, rg int, chunks []Chunk, stats *ReadStats) (*spanReader, error) {
 	f := ds.Files[fi]
-	spans := coalesce(f.RowGroups[rg].Chunks, ds.cfg.coalesceGap, ds.cfg.maxCoalesced)
+	spans := coalesce(chunks, ds.cfg.coalesceGap, ds.cfg.maxCoalesced)
 	mapper, _ := ds.store.(Mapper)
 	if !ds.cfg.mmap {
 		mapper = nil

@@ -13,7 +13,11 @@ import (
 // RowGroupReader reads a sequence of row groups in order, fetching and
 // decoding the next ones while the caller works on the current one, under an
 // in-flight byte budget (WithReadAhead) and a decode concurrency
-// (WithDecodeWorkers).
+// (WithDecodeWorkers). A ref with a row range (RowGroupRef.Start, End), or
+// any ref under WithReaderMaxPiece, is read as pieces: records of
+// consecutive rows of its row group, each decoded from the pages of its rows
+// where the column allows (see the package's caveats), so that a large row
+// group never has to be in memory whole.
 //
 // # Caveats
 //
@@ -21,25 +25,29 @@ import (
 // Close must be called (also after an error or io.EOF); it cancels work in
 // flight and releases every record not handed out.
 type RowGroupReader struct {
-	budget  int64 // in-flight bytes
-	workers int   // concurrent decodes
-	ds      *Dataset
-	ctx     context.Context
-	cancel  context.CancelFunc
-	queue   chan *pending
-	wg      sync.WaitGroup
-	stats   ReadStats
+	budget   int64 // in-flight bytes
+	workers  int   // concurrent decodes
+	maxPiece int64 // bytes per piece; 0: refs as given
+	ds       *Dataset
+	ctx      context.Context
+	cancel   context.CancelFunc
+	queue    chan *pending
+	wg       sync.WaitGroup
+	stats    ReadStats
 
 	mu       sync.Mutex
 	inflight int64
+	pinned   int64 // part of inflight: whole columns kept for pieces still to come
 	peak     int64
-	freed    chan struct{} // signalled when budget is returned
+	entries  map[[2]int]*rgEntry // row groups read in pieces, by file and index
+	freed    chan struct{}       // signalled when budget is returned
 	closed   bool
 }
 
 type pending struct {
 	ref  RowGroupRef
 	cost int64
+	ent  *rgEntry // pieces: the row group's shared state
 	done chan struct{}
 	rec  arrow.RecordBatch
 	err  error
@@ -62,6 +70,15 @@ func WithReaderDecodeWorkers(n int) ReaderOption {
 	return func(r *RowGroupReader) { r.workers = max(n, 1) }
 }
 
+// WithReaderMaxPiece makes this reader read every ref whose rows cost more
+// than bytes (compressed plus decoded, Dataset.PieceCost) in pieces of about
+// bytes each (at least one row): Next then returns consecutive row ranges of
+// the row group, each ref's Start and End naming them. 0 (the default)
+// reads refs as given.
+func WithReaderMaxPiece(bytes int64) ReaderOption {
+	return func(r *RowGroupReader) { r.maxPiece = max(bytes, 0) }
+}
+
 // NewReader starts reading refs in order (typically a plan's read set for one
 // stream). Reading starts at once in the background.
 func (ds *Dataset) NewReader(ctx context.Context, refs []RowGroupRef, mem memory.Allocator, opts ...ReaderOption) *RowGroupReader {
@@ -74,6 +91,7 @@ func (ds *Dataset) NewReader(ctx context.Context, refs []RowGroupRef, mem memory
 		cancel:  cancel,
 		queue:   make(chan *pending, 64),
 		freed:   make(chan struct{}, 1),
+		entries: map[[2]int]*rgEntry{},
 	}
 	for _, o := range opts {
 		o(r)
@@ -85,7 +103,8 @@ func (ds *Dataset) NewReader(ctx context.Context, refs []RowGroupRef, mem memory
 
 // PeakInFlight is the most bytes (compressed plus estimated decoded) that
 // were in flight at once: at most the read-ahead budget, or one row group
-// when a single row group is larger.
+// (or piece) when a single one is larger. Columns decoded whole for pieces
+// count from their row group's first piece until its last one is decoded.
 func (r *RowGroupReader) PeakInFlight() int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -101,11 +120,11 @@ func (r *RowGroupReader) cost(ref RowGroupRef) int64 {
 }
 
 // acquire waits until cost fits the budget (one row group always fits when
-// nothing else is in flight).
+// nothing else is in flight but columns kept for pieces).
 func (r *RowGroupReader) acquire(cost int64) error {
 	for {
 		r.mu.Lock()
-		if r.inflight == 0 || r.inflight+cost <= r.budget {
+		if r.inflight == r.pinned || r.inflight+cost <= r.budget {
 			r.inflight += cost
 			r.peak = max(r.peak, r.inflight)
 			r.mu.Unlock()
@@ -130,14 +149,134 @@ func (r *RowGroupReader) release(cost int64) {
 	}
 }
 
+// pin adds n bytes kept for later pieces to the in-flight count, without
+// waiting (they are in memory already); unpin returns them.
+func (r *RowGroupReader) pin(n int64) {
+	r.mu.Lock()
+	r.inflight += n
+	r.pinned += n
+	r.peak = max(r.peak, r.inflight)
+	r.mu.Unlock()
+}
+
+func (r *RowGroupReader) unpin(n int64) {
+	r.mu.Lock()
+	r.pinned -= n
+	r.mu.Unlock()
+	r.release(n)
+}
+
+// pieces splits refs into what is read: refs as given, and under
+// WithReaderMaxPiece the ranges costing more than maxPiece in pieces. Each
+// row group read in pieces gets its entry, counting them.
+func (r *RowGroupReader) pieces(refs []RowGroupRef) []RowGroupRef {
+	var out []RowGroupRef
+	for _, ref := range refs {
+		start, end := ref.span()
+		if r.maxPiece > 0 && end > start && r.ds.PieceCost(ref, start, end) > r.maxPiece {
+			streamed, _ := r.ds.streamedCost(ref.File, ref.Index)
+			n := end - start
+			if streamed > 0 && ref.Rows > 0 {
+				n = max(1, r.maxPiece*ref.Rows/streamed)
+			}
+			for s := start; s < end; s += n {
+				p := ref
+				p.Start, p.End = s, min(s+n, end)
+				out = append(out, p)
+			}
+			continue
+		}
+		out = append(out, ref)
+	}
+	for _, ref := range out {
+		if ref.whole() {
+			continue
+		}
+		k := [2]int{ref.File, ref.Index}
+		e := r.entries[k]
+		if e == nil {
+			e = &rgEntry{}
+			r.entries[k] = e
+		}
+		e.left++
+	}
+	return out
+}
+
+// pieceCost returns what a piece charges: the pages its streamed columns
+// decode (their compressed bytes, and their rows' share of the decoded
+// size), plus the columns decoded whole the first time its row group needs
+// them, which stay pinned until the row group's last piece is decoded.
+func (r *RowGroupReader) pieceCost(p *pending) (cost, pin int64, err error) {
+	start, end := p.ref.span()
+	return r.ds.pieceCharge(r.ctx, p.ref, start, end, &r.stats, p.ent)
+}
+
+// pieceDone records that p's piece was decoded, and releases its row
+// group's entry (and what it pinned) after the last one.
+func (r *RowGroupReader) pieceDone(p *pending) {
+	e := p.ent
+	e.mu.Lock()
+	e.left--
+	extra := e.extra
+	e.extra = 0
+	e.pin += extra
+	last := e.left == 0
+	var pin int64
+	if last {
+		pin = e.pin
+		e.pin = 0
+		e.release()
+	}
+	e.mu.Unlock()
+	if extra > 0 {
+		r.pin(extra)
+	}
+	if last {
+		r.mu.Lock()
+		delete(r.entries, [2]int{p.ref.File, p.ref.Index})
+		r.mu.Unlock()
+		r.unpin(pin)
+	}
+}
+
 func (r *RowGroupReader) produce(refs []RowGroupRef, mem memory.Allocator) {
 	defer r.wg.Done()
 	defer close(r.queue)
 	workers := make(chan struct{}, r.workers)
+	r.mu.Lock()
+	refs = r.pieces(refs)
+	r.mu.Unlock()
 	for _, ref := range refs {
-		p := &pending{ref: ref, cost: r.cost(ref), done: make(chan struct{})}
-		if err := r.acquire(p.cost); err != nil {
+		p := &pending{ref: ref, done: make(chan struct{})}
+		var pin int64
+		if ref.whole() {
+			p.cost = r.cost(ref)
+		} else {
+			r.mu.Lock()
+			p.ent = r.entries[[2]int{ref.File, ref.Index}]
+			r.mu.Unlock()
+			var err error
+			if p.cost, pin, err = r.pieceCost(p); err != nil {
+				// Locating the pages failed: Next reports it in order.
+				p.err = err
+				p.ent = nil
+				close(p.done)
+				select {
+				case r.queue <- p:
+				case <-r.ctx.Done():
+				}
+				return
+			}
+		}
+		if err := r.acquire(p.cost + pin); err != nil {
 			return
+		}
+		if pin > 0 {
+			// Counted in inflight by acquire; pinned from now on.
+			r.mu.Lock()
+			r.pinned += pin
+			r.mu.Unlock()
 		}
 		select {
 		case workers <- struct{}{}:
@@ -156,7 +295,16 @@ func (r *RowGroupReader) produce(refs []RowGroupRef, mem memory.Allocator) {
 		go func() {
 			defer r.wg.Done()
 			defer func() { <-workers }()
-			p.rec, p.err = r.ds.readRowGroup(r.ctx, ref.File, ref.Index, mem, &r.stats)
+			if p.ent == nil {
+				p.rec, p.err = r.ds.readRowGroup(r.ctx, ref.File, ref.Index, mem, &r.stats)
+			} else {
+				start, end := ref.span()
+				p.rec, p.err = r.ds.readPiece(r.ctx, ref, start, end, mem, &r.stats, p.ent)
+				if p.err == nil {
+					r.stats.Pieces.Add(1)
+				}
+				r.pieceDone(p)
+			}
 			close(p.done)
 		}()
 	}
@@ -214,5 +362,11 @@ func (r *RowGroupReader) Close() error {
 		}
 	}
 	r.wg.Wait()
+	for _, e := range r.entries {
+		e.mu.Lock()
+		e.release()
+		e.mu.Unlock()
+	}
+	r.entries = nil
 	return nil
 }

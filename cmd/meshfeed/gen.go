@@ -66,6 +66,8 @@ func parseGenArgs(args []string, w io.Writer) (genArgs, error) {
 	fs.IntVar(&g.spec.Features, "features", g.spec.Features, "length of the features fixed_size_list<float32>; 0 omits it")
 	fs.Uint64Var(&g.spec.Seed, "seed", g.spec.Seed, "seed of the values")
 	fs.BoolVar(&g.spec.Dictionary, "dictionary", false, "Parquet dictionary encoding for every column")
+	fs.Int64Var(&g.spec.PageBytes, "page-bytes", 0, "Parquet data page size in bytes (0: the writer's default, 1 MiB)")
+	fs.BoolVar(&g.spec.PageIndex, "page-index", false, "write the Parquet page index (offset and column indexes)")
 	fs.BoolVar(&g.ifAbsent, "if-absent", false, "do nothing if the directory already holds this dataset (per "+genManifestName+")")
 	fs.Func("compression", "codec: none, snappy, zstd, gzip or lz4 (Parquet LZ4_RAW, Arrow LZ4_FRAME); Arrow takes none, zstd, lz4 (default none)", func(s string) error {
 		c, err := datagen.ParseCompression(s)

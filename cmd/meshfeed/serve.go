@@ -38,7 +38,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.Var(&allow, "allow", "dataset root that requests may read under (gs://bucket/prefix or a path); repeatable, at least one")
 	maxStreams := fs.Int("max-streams", transport.DefaultMaxStreams, "maximum concurrent DoGet streams")
 	prefetch := fs.Int("prefetch", transport.DefaultPrefetch, "steps each stream reads ahead of the one being sent")
-	readAhead := fs.Int64("read-ahead", loader.DefaultReadAhead, "bytes of row groups each stream reads ahead (compressed + decoded), split among its slices")
+	readAhead := fs.Int64("read-ahead", loader.DefaultReadAhead, "bytes of row groups each stream reads ahead (compressed + decoded), split among its slices; larger row groups are read in pieces, and a request that cannot fit is refused at plan time; 0: one whole row group per slice at a time")
 	mapCache := fs.Int64("map-cache", 0, "keep local files of up to this many bytes in all mapped between reads (faster repeated epochs of page-cache-warm data; mapped pages count in RSS); 0: off")
 	budget := fs.Int64("memory-budget", transport.DefaultMemoryBudget, "bytes of records queued across all streams (0: unbounded)")
 	maxMsg := fs.Int("max-message-size", transport.DefaultMaxMessageSize, "largest gRPC message sent, bytes (clients must accept at least this)")

@@ -174,6 +174,12 @@ type Spec struct {
 	Compression Compression `json:"compression"`
 	// Dictionary turns on Parquet dictionary encoding for every column (Parquet only).
 	Dictionary bool `json:"dictionary"`
+	// PageBytes is the Parquet data page size the writer aims at; 0 keeps
+	// the writer's default (1 MiB). Parquet only.
+	PageBytes int64 `json:"page_bytes,omitempty"`
+	// PageIndex writes the Parquet page index (column and offset indexes).
+	// Parquet only.
+	PageIndex bool `json:"page_index,omitempty"`
 	// Seed selects the values; see Label, Feature, Tokens, Pixel.
 	Seed uint64 `json:"seed"`
 }
@@ -235,6 +241,9 @@ func (s Spec) Validate() error {
 		}
 		if s.Dictionary {
 			bad("dictionary encoding applies only to format parquet")
+		}
+		if s.PageBytes != 0 || s.PageIndex {
+			bad("page size and page index apply only to format parquet")
 		}
 	default:
 		bad("format %v, want parquet or arrow", s.Format)

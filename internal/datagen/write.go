@@ -294,6 +294,10 @@ func writeParquet(ctx context.Context, w io.Writer, s Spec, sc *arrow.Schema, fp
 		parquet.WithDictionaryDefault(s.Dictionary),
 		parquet.WithMaxRowGroupLength(s.RowGroupRows),
 		parquet.WithCreatedBy("meshfeed datagen (arrow-go v18)"),
+		parquet.WithPageIndexEnabled(s.PageIndex),
+	}
+	if s.PageBytes > 0 {
+		pprops = append(pprops, parquet.WithDataPageSize(s.PageBytes))
 	}
 	if s.Dictionary {
 		// Dictionary on means dictionary pages: turn off the writer's cost-based

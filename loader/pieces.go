@@ -1,0 +1,391 @@
+package loader
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/parquet-go/parquet-go/format"
+)
+
+// Pieces: a row range of a row group read and decoded by itself, so that a
+// reader never holds more than a bounded part of a large row group.
+//
+// A column is streamed (only the pages holding the range are fetched and
+// decoded) when the fast path (fastpath.go) decodes it: fixed-width values
+// and lists of them, PLAIN pages, no dictionary, no nulls, codec none,
+// snappy, zstd or gzip. Its pages are located with the column chunk's
+// offset index when the file has one (one small read; the page locations
+// and first rows), else by walking the page headers in bounded windows
+// (pageWindow bytes at a time), which finds the rows of every page of a
+// primitive or fixed_size_list column and of v2 pages; a list column of v1
+// pages without an offset index is not streamed (its rows per page are known
+// only from decoding the levels). The pages cutting the range's edges are
+// decoded whole and sliced: a piece decodes at most one page more per column
+// at each end.
+//
+// Every other column (dictionary-encoded, nullable, booleans, strings,
+// arrow-go's fallback types, and Arrow IPC batches) is decoded whole, once
+// per row group and reader, and the reader's pieces of that row group are
+// slices of it; its whole size is charged to the read-ahead budget with the
+// first piece of its row group (cost), and it stays in memory until the last
+// piece of the row group has been decoded and every piece record released.
+
+// rgEntry is what one reader keeps of a row group while it reads pieces of
+// it: the page locations of streamed columns and the whole decoded columns
+// of the others, shared by the pieces and released after the last one.
+type rgEntry struct {
+	mu      sync.Mutex
+	left    int               // pieces not decoded yet
+	locs    map[int][]pageLoc // per column: nil slice when the column is not streamed
+	cols    map[int]arrow.Array
+	rec     arrow.RecordBatch // a whole record (formats without streaming)
+	charged map[int]bool      // columns (-1: the whole record) whose whole size was charged (pieceCharge)
+	pin     int64             // bytes this entry holds pinned in the reader's budget
+	extra   int64             // bytes decoded whole that pieceCost did not foresee
+}
+
+func (e *rgEntry) release() {
+	for _, a := range e.cols {
+		a.Release()
+	}
+	e.cols = nil
+	if e.rec != nil {
+		e.rec.Release()
+		e.rec = nil
+	}
+}
+
+// span returns the rows [start, end) that ref names: its Start and End, or
+// the whole row group when End is 0.
+func (ref RowGroupRef) span() (start, end int64) {
+	if ref.End == 0 && ref.Start == 0 {
+		return 0, ref.Rows
+	}
+	return ref.Start, ref.End
+}
+
+// whole reports whether ref names all rows of its row group.
+func (ref RowGroupRef) whole() bool {
+	s, e := ref.span()
+	return s == 0 && e == ref.Rows
+}
+
+// streamedCost returns, for row group rg of file fi, the bytes (compressed
+// plus decoded, from the footer) of the columns a piece streams and of
+// those it decodes whole.
+func (ds *Dataset) streamedCost(fi, rg int) (streamed, whole int64) {
+	meta := ds.Files[fi].RowGroups[rg]
+	d, ok := ds.decoders[fi].(*parquetDecoder)
+	if !ok {
+		return 0, meta.Bytes + meta.DecodedBytes
+	}
+	cols := d.pf.Metadata().RowGroups[rg].Columns
+	for i := range d.cols {
+		c := &d.cols[i]
+		var n int64
+		for _, leaf := range c.leaves {
+			if leaf < len(cols) {
+				n += cols[leaf].MetaData.TotalCompressedSize + cols[leaf].MetaData.TotalUncompressedSize
+			}
+		}
+		if d.mayStream(c, rg) {
+			streamed += n
+		} else {
+			whole += n
+		}
+	}
+	return streamed, whole
+}
+
+// PieceCost returns what reading rows [start, end) of row group ref costs
+// the read-ahead budget on its own (compressed plus decoded bytes, from the
+// footer): the rows' share of the columns streamed plus the whole size of
+// the columns decoded whole (see the package's caveats).
+func (ds *Dataset) PieceCost(ref RowGroupRef, start, end int64) int64 {
+	streamed, whole := ds.streamedCost(ref.File, ref.Index)
+	if ref.Rows <= 0 {
+		return streamed + whole
+	}
+	return ceilDiv(streamed*(end-start), ref.Rows) + whole
+}
+
+// StreamedRowBytes returns the most bytes per row (compressed plus decoded)
+// of the streamed columns over the dataset's row groups, and the most bytes
+// of any row group's columns decoded whole: a piece of n rows costs at most
+// n times the first plus the second.
+func (ds *Dataset) StreamedRowBytes() (perRow float64, whole int64) {
+	for fi, f := range ds.Files {
+		for rg, m := range f.RowGroups {
+			if m.Rows == 0 {
+				continue
+			}
+			s, w := ds.streamedCost(fi, rg)
+			perRow = max(perRow, float64(s)/float64(m.Rows))
+			whole = max(whole, w)
+		}
+	}
+	return perRow, whole
+}
+
+// ArrowRowBytes returns the most bytes per row that the dataset's decoded
+// records hold in Arrow memory (what a consumer that keeps rows, such as a
+// shuffle window, holds per row): exact for fixed-width columns, the
+// chunks' uncompressed size per row for the others.
+func (ds *Dataset) ArrowRowBytes() float64 {
+	var most float64
+	for fi, f := range ds.Files {
+		d, ok := ds.decoders[fi].(*parquetDecoder)
+		for rg, m := range f.RowGroups {
+			if m.Rows == 0 {
+				continue
+			}
+			if !ok {
+				most = max(most, float64(m.DecodedBytes)/float64(m.Rows))
+				continue
+			}
+			cols := d.pf.Metadata().RowGroups[rg].Columns
+			var row float64
+			for i := range d.cols {
+				c := &d.cols[i]
+				switch {
+				case (c.kind == kindPrimitive || c.kind == kindFixedList) && c.elemSize > 0:
+					row += float64(c.elemSize * max(c.listSize, 1))
+				case (c.kind == kindPrimitive || c.kind == kindFixedList) && c.elemSize == 0:
+					row += float64(max(c.listSize, 1)) / 8
+				default:
+					for _, leaf := range c.leaves {
+						if leaf < len(cols) {
+							row += float64(cols[leaf].MetaData.TotalUncompressedSize) / float64(m.Rows)
+						}
+					}
+				}
+			}
+			most = max(most, row)
+		}
+	}
+	return most
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// mayStream reports whether column c of row group rg qualifies for
+// streaming by its footer metadata (the pages decide in the end).
+func (d *parquetDecoder) mayStream(c *colDecoder, rg int) bool {
+	if !c.streamEligible() {
+		return false
+	}
+	md := &d.pf.Metadata().RowGroups[rg].Columns[c.leaf].MetaData
+	if !fastCodec(md.Codec) || md.DictionaryPageOffset != 0 || needsFallback(md, false) {
+		return false
+	}
+	for _, e := range md.Encoding {
+		switch e {
+		case format.Plain, format.RLE, format.BitPacked:
+		default:
+			return false
+		}
+	}
+	if md.Statistics.NullCount > 0 {
+		return false
+	}
+	return true
+}
+
+// pieceCharge returns what reading rows [start, end) of row group ref
+// charges the read-ahead budget (see RowGroupReader.pieceCost): cost for
+// the pages of the streamed columns, pin for the columns decoded whole not
+// yet charged for this entry. It locates the streamed columns' pages (once
+// per entry).
+func (ds *Dataset) pieceCharge(ctx context.Context, ref RowGroupRef, start, end int64, stats *ReadStats, e *rgEntry) (cost, pin int64, err error) {
+	meta := ds.Files[ref.File].RowGroups[ref.Index]
+	d, ok := ds.decoders[ref.File].(*parquetDecoder)
+	charge := func(col int, n int64) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.charged == nil {
+			e.charged = map[int]bool{}
+		}
+		if !e.charged[col] {
+			e.charged[col] = true
+			e.pin += n
+			pin += n
+		}
+	}
+	if !ok {
+		charge(-1, meta.Bytes+meta.DecodedBytes)
+		return 0, pin, nil
+	}
+	cols := d.pf.Metadata().RowGroups[ref.Index].Columns
+	for i := range d.cols {
+		c := &d.cols[i]
+		var comp, dec int64
+		for _, leaf := range c.leaves {
+			if leaf < len(cols) {
+				comp += cols[leaf].MetaData.TotalCompressedSize
+				dec += cols[leaf].MetaData.TotalUncompressedSize
+			}
+		}
+		if d.mayStream(c, ref.Index) {
+			locs, err := d.pages(ctx, ds, ref.Index, i, stats, e)
+			if err != nil {
+				return 0, 0, err
+			}
+			if locs != nil {
+				a, b := pageSpan(locs, c.slot(start), c.slot(end))
+				if a < b {
+					slots := locs[b-1].first + locs[b-1].rows - locs[a].first
+					cost += locs[b-1].off + locs[b-1].size - locs[a].off
+					if all := c.slot(meta.Rows); all > 0 {
+						cost += ceilDiv(dec*slots, all)
+					}
+					continue
+				}
+			}
+		}
+		charge(i, comp+dec)
+	}
+	return cost, pin, nil
+}
+
+// readPiece reads rows [start, end) of row group ref into a record.
+func (ds *Dataset) readPiece(ctx context.Context, ref RowGroupRef, start, end int64, mem memory.Allocator, stats *ReadStats, e *rgEntry) (arrow.RecordBatch, error) {
+	d, ok := ds.decoders[ref.File].(*parquetDecoder)
+	if !ok {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.rec == nil {
+			rec, err := ds.readRowGroup(ctx, ref.File, ref.Index, mem, stats)
+			if err != nil {
+				return nil, err
+			}
+			e.rec = rec
+		}
+		return e.rec.NewSlice(start, end), nil
+	}
+	return d.decodeRange(ctx, ds, ref.Index, start, end, mem, stats, e)
+}
+
+// decodeRange decodes rows [start, end) of row group rg: streamed columns
+// from the pages that hold those rows, the others from their whole chunk,
+// decoded once per entry.
+func (d *parquetDecoder) decodeRange(ctx context.Context, ds *Dataset, rg int, start, end int64, mem memory.Allocator, stats *ReadStats, e *rgEntry) (rec arrow.RecordBatch, err error) {
+	if start < 0 || end > d.f.RowGroups[rg].Rows || start >= end {
+		return nil, fmt.Errorf("loader: %s row group %d: rows [%d, %d) outside its %d rows", d.f.Object.URI, rg, start, end, d.f.RowGroups[rg].Rows)
+	}
+	arrs := make([]arrow.Array, 0, len(d.cols))
+	defer func() {
+		if r := recover(); r != nil {
+			if err = faultErr(d.f.Object, rg, r); err == nil {
+				err = fmt.Errorf("loader: %s row group %d: undecodable data (%v): %w; the file is corrupt: rewrite it", d.f.Object.URI, rg, r, ErrCorrupt)
+			}
+		}
+		if err != nil {
+			for _, a := range arrs {
+				a.Release()
+			}
+		}
+	}()
+	for i := range d.cols {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		c := &d.cols[i]
+		var a arrow.Array
+		if d.mayStream(c, rg) {
+			locs, err := d.pages(ctx, ds, rg, i, stats, e)
+			if err != nil {
+				return nil, err
+			}
+			if locs != nil {
+				if a, err = d.decodePages(ctx, ds, rg, c, locs, start, end, mem, stats); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if a == nil {
+			w, err := d.wholeColumn(ctx, ds, rg, i, mem, stats, e)
+			if err != nil {
+				return nil, err
+			}
+			a = array.NewSlice(w, start, end)
+		}
+		arrs = append(arrs, a)
+	}
+	rec = array.NewRecordBatch(d.sch, arrs, end-start)
+	for _, a := range arrs {
+		a.Release()
+	}
+	arrs = nil
+	return rec, nil
+}
+
+// wholeColumn returns column i of row group rg decoded whole, decoding it on
+// the entry's first need.
+func (d *parquetDecoder) wholeColumn(ctx context.Context, ds *Dataset, rg, i int, mem memory.Allocator, stats *ReadStats, e *rgEntry) (arrow.Array, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if a, ok := e.cols[i]; ok {
+		return a, nil
+	}
+	c := &d.cols[i]
+	var chunks []Chunk
+	for _, ch := range d.f.RowGroups[rg].Chunks {
+		if ch.Column == c.name {
+			chunks = append(chunks, ch)
+		}
+	}
+	ra, err := ds.fetchChunks(ctx, ds.fileIndex(d.f), rg, chunks, stats)
+	if err != nil {
+		return nil, err
+	}
+	defer ra.release()
+	if ra.mapped {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	}
+	a, err := d.decodeColumn(ctx, c, rg, ra, mem)
+	if err != nil {
+		return nil, err
+	}
+	if e.cols == nil {
+		e.cols = map[int]arrow.Array{}
+	}
+	e.cols[i] = a
+	if !e.charged[i] {
+		// Foreseen as streamed, decoded whole after all (pages that are
+		// not the fast path's): counted from now on.
+		for _, ch := range chunks {
+			e.extra += ch.Length
+		}
+		e.extra += dataBytes(a.Data())
+	}
+	return a, nil
+}
+
+// dataBytes returns the bytes of an array's buffers, children included.
+func dataBytes(d arrow.ArrayData) int64 {
+	var n int64
+	for _, b := range d.Buffers() {
+		if b != nil {
+			n += int64(b.Len())
+		}
+	}
+	for _, c := range d.Children() {
+		n += dataBytes(c)
+	}
+	return n
+}
+
+// fileIndex returns the index of f in ds.Files.
+func (ds *Dataset) fileIndex(f *File) int {
+	for i, g := range ds.Files {
+		if g == f {
+			return i
+		}
+	}
+	return -1
+}

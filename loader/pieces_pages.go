@@ -1,0 +1,350 @@
+package loader
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"sort"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/encoding/thrift"
+	"github.com/parquet-go/parquet-go/format"
+)
+
+// The pages of a piece (pieces.go): where a streamed column's data pages lie
+// and which rows each holds, and decoding only the pages of a row range.
+
+// pageWindow is the bytes read at a time to walk page headers without an
+// offset index.
+const pageWindow = 64 << 10
+
+// pageLoc is one data page of a column chunk: its bytes (header and body)
+// in the file and the slots it holds: rows, or for a fixed_size_list[n]
+// column values (n per row: pages need not start at a row).
+type pageLoc struct {
+	off, size   int64
+	first, rows int64 // slots
+}
+
+// slot returns the slot of row r of c: r, or r*n for a fixed_size_list[n].
+func (c *colDecoder) slot(r int64) int64 {
+	if c.kind == kindFixedList {
+		return r * int64(c.listSize)
+	}
+	return r
+}
+
+// pageSpan returns the pages [i, j) of locs that hold rows [start, end).
+func pageSpan(locs []pageLoc, start, end int64) (i, j int) {
+	i = sort.Search(len(locs), func(k int) bool { return locs[k].first+locs[k].rows > start })
+	j = sort.Search(len(locs), func(k int) bool { return locs[k].first >= end })
+	return i, j
+}
+
+// pages returns the page locations of column i of row group rg, located on
+// the entry's first need; nil when the column cannot be streamed.
+func (d *parquetDecoder) pages(ctx context.Context, ds *Dataset, rg, i int, stats *ReadStats, e *rgEntry) ([]pageLoc, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if locs, ok := e.locs[i]; ok {
+		return locs, nil
+	}
+	locs, err := d.locatePages(ctx, ds.store, rg, &d.cols[i], stats)
+	if err != nil {
+		return nil, fmt.Errorf("loader: %s row group %d column %q: locating pages: %w", d.f.Object.URI, rg, d.cols[i].name, err)
+	}
+	if e.locs == nil {
+		e.locs = map[int][]pageLoc{}
+	}
+	e.locs[i] = locs
+	return locs, nil
+}
+
+// locatePages finds the data pages of column c in row group rg and the rows
+// each holds: from the offset index when the file has one, else from the
+// page headers. It returns nil (not an error) when the pages cannot be
+// placed by row (a dictionary page, a v1 list page without an offset index,
+// counts that do not add up): the column is then decoded whole, and
+// decoding reports what is wrong with it.
+func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c *colDecoder, stats *ReadStats) ([]pageLoc, error) {
+	cc := &d.pf.Metadata().RowGroups[rg].Columns[c.leaf]
+	rows := d.f.RowGroups[rg].Rows
+	chunkOff, chunkLen := chunkRange(&cc.MetaData)
+	if cc.OffsetIndexOffset > 0 && cc.OffsetIndexLength > 0 {
+		if cc.OffsetIndexLength > 64<<20 || cc.OffsetIndexOffset+int64(cc.OffsetIndexLength) > d.f.Object.Size {
+			return nil, fmt.Errorf("offset index [%d, +%d) outside the file's %d bytes: %w", cc.OffsetIndexOffset, cc.OffsetIndexLength, d.f.Object.Size, ErrCorrupt)
+		}
+		buf := make([]byte, cc.OffsetIndexLength)
+		if err := store.ReadAt(ctx, d.f.Object, buf, cc.OffsetIndexOffset); err != nil {
+			return nil, err
+		}
+		stats.Fetches.Add(1)
+		stats.FetchedBytes.Add(int64(len(buf)))
+		var oi format.OffsetIndex
+		var proto thrift.CompactProtocol
+		if err := thrift.Unmarshal(&proto, buf, &oi); err != nil {
+			return nil, fmt.Errorf("offset index: %w: %w", err, ErrCorrupt)
+		}
+		locs := make([]pageLoc, len(oi.PageLocations))
+		for k, pl := range oi.PageLocations {
+			locs[k] = pageLoc{off: pl.Offset, size: int64(pl.CompressedPageSize), first: c.slot(pl.FirstRowIndex)}
+			if k > 0 {
+				locs[k-1].rows = locs[k].first - locs[k-1].first
+			}
+		}
+		if n := len(locs); n > 0 {
+			locs[n-1].rows = c.slot(rows) - locs[n-1].first
+		}
+		if !placed(locs, c.slot(rows), chunkOff, chunkOff+chunkLen) {
+			return nil, nil
+		}
+		return locs, nil
+	}
+	// No offset index: walk the headers, pageWindow bytes at a time.
+	var locs []pageLoc
+	var proto thrift.CompactProtocol
+	end := chunkOff + chunkLen
+	var first int64
+	buf := getBuf(pageWindow)
+	defer func() { putBuf(buf) }()
+	for pos := chunkOff; pos < end; {
+		w := min(int64(cap(buf)), end-pos)
+		win := buf[:w]
+		if err := store.ReadAt(ctx, d.f.Object, win, pos); err != nil {
+			return nil, err
+		}
+		stats.Fetches.Add(1)
+		stats.FetchedBytes.Add(w)
+		br := bytes.NewReader(win)
+		dec := thrift.NewDecoder(proto.NewReader(br))
+		parsed := 0
+		for pos < end {
+			at := int64(len(win)) - int64(br.Len()) // offset of this header in win
+			var h format.PageHeader
+			if err := dec.Decode(&h); err != nil {
+				break // truncated by the window (or corrupt: decoding the chunk whole says)
+			}
+			hdr := int64(len(win)) - int64(br.Len()) - at
+			if h.CompressedPageSize < 0 {
+				return nil, nil
+			}
+			size := hdr + int64(h.CompressedPageSize)
+			var n int64
+			switch {
+			case h.Type == format.DataPage && h.DataPageHeader.Valid:
+				n = int64(h.DataPageHeader.V.NumValues) // rows, or a fixed list's values
+				if c.kind == kindList {
+					return nil, nil // rows known only from the levels
+				}
+			case h.Type == format.DataPageV2 && h.DataPageHeaderV2.Valid:
+				n = int64(h.DataPageHeaderV2.V.NumRows)
+				if c.kind == kindFixedList {
+					n = int64(h.DataPageHeaderV2.V.NumValues)
+				}
+			case h.Type == format.IndexPage:
+				n = -1
+			default: // dictionary pages, unknown pages
+				return nil, nil
+			}
+			if n >= 0 {
+				locs = append(locs, pageLoc{off: pos, size: size, first: first, rows: n})
+				first += n
+			}
+			pos += size
+			parsed++
+			if at+size >= int64(len(win)) {
+				break // the next header is past this window
+			}
+			br.Seek(at+size, io.SeekStart)
+		}
+		if parsed == 0 {
+			if w == end-pos || cap(buf) >= 16<<20 {
+				return nil, nil // a header that does not parse: decoding the chunk whole reports it
+			}
+			putBuf(buf)
+			buf = getBuf(int64(cap(buf)) * 2) // a header larger than the window (large statistics)
+		}
+	}
+	if !placed(locs, c.slot(rows), chunkOff, end) {
+		return nil, nil
+	}
+	return locs, nil
+}
+
+// placed reports whether locs are pages in order inside [lo, hi) whose rows
+// add up to rows.
+func placed(locs []pageLoc, rows, lo, hi int64) bool {
+	var next int64
+	pos := lo
+	for _, l := range locs {
+		if l.first != next || l.rows < 0 || l.off < pos || l.size <= 0 || l.off+l.size > hi {
+			return false
+		}
+		next += l.rows
+		pos = l.off + l.size
+	}
+	return next == rows && len(locs) > 0
+}
+
+// decodePages decodes rows [start, end) of column c from the pages that hold
+// them, fetched alone, or returns nil (no error) when those pages do not
+// qualify for the fast path after all (the column is then decoded whole).
+func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c *colDecoder, locs []pageLoc, start, end int64, mem memory.Allocator, stats *ReadStats) (arrow.Array, error) {
+	i, j := pageSpan(locs, c.slot(start), c.slot(end))
+	if i >= j {
+		return nil, fmt.Errorf("loader: %s row group %d column %q: no page holds rows [%d, %d): %w", d.f.Object.URI, rg, c.name, start, end, ErrCorrupt)
+	}
+	off, n := locs[i].off, locs[j-1].off+locs[j-1].size-locs[i].off
+	first, rows := locs[i].first, locs[j-1].first+locs[j-1].rows-locs[i].first
+	ra, err := ds.fetchChunks(ctx, ds.fileIndex(d.f), rg, []Chunk{{Column: c.name, Offset: off, Length: n}}, stats)
+	if err != nil {
+		return nil, err
+	}
+	defer ra.release()
+	if ra.mapped {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	}
+	b, ok := ra.bytesAt(off, n)
+	if !ok {
+		return nil, nil
+	}
+	md := &d.pf.Metadata().RowGroups[rg].Columns[c.leaf].MetaData
+	if err := checkPages(b, md, d.maxBytes); err != nil {
+		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d: %w", d.f.Object.URI, rg, c.name, i, j-1, err)
+	}
+	if c.kind == kindFixedList {
+		a, err := c.decodeFixedListSlots(b, md, first, rows, start, end, mem, d.maxBytes)
+		if a == nil || err != nil {
+			if err != nil {
+				err = fmt.Errorf("loader: %s row group %d column %q pages %d..%d (values %d..%d): %w", d.f.Object.URI, rg, c.name, i, j-1, first, first+rows-1, err)
+			}
+			return nil, err
+		}
+		stats.Pages.Add(int64(j - i))
+		return a, nil
+	}
+	fc := c
+	if c.narrowed() {
+		fc = c.wide()
+	}
+	a, ok, err := fc.decodeFast(b, md, rows, mem, d.maxBytes)
+	if !ok {
+		return nil, nil
+	}
+	if err == nil && fc != c {
+		a, err = c.narrow(a, mem)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d (rows %d..%d): %w", d.f.Object.URI, rg, c.name, i, j-1, first, first+rows-1, err)
+	}
+	stats.Pages.Add(int64(j - i))
+	if first == start && rows == end-start {
+		return a, nil
+	}
+	defer a.Release()
+	return array.NewSlice(a, start-first, end-first), nil
+}
+
+// decodeFixedListSlots decodes the pages in b, holding values [first,
+// first+n) of fixed_size_list column c (pages need not start at a row), and
+// returns rows [start, end) of the column; nil (no error) when the pages do
+// not qualify for the fast path.
+func (c *colDecoder) decodeFixedListSlots(b []byte, md *format.ColumnMetaData, first, n, start, end int64, mem memory.Allocator, maxBytes int64) (arrow.Array, error) {
+	// Decode the values as a fixed_size_list[1] (the same page layout:
+	// repetition levels skipped, definition levels checked), then view them.
+	one := *c
+	if c.narrowed() {
+		one = *c.wide()
+	}
+	one.listSize = 1
+	one.field.Type = arrow.FixedSizeListOfNonNullable(1, one.elem)
+	a, ok, err := one.decodeFast(b, md, n, mem, maxBytes)
+	if !ok {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer a.Release()
+	vals := a.(*array.FixedSizeList).ListValues()
+	vals.Retain()
+	if c.narrowed() {
+		prim := *c
+		prim.kind, prim.field.Type = kindPrimitive, c.elem
+		if vals, err = prim.narrow(vals, mem); err != nil {
+			return nil, err
+		}
+	}
+	defer vals.Release()
+	L := int64(c.listSize)
+	lo, hi := start*L-first, end*L-first
+	child := array.NewSliceData(vals.Data(), lo, hi)
+	defer child.Release()
+	data := array.NewData(c.field.Type, int(end-start), []*memory.Buffer{nil}, []arrow.ArrayData{child}, 0, 0)
+	defer data.Release()
+	return array.MakeFromData(data), nil
+}
+
+// streamEligible reports whether c's layout can be streamed: the fast
+// path's layouts, and those of 8- and 16-bit integers stored as INT32 (read
+// as INT32 on the fast path, then narrowed, checked, by narrow).
+func (c *colDecoder) streamEligible() bool {
+	return c.fastEligible() || c.narrowed()
+}
+
+// narrowed reports whether c is an 8- or 16-bit integer column (or a list
+// of them) stored as INT32.
+func (c *colDecoder) narrowed() bool {
+	if c.kind != kindPrimitive && c.kind != kindFixedList && c.kind != kindList || c.phys != parquet.Int32 {
+		return false
+	}
+	switch c.elem.ID() {
+	case arrow.INT8, arrow.UINT8, arrow.INT16, arrow.UINT16:
+		return true
+	}
+	return false
+}
+
+// wide returns c as an int32 column of the same layout, for the fast path.
+func (c *colDecoder) wide() *colDecoder {
+	w := *c
+	w.elem, w.elemSize = arrow.PrimitiveTypes.Int32, 4
+	switch c.kind {
+	case kindFixedList:
+		w.field.Type = arrow.FixedSizeListOfNonNullable(int32(c.listSize), w.elem)
+	case kindList:
+		w.field.Type = arrow.ListOfNonNullable(w.elem)
+	default:
+		w.field.Type = w.elem
+	}
+	return &w
+}
+
+// narrow converts a, decoded by c.wide(), to c's type, checking that every
+// value fits (the writer guarantees it; one that does not is ErrCorrupt). It
+// releases a.
+func (c *colDecoder) narrow(a arrow.Array, mem memory.Allocator) (arrow.Array, error) {
+	defer a.Release()
+	vals := a.Data()
+	var offsets *memory.Buffer
+	if c.kind == kindFixedList || c.kind == kindList {
+		if c.kind == kindList {
+			offsets = vals.Buffers()[1]
+		}
+		vals = vals.Children()[0]
+	}
+	n := vals.Len()
+	raw := vals.Buffers()[1].Bytes()[vals.Offset()*4 : (vals.Offset()+n)*4]
+	out := newValuesBuf(mem, n*c.elemSize)
+	defer out.Release()
+	if err := convertInto(out.Bytes(), c.elem.ID(), raw, parquet.Int32, n); err != nil {
+		return nil, err
+	}
+	st := &colState{c: c, mem: mem, values: out, nvals: n, offsets: offsets, rows: a.Len()}
+	return st.finish(int64(a.Len()))
+}

@@ -1,0 +1,322 @@
+package loader
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	pq "github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+)
+
+// Pieces (pieces.go): rows [a, b) of a row group read by themselves must be
+// exactly rows [a, b) of the whole row group's record, for every column type
+// the fast path streams (and the others, decoded whole and sliced), every
+// codec, v1 and v2 pages, with and without dictionary pages and offset
+// index, with pieces that cut through pages. The whole-row-group reads are
+// checked against the generators here and against pyarrow in
+// TestPyarrowFiles; TestPyarrowFilesInPieces checks pieces against pyarrow
+// directly.
+
+// randomPieces splits every row group of ds into consecutive ranges of
+// random sizes (1 to maxRows rows; sometimes, but not the first, the whole
+// row group).
+func randomPieces(r *rand.Rand, ds *Dataset, maxRows int) []RowGroupRef {
+	var out []RowGroupRef
+	for i, ref := range ds.RowGroups() {
+		if i > 0 && r.IntN(5) == 0 {
+			out = append(out, ref)
+			continue
+		}
+		for s := int64(0); s < ref.Rows; {
+			e := min(ref.Rows, s+int64(r.IntN(maxRows)+1))
+			p := ref
+			p.Start, p.End = s, e
+			out = append(out, p)
+			s = e
+		}
+	}
+	return out
+}
+
+// checkPieces reads refs with a RowGroupReader and compares every record,
+// column by column, with the same rows of the whole row group.
+func checkPieces(t *testing.T, ds *Dataset, refs []RowGroupRef, mem memory.Allocator, opts ...ReaderOption) *ReadStats {
+	t.Helper()
+	ctx := context.Background()
+	wholes := map[[2]int]arrow.RecordBatch{}
+	defer func() {
+		for _, w := range wholes {
+			w.Release()
+		}
+	}()
+	rd := ds.NewReader(ctx, refs, mem, append([]ReaderOption{WithReaderDecodeWorkers(2)}, opts...)...)
+	defer rd.Close()
+	next := map[[2]int]int64{} // the row each row group's next piece must start at
+	for {
+		rec, ref, err := rd.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := [2]int{ref.File, ref.Index}
+		w, ok := wholes[k]
+		if !ok {
+			if w, err = ds.ReadRowGroup(ctx, ref.File, ref.Index, mem); err != nil {
+				t.Fatal(err)
+			}
+			wholes[k] = w
+		}
+		start, end := ref.span()
+		if start != next[k] {
+			t.Fatalf("row group %d: piece starts at row %d, want %d (consecutive)", ref.Index, start, next[k])
+		}
+		next[k] = end
+		if rec.NumRows() != end-start {
+			t.Fatalf("row group %d rows [%d, %d): %d rows", ref.Index, start, end, rec.NumRows())
+		}
+		want := w.NewSlice(start, end)
+		for c := 0; c < int(rec.NumCols()); c++ {
+			if !array.Equal(rec.Column(c), want.Column(c)) {
+				t.Fatalf("row group %d rows [%d, %d) column %q:\n got %v\nwant %v", ref.Index, start, end, rec.ColumnName(c), rec.Column(c), want.Column(c))
+			}
+		}
+		want.Release()
+		rec.Release()
+	}
+	for k, n := range next {
+		if rows := ds.Files[k[0]].RowGroups[k[1]].Rows; n != rows {
+			t.Fatalf("row group %d: pieces ended at row %d of %d", k[1], n, rows)
+		}
+	}
+	return rd.Stats()
+}
+
+func TestPiecesMatchWholeRowGroups(t *testing.T) {
+	seed := fastSeed(t)
+	r := rand.New(rand.NewPCG(seed, seed^0x91ece))
+	var recs []arrow.RecordBatch
+	for first := 0; first < 2500; first += 1000 {
+		rec := fastRecord(first, min(1000, 2500-first))
+		defer rec.Release()
+		recs = append(recs, rec)
+	}
+	dir := t.TempDir()
+	codecs := []struct {
+		name  string
+		codec compress.Compression
+	}{
+		{"none", compress.Codecs.Uncompressed},
+		{"snappy", compress.Codecs.Snappy},
+		{"zstd", compress.Codecs.Zstd},
+		{"gzip", compress.Codecs.Gzip},
+		{"lz4raw", compress.Codecs.Lz4Raw}, // arrow-go's fallback: decoded whole
+	}
+	streamed := []string{"id", "label", "features", "nfeatures", "small"} // and tokens with an offset index or v2 pages
+	for _, c := range codecs {
+		for _, dict := range []bool{false, true} {
+			for _, v2 := range []bool{false, true} {
+				for _, index := range []bool{false, true} {
+					label := fmt.Sprintf("%s_dict%v_v2%v_index%v", c.name, dict, v2, index)
+					t.Run(label, func(t *testing.T) {
+						path := filepath.Join(dir, label+".parquet")
+						version := pq.DataPageV1
+						if v2 {
+							version = pq.DataPageV2
+						}
+						writeFastFile(t, path, recs,
+							pq.WithCompression(c.codec),
+							pq.WithDictionaryDefault(dict),
+							pq.WithDataPageVersion(version),
+							pq.WithMaxRowGroupLength(1000),
+							pq.WithDataPageSize(2<<10), // many pages per chunk: pieces cut through them
+							pq.WithPageIndexEnabled(index),
+						)
+						mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+						defer mem.AssertSize(t, 0)
+						store := NewLocalStore()
+						defer store.Close()
+						ds, err := Open(context.Background(), store, []string{path}, WithFill(map[string]float64{"maybe": -1}), WithFooterCache(nil))
+						if err != nil {
+							t.Fatal(err)
+						}
+						// The variant is what it says: an offset index or none.
+						cc := ds.decoders[0].(*parquetDecoder).pf.Metadata().RowGroups[0].Columns[0]
+						if got := cc.OffsetIndexOffset > 0; got != index {
+							t.Fatalf("offset index written = %v, want %v", got, index)
+						}
+						first := 0
+						for rg, meta := range ds.Files[0].RowGroups {
+							rec, err := ds.ReadRowGroup(context.Background(), 0, rg, mem)
+							if err != nil {
+								t.Fatal(err)
+							}
+							for i, f := range rec.Schema().Fields() {
+								checkColumn(t, f.Name, rec.Column(i), first)
+							}
+							rec.Release()
+							first += int(meta.Rows)
+						}
+						st := checkPieces(t, ds, randomPieces(r, ds, 300), mem)
+						if st.Pieces.Load() == 0 {
+							t.Fatal("no piece was read")
+						}
+						// Streamed columns decode only their pages: with no
+						// dictionary and a fast codec, pages were decoded by
+						// pieces.
+						if c.name != "lz4raw" && !dict && st.Pages.Load() == 0 {
+							t.Errorf("no page decoded by pieces; columns %v should stream", streamed)
+						}
+						if c.name == "lz4raw" || dict {
+							if n := st.Pages.Load(); n != 0 && dict && c.name == "lz4raw" {
+								t.Errorf("%d pages streamed from dictionary-encoded lz4 chunks", n)
+							}
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestPiecesStreamOnlyTheirPages: a piece of a streamed column fetches and
+// decodes about its own rows' pages, not the chunk; with WithReaderMaxPiece
+// the reader splits row groups itself, and its in-flight peak stays within
+// the budget although one row group is several times larger.
+func TestPiecesStreamOnlyTheirPages(t *testing.T) {
+	rec := fastRecord(0, 20000)
+	defer rec.Release()
+	dir := t.TempDir()
+	for _, index := range []bool{false, true} {
+		t.Run(fmt.Sprintf("index%v", index), func(t *testing.T) {
+			path := filepath.Join(dir, fmt.Sprintf("big_%v.parquet", index))
+			writeFastFile(t, path, []arrow.RecordBatch{rec},
+				pq.WithDictionaryDefault(false),
+				pq.WithMaxRowGroupLength(20000),
+				pq.WithDataPageSize(8<<10),
+				pq.WithPageIndexEnabled(index))
+			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+			defer mem.AssertSize(t, 0)
+			store := NewLocalStore()
+			defer store.Close()
+			ds, err := Open(context.Background(), store, []string{path}, WithColumns("id", "features"), WithFooterCache(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref := ds.RowGroups()[0]
+			full := ref.Bytes + ds.Files[0].RowGroups[0].DecodedBytes
+			budget := full / 8
+			st := checkPieces(t, ds, []RowGroupRef{ref}, mem, WithReaderMaxPiece(budget/4), WithReaderReadAhead(budget))
+			if st.Pieces.Load() < 8 {
+				t.Fatalf("%d pieces, want at least 8 of a row group of %d bytes in pieces of %d", st.Pieces.Load(), full, budget/4)
+			}
+			// Fetched: the chunks once, plus the pages at the pieces' edges
+			// (a page holding rows of two pieces is fetched by both: at
+			// most 2 pages of 8 KiB per column and piece), plus without an
+			// offset index the headers walked (windows of pageWindow bytes,
+			// here holding several pages: at most the chunks once more).
+			limit := ref.Bytes + st.Pieces.Load()*2*2*(8<<10+1<<10)
+			if !index {
+				limit += ref.Bytes + 2*pageWindow
+			}
+			if got := st.FetchedBytes.Load(); got > limit {
+				t.Errorf("fetched %d bytes for a row group of %d", got, ref.Bytes)
+			}
+			rd := ds.NewReader(context.Background(), []RowGroupRef{ref}, mem, WithReaderMaxPiece(budget/4), WithReaderReadAhead(budget))
+			for {
+				r, _, err := rd.Next()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.Release()
+			}
+			if peak := rd.PeakInFlight(); peak > budget {
+				t.Errorf("peak in flight %d bytes, budget %d (row group %d)", peak, budget, full)
+			}
+			rd.Close()
+		})
+	}
+}
+
+// TestPiecesWholeColumnsPinned: a column that cannot be streamed (nulls, a
+// boolean) is decoded once per row group for all its pieces and counted
+// in flight until the last piece.
+func TestPiecesWholeColumnsPinned(t *testing.T) {
+	rec := fastRecord(0, 5000)
+	defer rec.Release()
+	path := filepath.Join(t.TempDir(), "f.parquet")
+	writeFastFile(t, path, []arrow.RecordBatch{rec}, pq.WithDictionaryDefault(false), pq.WithMaxRowGroupLength(5000), pq.WithDataPageSize(4<<10))
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	store := NewLocalStore()
+	defer store.Close()
+	ds, err := Open(context.Background(), store, []string{path}, WithColumns("id", "flag", "maybe"), WithNullsAsValidity(), WithFooterCache(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := ds.RowGroups()[0]
+	streamed, whole := ds.streamedCost(0, 0)
+	if streamed == 0 || whole == 0 {
+		t.Fatalf("streamed %d, whole %d bytes: want both", streamed, whole)
+	}
+	var refs []RowGroupRef
+	for s := int64(0); s < ref.Rows; s += 500 {
+		p := ref
+		p.Start, p.End = s, s+500
+		refs = append(refs, p)
+	}
+	rd := ds.NewReader(context.Background(), refs, mem, WithReaderReadAhead(1)) // one piece at a time
+	defer rd.Close()
+	decoded := rd.Stats()
+	for {
+		r, _, err := rd.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Release()
+	}
+	if peak := rd.PeakInFlight(); peak < whole {
+		t.Errorf("peak in flight %d bytes, below the %d bytes of the columns decoded whole", peak, whole)
+	}
+	if n := decoded.RowGroups.Load(); n != 0 {
+		t.Errorf("%d whole row groups decoded, want 0 (pieces only)", n)
+	}
+	checkPieces(t, ds, refs, mem)
+}
+
+// TestArrowRowBytes: the decoded bytes per row of fixed-width columns are
+// exact (8 for int64, 4 per float32 of a fixed_size_list, int8 one byte
+// although stored as INT32).
+func TestArrowRowBytes(t *testing.T) {
+	rec := fastRecord(0, 100)
+	defer rec.Release()
+	path := filepath.Join(t.TempDir(), "f.parquet")
+	writeFastFile(t, path, []arrow.RecordBatch{rec}, pq.WithDictionaryDefault(false))
+	store := NewLocalStore()
+	defer store.Close()
+	ds, err := Open(context.Background(), store, []string{path}, WithColumns("id", "features", "small"), WithFooterCache(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ds.ArrowRowBytes(), float64(8+4*fastListSize+1); got != want {
+		t.Errorf("ArrowRowBytes = %v, want %v", got, want)
+	}
+	perRow, whole := ds.StreamedRowBytes()
+	if perRow <= 0 || whole != 0 {
+		t.Errorf("StreamedRowBytes = %v, %d: want every column streamed", perRow, whole)
+	}
+}
