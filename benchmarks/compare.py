@@ -272,18 +272,25 @@ def _child(args: argparse.Namespace) -> None:
     ints, flt = jax.block_until_ready((ints, flt))
     t2 = time.perf_counter()
     mark("end")
-    if loader is not None:
-        loader.close()
-    if setup is not None:
-        setup.shutdown()
     rows = steps * B
     el = max(t2 - t1, 1e-9) if t1 is not None else 1e-9
     out = {"loader": name, "workload": wl, "loop": args.loop, "steps": steps, "rows": rows, "bytes": nbytes,
            "time_to_first_batch_s": ttfb, "seconds": el, "partial": partial,
            "rows_per_second": (rows - B) / el, "bytes_per_second": (nbytes - nbytes_step) / el,
            "checksum": [int(x) for x in np.asarray(ints)], "features_sum": float(flt)}
+    # The result is complete before teardown: Ray's shutdown right after an
+    # iterator ends has crashed (a fatal check in its task manager, exit 1)
+    # after a finished epoch; the parent reports such a run with its
+    # teardown's exit status instead of dropping it.
     with open(args.result, "w") as f:
         json.dump(out, f)
+    del it
+    if loader is not None:
+        loader.close()
+    if setup is not None:
+        import gc
+        gc.collect()
+        setup.shutdown()
 
 
 # -- the parent ---------------------------------------------------------------------
@@ -338,13 +345,15 @@ def _run_child(name: str, wl: str, loop: str, a: argparse.Namespace, sizes: dict
             cpu_end = sampler.cpu_seconds()
     rc = proc.wait()
     sampler.stop()
-    if rc != 0 or cpu_end is None:
+    if cpu_end is None or os.path.getsize(res) == 0:
         os.unlink(res)
         return {"loader": name, "workload": wl, "loop": loop,
                 "error": f"exit status {rc}; output: {''.join(lines)[-2000:]}"}
     with open(res) as f:
         out = json.load(f)
     os.unlink(res)
+    if rc != 0:  # the epoch ran and was recorded; its teardown failed
+        out["teardown_exit_status"] = rc
     out["cpu_seconds"] = cpu_end - cpu_start
     out["peak_memory_bytes"] = sampler.peak_bytes
     out["peak_rss_bytes"] = sampler.peak_rss_bytes
@@ -379,7 +388,8 @@ def summarize(runs: list[dict]) -> dict:
         return {"loader": runs[0]["loader"], "error": runs[0]["error"], "runs": len(runs)}
     out = {"loader": ok[0]["loader"], "runs": len(ok), "partial": any(r.get("partial") for r in ok),
            "rows_per_second_min": min(r["rows_per_second"] for r in ok),
-           "rows_per_second_max": max(r["rows_per_second"] for r in ok)}
+           "rows_per_second_max": max(r["rows_per_second"] for r in ok),
+           "teardown_exit_status": next((r["teardown_exit_status"] for r in ok if r.get("teardown_exit_status")), 0)}
     for k in FIELDS:
         out[k] = statistics.median(r[k] for r in ok)
     return out
@@ -452,7 +462,8 @@ def fmt_table(rows: list[dict]) -> str:
             continue
         rng = (f"; {r['rows_per_second_min']:,.0f}-{r['rows_per_second_max']:,.0f}" if r["runs"] > 1 else "")
         ratio = f"{r['rows_per_second'] / base['rows_per_second']:.2f}x" if base else ""
-        lines.append(f"| {LABELS[r['loader']]}{' (partial epoch: time cap)' if r['partial'] else ''} | {r['runs']} | "
+        lines.append(f"| {LABELS[r['loader']]}{' (partial epoch: time cap)' if r['partial'] else ''}"
+                     f"{' (teardown failed: exit status %d)' % r['teardown_exit_status'] if r.get('teardown_exit_status') else ''} | {r['runs']} | "
                      f"{r['rows_per_second']:,.0f}{rng} | {r['bytes_per_second'] / 1e9:.3f} | "
                      f"{r['cpu_seconds_per_gb']:.1f} | {r['peak_memory_bytes'] / 2**20:,.0f} MiB | "
                      f"{r['time_to_first_batch_s']:.2f} s | {ratio} |")
