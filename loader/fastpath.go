@@ -32,8 +32,10 @@ import (
 // decodeChunk, which decodes everything:
 //
 //   - the column is a fixed-width primitive (not bool), or a fixed_size_list
-//     or list of one, stored in a physical type of the element's exact width
-//     (no narrowing of INT32 to 8 or 16 bits);
+//     or list of one, stored in a physical type of the element's exact width;
+//     or an 8- or 16-bit integer (or a fixed_size_list of them) stored as
+//     INT32, narrowed, checked, straight from the page into the Arrow buffer
+//     (fastPageNarrow; lists of them are narrowed after decoding);
 //   - the codec is UNCOMPRESSED, SNAPPY, ZSTD or GZIP;
 //   - there is no dictionary page and every data page is PLAIN;
 //   - no page holds a null or an empty list: v2 pages say num_nulls == 0;
@@ -87,7 +89,8 @@ func (c *colDecoder) fastEligible() bool {
 // ok is false when it does not (nothing was allocated: decode it with
 // decodeChunk); err is set, and ok true, when it qualifies but is corrupt.
 func (c *colDecoder) decodeFast(chunk []byte, md *format.ColumnMetaData, rows int64, mem memory.Allocator, maxBytes int64) (a arrow.Array, ok bool, err error) {
-	if !c.fastEligible() || !fastCodec(md.Codec) || rows < 0 || rows > math.MaxInt32 {
+	narrow := c.kind != kindList && c.narrowed()
+	if !(c.fastEligible() || narrow) || !fastCodec(md.Codec) || rows < 0 || rows > math.MaxInt32 {
 		return nil, false, nil
 	}
 	if c.kind == kindList {
@@ -135,9 +138,12 @@ func (c *colDecoder) decodeFast(chunk []byte, md *format.ColumnMetaData, rows in
 	for i := len(pages) - 1; i >= 0; i-- {
 		p := &pages[i]
 		start, n := starts[i], p.nvals*c.elemSize
-		if p.v2 {
+		switch {
+		case narrow:
+			err = c.fastPageNarrow(p, md.Codec, dst[start:start+n:start+n], &scratch)
+		case p.v2:
 			err = fastPageV2(p, md.Codec, dst[start:start+n:start+n])
-		} else {
+		default:
 			err = c.fastPageV1(p, md.Codec, dst, start, n, &scratch)
 		}
 		if errors.Is(err, errFallback) {
@@ -280,6 +286,55 @@ func (c *colDecoder) fastPageV1(p *fastPage, codec format.CompressionCodec, dst 
 		copy(out, page)
 	}
 	return nil
+}
+
+// fastPageNarrow writes a page's INT32 values into out (exactly nvals
+// values of c's 8- or 16-bit type), narrowed and checked by convertInto (a
+// value out of range is ErrCorrupt), after checking that its definition
+// levels hold no null. A compressed page is decompressed into *scratch first:
+// its values are wider than their place in out.
+func (c *colDecoder) fastPageNarrow(p *fastPage, codec format.CompressionCodec, out []byte, scratch *[]byte) error {
+	page := p.body
+	if p.v2 {
+		page = p.body[p.levels:]
+	}
+	if n := p.size - p.levels; (p.v2 && !p.valuesRaw) || (!p.v2 && codec != format.Uncompressed) {
+		if !p.v2 {
+			n = p.size
+		}
+		if cap(*scratch) < n {
+			if *scratch != nil {
+				putBuf(*scratch)
+			}
+			*scratch = getBuf(int64(n))
+		}
+		buf := (*scratch)[:n:n]
+		if err := decompressInto(codec, buf, page); err != nil {
+			return err
+		}
+		page = buf
+	}
+	if !p.v2 {
+		var err error
+		if c.kind == kindFixedList { // repetition levels: skipped
+			if _, page, err = levelSection(page); err != nil {
+				return err
+			}
+		}
+		if c.maxDef > 0 {
+			var def []byte
+			if def, page, err = levelSection(page); err != nil {
+				return err
+			}
+			if !allRunsAt(def, c.maxDef, p.nvals) {
+				return errFallback
+			}
+		}
+	}
+	if len(page) != 4*p.nvals || len(out) != p.nvals*c.elemSize {
+		return fmt.Errorf("%d bytes of values for %d INT32 values: %w", len(page), p.nvals, ErrCorrupt)
+	}
+	return convertInto(out, c.elem.ID(), page, parquet.Int32, p.nvals)
 }
 
 // levelSection splits a v1 page's level section (4-byte little-endian length,

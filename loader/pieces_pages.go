@@ -229,7 +229,7 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c
 		return a, nil
 	}
 	fc := c
-	if c.narrowed() {
+	if c.kind == kindList && c.narrowed() { // lists are narrowed after decoding
 		fc = c.wide()
 	}
 	a, ok, err := fc.decodeFast(b, md, rows, mem, d.maxBytes)
@@ -257,10 +257,7 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c
 func (c *colDecoder) decodeFixedListSlots(b []byte, md *format.ColumnMetaData, first, n, start, end int64, mem memory.Allocator, maxBytes int64) (arrow.Array, error) {
 	// Decode the values as a fixed_size_list[1] (the same page layout:
 	// repetition levels skipped, definition levels checked), then view them.
-	one := *c
-	if c.narrowed() {
-		one = *c.wide()
-	}
+	one := *c // narrowed on the fast path itself when c is
 	one.listSize = 1
 	one.field.Type = arrow.FixedSizeListOfNonNullable(1, one.elem)
 	a, ok, err := one.decodeFast(b, md, n, mem, maxBytes)
@@ -272,15 +269,6 @@ func (c *colDecoder) decodeFixedListSlots(b []byte, md *format.ColumnMetaData, f
 	}
 	defer a.Release()
 	vals := a.(*array.FixedSizeList).ListValues()
-	vals.Retain()
-	if c.narrowed() {
-		prim := *c
-		prim.kind, prim.field.Type = kindPrimitive, c.elem
-		if vals, err = prim.narrow(vals, mem); err != nil {
-			return nil, err
-		}
-	}
-	defer vals.Release()
 	L := int64(c.listSize)
 	lo, hi := start*L-first, end*L-first
 	child := array.NewSliceData(vals.Data(), lo, hi)
@@ -291,8 +279,9 @@ func (c *colDecoder) decodeFixedListSlots(b []byte, md *format.ColumnMetaData, f
 }
 
 // streamEligible reports whether c's layout can be streamed: the fast
-// path's layouts, and those of 8- and 16-bit integers stored as INT32 (read
-// as INT32 on the fast path, then narrowed, checked, by narrow).
+// path's layouts, and those of 8- and 16-bit integers stored as INT32
+// (narrowed, checked, on the fast path; lists of them read as INT32, then
+// narrowed by narrow).
 func (c *colDecoder) streamEligible() bool {
 	return c.fastEligible() || c.narrowed()
 }
