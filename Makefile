@@ -110,6 +110,13 @@ bench-rss: build
 	MESHFEED="$(CURDIR)/$(BIN)" benchmarks/pieces_rss.sh
 .PHONY: bench-rss
 
+# Delivered GB/s of jax.Arrays against a memcpy measured in the same run:
+# one client, 8 CPU devices, uncompressed page-cache-warm Parquet
+# (benchmarks/memcpy_ratio.py).
+bench-memcpy: build
+	PYTHONPATH="$(CURDIR)/pyclient" MESHFEED_BIN="$(CURDIR)/$(BIN)" $(VENV)/bin/python benchmarks/memcpy_ratio.py
+.PHONY: bench-memcpy
+
 # Fuzz each target for FUZZTIME (not part of make test; seeds run in make test).
 FUZZTIME ?= 60s
 fuzz:

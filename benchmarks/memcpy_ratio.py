@@ -13,7 +13,10 @@ loader runs). Issue 12's target: at least 50% of memcpy.
 Datasets (written once with bin/meshfeed gen --compression none into
 CACHE/memcpy-WORKLOAD):
 
-  images   id int64, image fixed_shape_tensor<uint8>[128,128,3]; B=256
+  wide     id int64, features fixed_size_list<float32>[1024]; B=1,024 (4 MiB steps)
+  images   id int64, image fixed_shape_tensor<uint8>[128,128,3]; B=256 (stored, as
+           every Parquet writer stores uint8, as INT32: the server reads 4 bytes per
+           delivered byte)
   tabular  id int64, label int32, features fixed_size_list<float32>[64]; B=2,000
 """
 
@@ -31,6 +34,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 WORKLOADS = {
+    "wide": {"rows": 131072, "batch": 1024, "files": 4, "row_group_rows": 4096, "columns": ["id", "features"],
+             "gen": ["--features", "1024"]},
     "images": {"rows": 8192, "batch": 256, "files": 4, "row_group_rows": 256, "columns": ["id", "image"],
                "gen": ["--features", "0", "--image", "128x128x3"]},
     "tabular": {"rows": 2_000_000, "batch": 2000, "files": 4, "row_group_rows": 65536,
@@ -81,7 +86,7 @@ def run(data: str, spec: dict, epochs: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workloads", default="images,tabular")
+    ap.add_argument("--workloads", default="wide,images,tabular")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cache", default=os.path.join(ROOT, ".cache"))
