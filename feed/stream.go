@@ -26,6 +26,7 @@ type pipelineStream struct {
 	cancel context.CancelFunc
 	pos    batching.Position // position of the next step
 	slices []*sliceCut       // per request slice, for epoch pos.Epoch; nil between epochs
+	ahead  []*sliceCut       // the next epoch's, opened early by readAhead; nil when not yet
 	closed bool
 }
 
@@ -43,17 +44,36 @@ type sliceCut struct {
 func (s *pipelineStream) Schema() *arrow.Schema { return s.pl.schema }
 
 // openEpoch sets up, for every requested slice, the cutter and the reader of
-// epoch s.pos.Epoch starting at step s.pos.Step.
+// epoch s.pos.Epoch starting at step s.pos.Step: those readAhead opened
+// during the previous epoch, or new ones.
 func (s *pipelineStream) openEpoch() error {
 	pl := s.pl
+	if s.ahead != nil {
+		s.slices, s.ahead = s.ahead, nil
+		return nil
+	}
 	if pl.rem != nil && s.pos.Epoch == pl.rem.Switch().Epoch {
 		return s.openRemainder()
 	}
+	scs, err := s.plainSlices(s.pos)
+	if err != nil {
+		return err
+	}
+	s.slices = scs
+	return nil
+}
+
+// plainSlices returns the cutters and readers of the plan's epoch pos.Epoch
+// from step pos.Step, one per requested slice; their readers start reading.
+func (s *pipelineStream) plainSlices(pos batching.Position) ([]*sliceCut, error) {
+	pl := s.pl
+	var out []*sliceCut
 	for _, d := range pl.cfg.slices {
-		cut, err := batching.NewCutter(pl.plan, s.pos.Epoch, d, s.pos.Step, s.mem,
+		cut, err := batching.NewCutter(pl.plan, pos.Epoch, d, pos.Step, s.mem,
 			batching.WithMaskColumn(pl.cfg.mask), batching.WithSchema(pl.cutIn))
 		if err != nil {
-			return fmt.Errorf("feed: epoch %d step %d slice %d: %w", s.pos.Epoch, s.pos.Step, d, err)
+			closeSlices(out)
+			return nil, fmt.Errorf("feed: epoch %d step %d slice %d: %w", pos.Epoch, pos.Step, d, err)
 		}
 		sc := &sliceCut{d: d, cut: cut}
 		if rows := pl.pieces.pieceRows; rows > 0 {
@@ -69,18 +89,49 @@ func (s *pipelineStream) openEpoch() error {
 				sc.refs[i] = ref
 			}
 		} else {
-			sc.refs = s.readRefs(d)
+			sc.refs = s.readRefs(pos, d)
 		}
-		s.addSlice(sc)
+		s.startReader(sc)
+		out = append(out, sc)
 	}
-	return nil
+	return out, nil
 }
 
-// addSlice adds sc to the current epoch, with a reader of exactly sc.refs
-// (none when it reads nothing): each of the stream's slices gets an even
-// share of the read-ahead budget (of which, when it reads pieces, the part
-// planPieces leaves in flight) and of the cores for decoding.
+// readAhead opens the next epoch's slices, so that their readers fetch and
+// decode its first row groups or pieces while this epoch's last steps are
+// cut (without it the first steps of every epoch wait for them), once every
+// slice of this epoch has taken its last record from its reader: their
+// read-ahead budget is then free, and the memory held stays within the
+// budget. An elastic remainder epoch, and the epochs before it, open when
+// they start; so does an epoch whose set-up fails (openEpoch reports it).
+func (s *pipelineStream) readAhead() {
+	pl := s.pl
+	next := s.pos.Epoch + 1
+	if s.ahead != nil || s.slices == nil || (pl.cfg.epochs > 0 && next >= pl.cfg.epochs) ||
+		(pl.rem != nil && next <= pl.rem.Switch().Epoch) {
+		return
+	}
+	for _, sc := range s.slices {
+		if sc.rd != nil && sc.got < len(sc.refs) {
+			return
+		}
+	}
+	if scs, err := s.plainSlices(batching.Position{Epoch: next}); err == nil {
+		s.ahead = scs
+	}
+}
+
+// addSlice adds sc to the current epoch, its reader started.
 func (s *pipelineStream) addSlice(sc *sliceCut) {
+	s.startReader(sc)
+	s.slices = append(s.slices, sc)
+}
+
+// startReader gives sc a reader of exactly sc.refs (none when it reads
+// nothing): each of the stream's slices gets an even share of the
+// read-ahead budget (of which, when it reads pieces, the part planPieces
+// leaves in flight) and of the cores for decoding.
+func (s *pipelineStream) startReader(sc *sliceCut) {
 	if len(sc.refs) > 0 {
 		n := int64(len(s.pl.cfg.slices))
 		budget := s.cfg.readAhead / n
@@ -91,14 +142,13 @@ func (s *pipelineStream) addSlice(sc *sliceCut) {
 			loader.WithReaderReadAhead(budget),
 			loader.WithReaderDecodeWorkers(max(runtime.GOMAXPROCS(0)/int(n), 1)))
 	}
-	s.slices = append(s.slices, sc)
 }
 
 // readRefs returns the row groups that stream d's cutter will ask for from
-// s.pos on, in that order (batching.Plan.StreamReads): nothing earlier is
+// pos on, in that order (batching.Plan.StreamReads): nothing earlier is
 // read.
-func (s *pipelineStream) readRefs(d int) []loader.RowGroupRef {
-	idx := s.pl.plan.StreamReads(s.pos, d)
+func (s *pipelineStream) readRefs(pos batching.Position, d int) []loader.RowGroupRef {
+	idx := s.pl.plan.StreamReads(pos, d)
 	refs := make([]loader.RowGroupRef, len(idx))
 	for i, g := range idx {
 		refs[i] = s.pl.refs[g]
@@ -108,13 +158,18 @@ func (s *pipelineStream) readRefs(d int) []loader.RowGroupRef {
 
 // closeEpoch releases the cutters and readers of the current epoch.
 func (s *pipelineStream) closeEpoch() {
-	for _, sc := range s.slices {
+	closeSlices(s.slices)
+	s.slices = nil
+}
+
+// closeSlices releases the cutters and readers of scs.
+func closeSlices(scs []*sliceCut) {
+	for _, sc := range scs {
 		sc.cut.Release()
 		if sc.rd != nil {
 			sc.rd.Close()
 		}
 	}
-	s.slices = nil
 }
 
 // Next implements transport.Stream: the step's slices, one record per
@@ -162,6 +217,7 @@ func (s *pipelineStream) next() (transport.Step, error) {
 		return transport.Step{}, err
 	}
 	s.pos.Step++
+	s.readAhead()
 	return step, nil
 }
 
@@ -284,5 +340,7 @@ func (s *pipelineStream) Close() error {
 	s.closed = true
 	s.cancel()
 	s.closeEpoch()
+	closeSlices(s.ahead)
+	s.ahead = nil
 	return nil
 }
