@@ -302,6 +302,36 @@ def test_refused_at_plan_time(served):
     assert info.schema.field("top").type == pq.read_table(path).schema.field("top").type == pa.timestamp("ns")
 
 
+@pytest.mark.parametrize("store_schema", [True, False])
+def test_nested_json_refused_at_plan_time(served, store_schema):
+    """JSON inside a struct, a list or a map: arrow-go would read it as binary,
+    pyarrow reads arrow.json; refused by GetFlightInfo naming the file, the
+    column, the Parquet type and what to do. The top-level JSON column is
+    served as pyarrow reads it."""
+    root, client = served
+    d = root / f"nested_json_{store_schema}"
+    d.mkdir(exist_ok=True)
+    path = d / "f.parquet"
+    j = pa.array(['{"a": 1}', "[2]", None], pa.json_())
+    t = pa.table({
+        "s": pa.StructArray.from_arrays([j], names=["j"]),
+        "l": pa.ListArray.from_arrays(pa.array([0, 1, 3, 3], pa.int32()), j),
+        "m": pa.MapArray.from_arrays(pa.array([0, 2, 2, 2], pa.int32()), pa.array(["k", "q"]), j.slice(0, 2)),
+        "top": j,
+    })
+    pq.write_table(t, path, store_schema=store_schema)
+    want = {"s": "s.j", "l": "l.list.element", "m": "m.key_value.value"}
+    for col, leaf in want.items():
+        with pytest.raises(pa.ArrowInvalid) as e:
+            client.get_flight_info(flight.FlightDescriptor.for_command(request(path, 3, [col])))
+        msg = str(e.value)
+        for part in (str(path), f'column "{col}"', f"Parquet JSON inside a nested type (leaf {leaf})", "arrow.json",
+                     "rewrite it as a plain string, or project top-level JSON columns only"):
+            assert part in msg, f"{part!r} not in {msg!r}"
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(request(path, 3, ["top"])))
+    assert info.schema.field("top").type == pq.read_table(path).schema.field("top").type == pa.json_()
+
+
 # ---------------------------------------------------------------------------
 # docs/TYPES.md: the table of what each Parquet type becomes, generated from
 # what this test observes; the test fails when the checked-in table differs
