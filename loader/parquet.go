@@ -182,6 +182,12 @@ func (p *parquetFooter) rowGroups(proj []int) ([]RowGroupMeta, error) {
 	md := p.pf.Metadata()
 	dataEnd := p.size - 8 // footer length + magic; the footer itself is below that
 	out := make([]RowGroupMeta, len(md.RowGroups))
+	est := map[int]leafEstimate{}
+	for _, fi := range proj {
+		for _, leaf := range p.leaves[p.sch.Field(fi).Name] {
+			est[leaf] = p.leafEstimate(leaf)
+		}
+	}
 	for ri := range md.RowGroups {
 		rg := &md.RowGroups[ri]
 		if rg.NumRows < 0 {
@@ -201,7 +207,8 @@ func (p *parquetFooter) rowGroups(proj []int) ([]RowGroupMeta, error) {
 				}
 				out[ri].Chunks = append(out[ri].Chunks, Chunk{Column: name, Offset: off, Length: n})
 				out[ri].Bytes += n
-				out[ri].DecodedBytes += rg.Columns[leaf].MetaData.TotalUncompressedSize
+				e := est[leaf]
+				out[ri].DecodedBytes += decodedChunkBytes(&rg.Columns[leaf].MetaData, e.typeLength, e.repeated, e.levelBits)
 			}
 		}
 	}
