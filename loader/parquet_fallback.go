@@ -92,18 +92,7 @@ func (r *readerAtSeeker) Seek(off int64, whence int) (int64, error) {
 }
 
 func (d *parquetDecoder) arrowMeta(ctx context.Context, store Store) (*metadata.FileMetaData, error) {
-	af := &d.footer.arrow
-	af.once.Do(func() {
-		obj := d.f.Object
-		pr, err := pqfile.NewParquetReader(&readerAtSeeker{ReaderAt: &storeReaderAt{ctx: ctx, store: store, obj: obj}, size: obj.Size})
-		if err != nil {
-			af.err = fmt.Errorf("arrow-go footer: %w", classify(err))
-			return
-		}
-		af.md = pr.MetaData()
-		pr.Close()
-	})
-	return af.md, af.err
+	return d.footer.arrowMD()
 }
 
 // decodeFallback decodes column c of row group rg with arrow-go from ra.

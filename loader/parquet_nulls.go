@@ -8,14 +8,27 @@ package loader
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // chunkNulls is the null count the footer records for leaf column leaf of row
 // group rg; known is false when the writer recorded none (or arrow-go
-// could not parse the footer).
+// could not parse the footer). parquet-go's parse reads an absent count as 0:
+// a count above 0 is known from it; a 0 is taken as known from writers that
+// write the count with every statistics they write (recordedNulls), and
+// otherwise asked of arrow-go's parse, which tells an absent count apart.
 func (p *parquetFooter) chunkNulls(rg, leaf int) (n int64, known bool) {
-	md := p.arrow.md
-	if md == nil || rg >= md.NumRowGroups() {
+	if n := p.recordedNulls(rg, leaf); n > 0 {
+		return n, true
+	}
+	if rg < len(p.pf.Metadata().RowGroups) && leaf < len(p.pf.Metadata().RowGroups[rg].Columns) {
+		st := &p.pf.Metadata().RowGroups[rg].Columns[leaf].MetaData.Statistics
+		if (len(st.Min) > 0 || len(st.Max) > 0 || len(st.MinValue) > 0 || len(st.MaxValue) > 0) && writesNullCounts(p.pf.Metadata().CreatedBy) {
+			return 0, true
+		}
+	}
+	md, err := p.arrowMD()
+	if err != nil || rg >= md.NumRowGroups() {
 		return 0, false
 	}
 	cc, err := md.RowGroup(rg).ColumnChunk(leaf)
@@ -27,6 +40,31 @@ func (p *parquetFooter) chunkNulls(rg, leaf int) (n int64, known bool) {
 		return 0, false
 	}
 	return st.NullCount(), true
+}
+
+// recordedNulls is the null count parquet-go's parse of the footer gives for
+// leaf column leaf of row group rg: the count where the writer recorded one
+// above 0, else 0 (none recorded, or none). Enough to refuse a column that
+// holds nulls; chunkNulls tells 0 from unknown.
+func (p *parquetFooter) recordedNulls(rg, leaf int) int64 {
+	rgs := p.pf.Metadata().RowGroups
+	if rg >= len(rgs) || leaf >= len(rgs[rg].Columns) {
+		return 0
+	}
+	return max(rgs[rg].Columns[leaf].MetaData.Statistics.NullCount, 0)
+}
+
+// writesNullCounts reports whether the writer named by a footer's created_by
+// writes null_count in every column statistics it writes (the format's
+// "writers SHOULD always write this field"): Arrow C++ (pyarrow),
+// parquet-mr (Spark, Hive), arrow-go and parquet-go.
+func writesNullCounts(createdBy string) bool {
+	for _, w := range []string{"parquet-cpp-arrow ", "parquet-cpp ", "parquet-mr ", "parquet-go ", "github.com/parquet-go/parquet-go"} {
+		if strings.HasPrefix(createdBy, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // columnNulls sums the null counts of column name (all its leaves, all row
@@ -71,7 +109,7 @@ func (d *parquetDecoder) checkNulls() error {
 		}
 		for rg := range d.f.RowGroups {
 			for _, leaf := range c.leaves {
-				if n, ok := d.footer.chunkNulls(rg, leaf); ok && n > 0 {
+				if n := d.footer.recordedNulls(rg, leaf); n > 0 {
 					return fmt.Errorf("loader: %s row group %d column %q: the footer records %d nulls: %w; give the column a fill value, read it over Flight without one (nulls arrive as Arrow nulls), or clean the data",
 						d.f.Object.URI, rg, c.name, n, ErrNull)
 				}
