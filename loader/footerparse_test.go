@@ -170,4 +170,3 @@ func TestNullCountsWithoutArrowGo(t *testing.T) {
 		}
 	}
 }
-
