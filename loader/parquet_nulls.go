@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/parquet-go/parquet-go"
 )
 
 // chunkNulls is the null count the footer records for leaf column leaf of row
@@ -94,8 +96,66 @@ func (p *parquetFooter) mayHoldNulls(name string) (may bool, n int64, known bool
 	if !optional {
 		return false, 0, true
 	}
+	if leaves := p.leaves[name]; len(leaves) == 1 {
+		if l, ok := p.pf.Schema().Lookup(p.pf.Schema().Columns()[leaves[0]]...); ok && l.MaxRepetitionLevel == 1 {
+			n, known = p.listNulls(leaves[0], l.MaxDefinitionLevel)
+			return !known || n > 0, n, known
+		}
+	}
 	n, known = p.columnNulls(name)
 	return !known || n > 0, n, known
+}
+
+// listNulls counts the Arrow nulls of a list column of one leaf (null lists
+// and null elements: a column's statistics count empty lists too, which are
+// no nulls) from each chunk's definition level histogram (size statistics,
+// Parquet 2.10, which pyarrow writes); known is false when a chunk has no
+// histogram and its statistics do not record 0.
+func (p *parquetFooter) listNulls(leaf, maxDef int) (n int64, known bool) {
+	listDef := p.listDef(leaf)
+	known = true
+	for rg := range p.pf.Metadata().RowGroups {
+		k, ok := p.chunkListNulls(rg, leaf, maxDef, listDef)
+		n += k
+		known = known && ok
+	}
+	return n, known
+}
+
+// chunkListNulls is listNulls for the chunk of row group rg.
+func (p *parquetFooter) chunkListNulls(rg, leaf, maxDef, listDef int) (n int64, known bool) {
+	rgs := p.pf.Metadata().RowGroups
+	if rg >= len(rgs) || leaf >= len(rgs[rg].Columns) {
+		return 0, false
+	}
+	if hist := rgs[rg].Columns[leaf].MetaData.SizeStatistics.DefinitionLevelHistogram; len(hist) == maxDef+1 {
+		for l, k := range hist {
+			if l < listDef || (l > listDef && l < maxDef) {
+				n += max(k, 0)
+			}
+		}
+		return n, true
+	}
+	if k, ok := p.chunkNulls(rg, leaf); ok && k == 0 {
+		return 0, true
+	}
+	return 0, false
+}
+
+// listDef is the definition level at and above which leaf's row holds a
+// list (maybe empty): the optional nodes above its repeated node.
+func (p *parquetFooter) listDef(leaf int) int {
+	node := parquet.Node(p.pf.Schema())
+	lvl := 0
+	for _, name := range p.pf.Schema().Columns()[leaf] {
+		if node = fieldByName(node, name); node == nil || node.Repeated() {
+			break
+		}
+		if node.Optional() {
+			lvl++
+		}
+	}
+	return lvl
 }
 
 // checkNulls refuses at plan time a column of file f whose footer records
@@ -104,6 +164,15 @@ func (p *parquetFooter) mayHoldNulls(name string) (may bool, n int64, known bool
 func (d *parquetDecoder) checkNulls() error {
 	for i := range d.cols {
 		c := &d.cols[i]
+		if c.fill == nil && !c.keep && (c.kind == kindList || c.kind == kindFixedList) {
+			listDef := d.footer.listDef(c.leaf)
+			for rg := range d.f.RowGroups {
+				if n, ok := d.footer.chunkListNulls(rg, c.leaf, c.maxDef, listDef); ok && n > 0 {
+					return fmt.Errorf("loader: %s row group %d column %q: the footer records %d null lists or null elements: %w; give the column a fill value (null elements become it, null lists become empty), read it over Flight without one (nulls arrive as Arrow nulls), or clean the data",
+						d.f.Object.URI, rg, c.name, n, ErrNull)
+				}
+			}
+		}
 		if c.fill != nil || c.keep || c.maxRep > 0 || c.kind == kindBinary {
 			continue
 		}

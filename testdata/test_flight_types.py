@@ -412,3 +412,31 @@ def test_types_doc(served):
         DOC.write_text(want, encoding="utf-8")
         return
     assert text == want, "docs/TYPES.md is out of date: run MESHFEED_UPDATE_DOCS=1 pytest testdata/test_flight_types.py"
+
+
+@pytest.mark.parametrize("page_version", ["1.0", "2.0"])
+def test_list_null_elements(served, page_version):
+    """Lists of numbers with null elements ([[1, None, 3]]) beside empty and
+    null lists arrive over Flight as pyarrow reads them (Arrow nulls in the
+    elements' validity), data pages v1 and v2; the planned field's
+    meshfeed.null_count counts null lists and null elements, not empty lists
+    (the statistics' null count holds all three; the definition level
+    histograms tell them apart)."""
+    root, client = served
+    d = root / f"list_null_elements_{page_version}"
+    d.mkdir(exist_ok=True)
+    rng = np.random.default_rng(SEED)
+    rows = []
+    for i in range(N):
+        k = rng.integers(0, 10)
+        rows.append(None if k == 0 and i else [] if k == 1 else
+                    [None if rng.random() < 0.25 or (i == 0 and j == 0) else int(rng.integers(-50, 50)) for j in range(int(rng.integers(1, 5)))])
+    t = pa.table({"l": pa.array(rows, pa.list_(pa.int32())), "l64": pa.array(rows, pa.list_(pa.float64()))})
+    path = d / "f.parquet"
+    pq.write_table(t, path, row_group_size=100, data_page_version=page_version, data_page_size=256, use_dictionary=False)
+    bad = compare(client, path)
+    assert not bad, "\n".join(bad)
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(request(path, N, ["l"])))
+    want = sum(r is None for r in rows) + sum(x is None for r in rows if r for x in r)
+    assert info.schema.field("l").metadata[b"meshfeed.null_count"] == str(want).encode()
+    assert pq.ParquetFile(path).metadata.row_group(0).column(0).statistics.null_count > 0
