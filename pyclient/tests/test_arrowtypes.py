@@ -119,6 +119,38 @@ def test_decimal_on_request_as_float32(files):
     assert np.array_equal(got, (rows / 100).astype(np.float32))
 
 
+@pytest.fixture
+def x64_off():
+    """JAX's default configuration, for this test only (the session runs with x64 on)."""
+    jax.config.update("jax_enable_x64", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", True)
+
+
+def test_decimal_on_request_as_float64(files):
+    """With x64 on, a decimal becomes float64 on request: the float64 nearest
+    to each value, the scale applied in Go (0.07 is 0.07, not 7 * 0.01)."""
+    root, srv = files
+    assert jax.config.jax_enable_x64
+    with loader(root, srv, "clean", columns={"price": meshfeed.Column(dtype="float64"), "st": None}) as ld:
+        got, rows = [], []
+        for b in ld:
+            assert isinstance(b["price"], jax.Array) and b["price"].dtype == np.float64
+            got.append(np.asarray(b["price"]))
+            rows.append(np.asarray(b["st.a"]))
+    got, rows = np.concatenate(got), np.concatenate(rows)
+    want = np.array([float(decimal.Decimal(int(r)).scaleb(-2)) for r in rows])
+    assert np.array_equal(got, want) and not np.array_equal(want, rows * 0.01)
+
+
+def test_decimal_as_float64_needs_x64(files, x64_off):
+    root, srv = files
+    with pytest.raises(meshfeed.InvalidRequestError, match=r"\['price'\].*float64.*jax_enable_x64.*float32"):
+        loader(root, srv, "clean", columns={"price": meshfeed.Column(dtype="float64"), "st": None})
+
+
 def test_mask_on_request(files):
     """Column(mask=True): the nulls become the fill and <name>_valid says where they were."""
     root, srv = files
