@@ -164,3 +164,55 @@ func TestListNullElements(t *testing.T) {
 		})
 	}
 }
+
+// TestStringPagesAfterNulls: a string column whose first pages hold nulls
+// and whose later pages hold none, nulls kept as validity: every value of
+// the later pages is a value (their rows were nulls: the validity bitmap
+// was set only up to the first page with nulls), dictionary-encoded or
+// plain, data pages v1 and v2; equal to arrow-go's read.
+func TestStringPagesAfterNulls(t *testing.T) {
+	mem := memory.NewGoAllocator()
+	sb := array.NewStringBuilder(mem)
+	const rows = 200
+	for i := 0; i < rows; i++ {
+		if i < 40 && i%3 == 0 {
+			sb.AppendNull()
+		} else {
+			sb.Append(fmt.Sprintf("v%d", i%17))
+		}
+	}
+	arr := sb.NewArray()
+	sch := arrow.NewSchema([]arrow.Field{{Name: "s", Type: arrow.BinaryTypes.String, Nullable: true}}, nil)
+	rec := array.NewRecordBatch(sch, []arrow.Array{arr}, rows)
+	arr.Release()
+	defer rec.Release()
+	ctx := context.Background()
+	store := loader.NewLocalStore()
+	defer store.Close()
+	dir := t.TempDir()
+	for _, dict := range []bool{false, true} {
+		for _, v2 := range []bool{false, true} {
+			path := filepath.Join(dir, fmt.Sprintf("dict%v_v2%v.parquet", dict, v2))
+			props := []parquet.WriterProperty{parquet.WithDictionaryDefault(dict), parquet.WithDataPageSize(1), parquet.WithBatchSize(10)}
+			if v2 {
+				props = append(props, parquet.WithDataPageVersion(parquet.DataPageV2))
+			}
+			writeParquet(t, path, rec, props...)
+			ds, err := loader.Open(ctx, store, []string{path}, loader.WithNullsAsValidity())
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := ds.ReadRowGroup(ctx, 0, 0, mem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := b.Column(0).(*array.String)
+			for i := 0; i < rows; i++ {
+				if null := i < 40 && i%3 == 0; got.IsNull(i) != null || (!null && got.Value(i) != fmt.Sprintf("v%d", i%17)) {
+					t.Fatalf("%s: row %d: %q (null %v)", path, i, got.Value(i), got.IsNull(i))
+				}
+			}
+			b.Release()
+		}
+	}
+}

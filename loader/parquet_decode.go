@@ -204,8 +204,17 @@ func (d *parquetDecoder) decode(ctx context.Context, rg int, ra io.ReaderAt, mem
 			cm := &meta[c.leaf].MetaData
 			off, n := chunkRange(cm)
 			if b, ok := sr.bytesAt(off, n); ok {
-				if err := checkPages(b, cm, d.maxBytes); err != nil {
+				emptyV2, err := walkPages(b, cm, d.maxBytes)
+				if err != nil {
 					return nil, fmt.Errorf("loader: %s row group %d column %q: %w", d.f.Object.URI, rg, c.name, err)
+				}
+				if emptyV2 {
+					a, err := d.decodeFallback(ctx, c, rg, ra, mem)
+					if err != nil {
+						return nil, fmt.Errorf("loader: %s row group %d column %q: %w", d.f.Object.URI, rg, c.name, err)
+					}
+					arrs = append(arrs, a)
+					continue
 				}
 				if a, ok, err := c.decodeFast(b, cm, rows, mem, d.maxBytes); ok {
 					if err != nil && c.keep && errors.Is(err, ErrNull) {

@@ -146,6 +146,9 @@ func (d *parquetDecoder) decodeFallback(ctx context.Context, c *colDecoder, rg i
 		}
 	}
 	defer col.Release()
+	if col.Len() == 0 && rows > 0 {
+		return nil, fmt.Errorf("arrow-go decoded 0 of the footer's %d rows: %w; the column chunk starts with a data page of 0 values (which arrow-go and pyarrow take for its end: pyarrow reads no row of it either), or the file is corrupt: rewrite the file", rows, ErrCorrupt)
+	}
 	if int64(col.Len()) != rows {
 		return nil, fmt.Errorf("decoded %d rows, footer says %d: %w", col.Len(), rows, ErrCorrupt)
 	}

@@ -419,8 +419,10 @@ func (st *colState) binaryPage(page parquet.Page, vals encoding.Values, n int, r
 		return nil
 	}
 	if st.valid == nil {
+		// Every row valid until a page says otherwise: later pages
+		// without nulls set no bit.
 		st.valid = newBuf(st.mem, int(bitutil.BytesForBits(rows)))
-		bitutil.SetBitsTo(st.valid.Bytes(), 0, int64(st.rows), true)
+		bitutil.SetBitsTo(st.valid.Bytes(), 0, rows, true)
 	}
 	j := 0
 	for _, l := range def[:n] {
