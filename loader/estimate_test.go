@@ -10,6 +10,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
@@ -35,7 +36,8 @@ func arrayBytes(d arrow.ArrayData) int64 {
 // (RowGroupMeta.DecodedBytes, from the footer alone) is at least what its
 // projected columns decode to, on dictionary-heavy files where the encoded
 // pages are a small fraction of the arrays (low-cardinality long strings,
-// low-cardinality integers, a list of them), compressed or not, with and
+// low-cardinality integers, a list of them, decimals stored in 4 bytes that
+// decode to 16), compressed or not, with and
 // without statistics; and, with statistics, within a factor of 8 of it (two
 // values of very different lengths counted at the longer), so read-ahead is
 // not starved.
@@ -53,7 +55,10 @@ func TestDecodedBytesEstimate(t *testing.T) {
 	lb := array.NewListBuilder(mem, arrow.PrimitiveTypes.Int32)
 	vb := lb.ValueBuilder().(*array.Int32Builder)
 	nb := array.NewStringBuilder(mem)
+	dtype := &arrow.Decimal128Type{Precision: 9, Scale: 2}
+	db := array.NewDecimal128Builder(mem, dtype)
 	for i := 0; i < rows; i++ {
+		db.Append(decimal128.FromI64(int64(rng.IntN(5))))
 		sb.Append(words[rng.IntN(len(words))])
 		kb.Append(int64(rng.IntN(4)) << 40)
 		lb.Append(true)
@@ -71,8 +76,9 @@ func TestDecodedBytesEstimate(t *testing.T) {
 		{Name: "k", Type: arrow.PrimitiveTypes.Int64},
 		{Name: "l", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
 		{Name: "maybe", Type: arrow.BinaryTypes.String, Nullable: true},
+		{Name: "d", Type: dtype},
 	}, nil)
-	cols := []arrow.Array{sb.NewArray(), kb.NewArray(), lb.NewArray(), nb.NewArray()}
+	cols := []arrow.Array{sb.NewArray(), kb.NewArray(), lb.NewArray(), nb.NewArray(), db.NewArray()}
 	rec := array.NewRecordBatch(sch, cols, rows)
 	defer rec.Release()
 	for _, c := range cols {
@@ -91,7 +97,7 @@ func TestDecodedBytesEstimate(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(dir, name+".parquet")
 			writeParquet(t, path, rec, append(props, parquet.WithMaxRowGroupLength(rows/4), parquet.WithDictionaryDefault(true))...)
-			for _, col := range []string{"s", "k", "l", "maybe"} {
+			for _, col := range []string{"s", "k", "l", "maybe", "d"} {
 				ds, err := loader.Open(ctx, store, []string{path}, loader.WithColumns(col), loader.WithNullsAsValidity())
 				if err != nil {
 					t.Fatal(err)

@@ -199,7 +199,7 @@ func (p *parquetFooter) rowGroups(proj []int) ([]RowGroupMeta, error) {
 	est := map[int]leafEstimate{}
 	for _, fi := range proj {
 		for _, leaf := range p.leaves[p.sch.Field(fi).Name] {
-			est[leaf] = p.leafEstimate(leaf)
+			est[leaf] = p.leafEstimate(leaf, p.sch.Field(fi).Type)
 		}
 	}
 	for ri := range md.RowGroups {
@@ -221,8 +221,7 @@ func (p *parquetFooter) rowGroups(proj []int) ([]RowGroupMeta, error) {
 				}
 				out[ri].Chunks = append(out[ri].Chunks, Chunk{Column: name, Offset: off, Length: n})
 				out[ri].Bytes += n
-				e := est[leaf]
-				out[ri].DecodedBytes += decodedChunkBytes(&rg.Columns[leaf].MetaData, e.typeLength, e.repeated, e.levelBits)
+				out[ri].DecodedBytes += decodedChunkBytes(&rg.Columns[leaf].MetaData, est[leaf])
 			}
 		}
 	}

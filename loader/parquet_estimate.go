@@ -11,13 +11,12 @@ import (
 	"math"
 	"math/bits"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/parquet-go/parquet-go/format"
 )
 
 // decodedChunkBytes estimates the bytes of the Arrow buffers (values,
-// offsets, validity) that column chunk cm decodes to; typeLength is the
-// leaf's FIXED_LEN_BYTE_ARRAY width and repeated says whether the leaf is
-// inside a list (offsets per value). It is never below the chunk's
+// offsets, validity) that column chunk cm of leaf e decodes to. It is never below the chunk's
 // uncompressed size. Fixed-width values are bounded exactly by the value
 // count (nulls and empty lists included). Byte arrays:
 //
@@ -32,10 +31,11 @@ import (
 //     which one row group's string column may not exceed;
 //   - plain or delta encoded: the uncompressed pages, which hold every
 //     value's bytes.
-func decodedChunkBytes(cm *format.ColumnMetaData, typeLength int, repeated bool, levelBits int) int64 {
+func decodedChunkBytes(cm *format.ColumnMetaData, e leafEstimate) int64 {
+	typeLength, repeated, levelBits := e.typeLength, e.repeated, e.levelBits
 	base := cm.TotalUncompressedSize
 	n := max(cm.NumValues, 0)
-	validity := (n + 7) / 8
+	validity := 2*((n+7)/8) + 64 // a bitmap, as builders grow it (doubling)
 	var offsets int64
 	if repeated {
 		offsets = 4 * (n + 1)
@@ -55,6 +55,9 @@ func decodedChunkBytes(cm *format.ColumnMetaData, typeLength int, repeated bool,
 	case format.ByteArray:
 		offsets += 4 * (n + 1)
 		values = byteArrayBytes(cm, n, levelBits)
+	}
+	if e.width > 0 && cm.Type != format.ByteArray {
+		values = int64(e.width) * n // decimals stored narrower than decimal128/256
 	}
 	return max(base, values+offsets+validity)
 }
@@ -120,20 +123,33 @@ func dictionaryEncoded(cm *format.ColumnMetaData) bool {
 // leafEstimate is what decodedChunkBytes needs of a leaf column's schema.
 type leafEstimate struct {
 	typeLength int  // FIXED_LEN_BYTE_ARRAY width
-	repeated   bool // inside a list
+	repeated   bool // inside a list (offsets per value)
 	levelBits  int  // bits per value of its repetition and definition levels
+	width      int  // bytes per decoded value where wider than stored (decimals), else 0
 }
 
-func (p *parquetFooter) leafEstimate(leaf int) leafEstimate {
+// leafEstimate describes leaf column leaf of top-level field t.
+func (p *parquetFooter) leafEstimate(leaf int, t arrow.DataType) leafEstimate {
+	if lt, ok := t.(arrow.ListLikeType); ok {
+		t = lt.Elem()
+	}
+	width := 0
+	switch t.ID() {
+	case arrow.DECIMAL128:
+		width = 16
+	case arrow.DECIMAL256:
+		width = 32
+	}
 	cols := p.pf.Schema().Columns()
 	if leaf >= len(cols) {
-		return leafEstimate{}
+		return leafEstimate{width: width}
 	}
 	l, ok := p.pf.Schema().Lookup(cols[leaf]...)
 	if !ok {
-		return leafEstimate{}
+		return leafEstimate{width: width}
 	}
 	return leafEstimate{
+		width:      width,
 		typeLength: l.Node.Type().Length(),
 		repeated:   l.MaxRepetitionLevel > 0,
 		levelBits:  bits.Len(uint(l.MaxRepetitionLevel)) + bits.Len(uint(l.MaxDefinitionLevel)),
