@@ -65,3 +65,39 @@ func walkPages(chunk []byte, md *format.ColumnMetaData, limit int64) (emptyV2 bo
 	}
 	return emptyV2, nil
 }
+
+// withoutEmptyPages returns a copy of a column chunk's bytes with its data
+// pages of 0 values moved after the others (the same bytes, reordered), or
+// nil when no such page comes before a page with values (or the headers do
+// not parse: the decoder reports those). arrow-go, like Arrow C++, takes a
+// page of 0 values for the end of the chunk and reads no value after it.
+func withoutEmptyPages(chunk []byte) []byte {
+	var proto thrift.CompactProtocol
+	br := bytes.NewReader(chunk)
+	dec := thrift.NewDecoder(proto.NewReader(br))
+	var full, empty [][2]int
+	early := false
+	for br.Len() > 0 {
+		start := len(chunk) - br.Len()
+		var h format.PageHeader
+		if err := dec.Decode(&h); err != nil || h.CompressedPageSize < 0 || int64(h.CompressedPageSize) > int64(br.Len()) {
+			return nil
+		}
+		br.Seek(int64(h.CompressedPageSize), 1)
+		page := [2]int{start, len(chunk) - br.Len()}
+		if (h.DataPageHeader.Valid && h.DataPageHeader.V.NumValues == 0) || (h.DataPageHeaderV2.Valid && h.DataPageHeaderV2.V.NumValues == 0) {
+			empty = append(empty, page)
+			continue
+		}
+		early = early || len(empty) > 0
+		full = append(full, page)
+	}
+	if !early {
+		return nil
+	}
+	out := make([]byte, 0, len(chunk))
+	for _, p := range append(full, empty...) {
+		out = append(out, chunk[p[0]:p[1]]...)
+	}
+	return out
+}

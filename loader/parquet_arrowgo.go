@@ -59,11 +59,17 @@ type arrowDerived struct {
 	err   error            // why there is none (asch, pysch nil)
 }
 
-// derivedCache holds the derivations of recent schemas, by schemaKey.
+// derivedCache holds the derivations of recent schemas, by schemaKey: one
+// entry per schema, derived once however many footers of it are read at once.
 var derivedCache = struct {
 	sync.Mutex
-	m map[[sha256.Size]byte]*arrowDerived
-}{m: map[[sha256.Size]byte]*arrowDerived{}}
+	m map[[sha256.Size]byte]*derivedEntry
+}{m: map[[sha256.Size]byte]*derivedEntry{}}
+
+type derivedEntry struct {
+	once sync.Once
+	d    *arrowDerived // nil when the footer it was to be derived from did not parse
+}
 
 // derivedCacheSize bounds derivedCache; it is emptied when full.
 const derivedCacheSize = 256
@@ -95,13 +101,24 @@ func (p *parquetFooter) schemaKey() (key [sha256.Size]byte, ok bool) {
 // succeeds: a file whose footer arrow-go cannot parse keeps its error).
 func (p *parquetFooter) derived() *arrowDerived {
 	p.derivedOnce.Do(func() {
-		key, ok := p.schemaKey()
-		if ok {
+		if key, ok := p.schemaKey(); ok {
 			derivedCache.Lock()
-			d := derivedCache.m[key]
+			e := derivedCache.m[key]
+			if e == nil {
+				if len(derivedCache.m) >= derivedCacheSize {
+					clear(derivedCache.m)
+				}
+				e = &derivedEntry{}
+				derivedCache.m[key] = e
+			}
 			derivedCache.Unlock()
-			if d != nil {
-				p.der = d
+			e.once.Do(func() {
+				if md, err := p.arrowMD(); err == nil {
+					e.d = deriveArrow(md)
+				}
+			})
+			if e.d != nil {
+				p.der = e.d
 				return
 			}
 		}
@@ -111,14 +128,6 @@ func (p *parquetFooter) derived() *arrowDerived {
 			return
 		}
 		p.der = deriveArrow(md)
-		if ok {
-			derivedCache.Lock()
-			if len(derivedCache.m) >= derivedCacheSize {
-				clear(derivedCache.m)
-			}
-			derivedCache.m[key] = p.der
-			derivedCache.Unlock()
-		}
 	})
 	return p.der
 }

@@ -101,7 +101,7 @@ func (d *parquetDecoder) decodeFallback(ctx context.Context, c *colDecoder, rg i
 	if err != nil {
 		return nil, err
 	}
-	pr, err := pqfile.NewParquetReader(&readerAtSeeker{ReaderAt: ra, size: d.f.Object.Size}, pqfile.WithMetadata(md))
+	pr, err := pqfile.NewParquetReader(&readerAtSeeker{ReaderAt: d.withoutEmptyPages(ra, c, rg), size: d.f.Object.Size}, pqfile.WithMetadata(md))
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -354,4 +354,54 @@ func plainBinary(col arrow.Array, t arrow.DataType, mem memory.Allocator) (arrow
 	out := bld.NewArray()
 	defer out.Release()
 	return makeArray(retype(out.Data(), t)), nil
+}
+
+// withoutEmptyPages is ra with the column chunks of c in row group rg seen
+// with their data pages of 0 values last (withoutEmptyPages), where one
+// comes before values: arrow-go would stop reading at it.
+func (d *parquetDecoder) withoutEmptyPages(ra io.ReaderAt, c *colDecoder, rg int) io.ReaderAt {
+	sr, ok := ra.(*spanReader)
+	if !ok {
+		return ra
+	}
+	meta := d.pf.Metadata().RowGroups[rg].Columns
+	var ov []overlay
+	for _, leaf := range c.leaves {
+		if leaf >= len(meta) {
+			continue
+		}
+		off, n := chunkRange(&meta[leaf].MetaData)
+		if b, ok := sr.bytesAt(off, n); ok {
+			if stripped := withoutEmptyPages(b); stripped != nil {
+				ov = append(ov, overlay{off: off, b: stripped})
+			}
+		}
+	}
+	if len(ov) == 0 {
+		return ra
+	}
+	return &overlayReaderAt{ReaderAt: ra, ov: ov}
+}
+
+// overlay replaces the bytes at [off, off+len(b)) of a file.
+type overlay struct {
+	off int64
+	b   []byte
+}
+
+// overlayReaderAt reads from ReaderAt, with the overlays' bytes where they lie.
+type overlayReaderAt struct {
+	io.ReaderAt
+	ov []overlay
+}
+
+func (r *overlayReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	n, err := r.ReaderAt.ReadAt(p, off)
+	for _, o := range r.ov {
+		lo, hi := max(off, o.off), min(off+int64(n), o.off+int64(len(o.b)))
+		if lo < hi {
+			copy(p[lo-off:hi-off], o.b[lo-o.off:hi-o.off])
+		}
+	}
+	return n, err
 }
