@@ -19,13 +19,19 @@ import (
 // counts and schemas planned without it are those arrow-go's parse gives.
 
 // writeNullable writes an optional int32 column "x" (nulls at every third row
-// when withNulls) and a string column "s", in two row groups.
+// when withNulls), a string column "s" and a list<int32> "l" (no null, no
+// empty list: its statistics count 0 nulls), in two row groups.
 func writeNullable(t *testing.T, path string, withNulls, storeSchema bool, props ...pq.WriterProperty) {
 	t.Helper()
 	mem := memory.NewGoAllocator()
 	xb := array.NewInt32Builder(mem)
 	sb := array.NewStringBuilder(mem)
+	lb := array.NewListBuilder(mem, arrow.PrimitiveTypes.Int32)
 	for i := 0; i < 40; i++ {
+		lb.Append(true)
+		for j := 0; j <= i%3; j++ {
+			lb.ValueBuilder().(*array.Int32Builder).Append(int32(j))
+		}
 		if withNulls && i%3 == 1 {
 			xb.AppendNull()
 		} else {
@@ -33,11 +39,13 @@ func writeNullable(t *testing.T, path string, withNulls, storeSchema bool, props
 		}
 		sb.Append(fmt.Sprint(i))
 	}
-	sch := arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.PrimitiveTypes.Int32, Nullable: true}, {Name: "s", Type: arrow.BinaryTypes.String, Nullable: true}}, nil)
-	x, s := xb.NewArray(), sb.NewArray()
+	sch := arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.PrimitiveTypes.Int32, Nullable: true}, {Name: "s", Type: arrow.BinaryTypes.String, Nullable: true},
+		{Name: "l", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true}}, nil)
+	x, s, l := xb.NewArray(), sb.NewArray(), lb.NewArray()
 	defer x.Release()
 	defer s.Release()
-	tbl := array.NewTableFromSlice(sch, [][]arrow.Array{{x}, {s}})
+	defer l.Release()
+	tbl := array.NewTableFromSlice(sch, [][]arrow.Array{{x}, {s}, {l}})
 	defer tbl.Release()
 	f, err := os.Create(path)
 	if err != nil {
@@ -80,9 +88,24 @@ func TestPlanParsesFootersOnce(t *testing.T) {
 		writeNullable(t, p, i == 1, true)
 		stored = append(stored, p)
 	}
-	for i, p := range openFooters(t, stored, WithNullsAsValidity()) {
+	for _, opts := range [][]Option{{WithNullsAsValidity()}, {WithFill(map[string]float64{"x": 0})}} {
+		for i, p := range openFooters(t, stored, opts...) {
+			if parsedByArrowGo(p) {
+				t.Errorf("%s (%d options): arrow-go parsed the footer", stored[i], len(opts))
+			}
+		}
+	}
+	// Refusing nulls at Open needs no exact count: no arrow-go parse for a
+	// writer whose zero null counts are ambiguous either.
+	var other []string
+	for i := range 2 {
+		p := filepath.Join(dir, fmt.Sprintf("other%d.parquet", i))
+		writeNullable(t, p, i == 1, true, pq.WithCreatedBy("impala version 4.0"))
+		other = append(other, p)
+	}
+	for i, p := range openFooters(t, other, WithFill(map[string]float64{"x": 0})) {
 		if parsedByArrowGo(p) {
-			t.Errorf("%s: arrow-go parsed the footer", stored[i])
+			t.Errorf("%s: arrow-go parsed the footer to plan without validity", other[i])
 		}
 	}
 	// Without ARROW:schema, files of one schema: arrow-go derives it once.

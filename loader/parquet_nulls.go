@@ -59,9 +59,10 @@ func (p *parquetFooter) recordedNulls(rg, leaf int) int64 {
 // writesNullCounts reports whether the writer named by a footer's created_by
 // writes null_count in every column statistics it writes (the format's
 // "writers SHOULD always write this field"): Arrow C++ (pyarrow),
-// parquet-mr (Spark, Hive), arrow-go and parquet-go.
+// parquet-mr (Spark, Hive), arrow-go (and meshfeed gen, which writes with
+// it) and parquet-go.
 func writesNullCounts(createdBy string) bool {
-	for _, w := range []string{"parquet-cpp-arrow ", "parquet-cpp ", "parquet-mr ", "parquet-go ", "github.com/parquet-go/parquet-go"} {
+	for _, w := range []string{"parquet-cpp-arrow ", "parquet-cpp ", "parquet-mr ", "parquet-go ", "github.com/parquet-go/parquet-go", "meshfeed datagen (arrow-go "} {
 		if strings.HasPrefix(createdBy, w) {
 			return true
 		}
@@ -115,15 +116,17 @@ func (p *parquetFooter) listNulls(leaf, maxDef int) (n int64, known bool) {
 	listDef := p.listDef(leaf)
 	known = true
 	for rg := range p.pf.Metadata().RowGroups {
-		k, ok := p.chunkListNulls(rg, leaf, maxDef, listDef)
+		k, ok := p.chunkListNulls(rg, leaf, maxDef, listDef, true)
 		n += k
 		known = known && ok
 	}
 	return n, known
 }
 
-// chunkListNulls is listNulls for the chunk of row group rg.
-func (p *parquetFooter) chunkListNulls(rg, leaf, maxDef, listDef int) (n int64, known bool) {
+// chunkListNulls is listNulls for the chunk of row group rg. Without a
+// histogram, exact asks chunkNulls whether the statistics record 0 (which
+// may take arrow-go's parse); otherwise the count is unknown.
+func (p *parquetFooter) chunkListNulls(rg, leaf, maxDef, listDef int, exact bool) (n int64, known bool) {
 	rgs := p.pf.Metadata().RowGroups
 	if rg >= len(rgs) || leaf >= len(rgs[rg].Columns) {
 		return 0, false
@@ -135,6 +138,9 @@ func (p *parquetFooter) chunkListNulls(rg, leaf, maxDef, listDef int) (n int64, 
 			}
 		}
 		return n, true
+	}
+	if !exact {
+		return 0, false
 	}
 	if k, ok := p.chunkNulls(rg, leaf); ok && k == 0 {
 		return 0, true
@@ -167,7 +173,7 @@ func (d *parquetDecoder) checkNulls() error {
 		if c.fill == nil && !c.keep && (c.kind == kindList || c.kind == kindFixedList) {
 			listDef := d.footer.listDef(c.leaf)
 			for rg := range d.f.RowGroups {
-				if n, ok := d.footer.chunkListNulls(rg, c.leaf, c.maxDef, listDef); ok && n > 0 {
+				if n, ok := d.footer.chunkListNulls(rg, c.leaf, c.maxDef, listDef, false); ok && n > 0 {
 					return fmt.Errorf("loader: %s row group %d column %q: the footer records %d null lists or null elements: %w; give the column a fill value (null elements become it, null lists become empty), read it over Flight without one (nulls arrive as Arrow nulls), or clean the data",
 						d.f.Object.URI, rg, c.name, n, ErrNull)
 				}
