@@ -57,8 +57,10 @@
 // fast paths cover take them; every other column (decimals, INT96, times,
 // structs, maps, nested lists, LZ4) is decoded by arrow-go from the same
 // fetched bytes. Nulls in columns without a fill are ErrNull, at Open where
-// the footers' statistics record them, or Arrow nulls with
-// [WithNullsAsValidity].
+// the footers record them (statistics; for lists, definition level
+// histograms, which tell null elements and null lists from empty lists), or
+// Arrow nulls with [WithNullsAsValidity]. A fill stands in for null values
+// and null list elements; a null list becomes empty.
 //
 // With a [PoolAllocator] (or any [UninitializedAllocator]) the values of
 // fixed-width columns are decoded into memory that is not cleared first; the

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
@@ -22,11 +23,12 @@ type parquetFooter struct {
 	pf     *parquet.File
 	sch    *arrow.Schema
 	leaves map[string][]int // top-level field name -> leaf column indexes
-	arrow  arrowFooter      // arrow-go's parse, for the fallback decoder
-	// asch is the schema arrow-go's reader (pqarrow, the same mapping as
-	// pyarrow's) decodes the file to; nil with aschErr when it cannot.
-	asch    *arrow.Schema
-	aschErr error
+	raw    []byte           // the footer's thrift bytes
+	arrow  arrowFooter      // arrow-go's parse of raw, made on first use (arrowMD)
+	// der is what arrow-go's reader (pqarrow, the same mapping as
+	// pyarrow's) derives from the schema, made on first use (derived).
+	derivedOnce sync.Once
+	der         *arrowDerived
 }
 
 // storeReaderAt adapts a Store read of one object to io.ReaderAt for the
@@ -137,14 +139,26 @@ func readParquetFooter(ctx context.Context, store Store, obj Object, cfg *config
 			return nil, fmt.Errorf("loader: %s: ARROW:schema metadata: %w", obj.URI, err)
 		}
 	}
-	p.arrowFromTail(ra, tail, obj)
+	// Every ARROW:schema value arrow-go may read must pass the same check
+	// (Lookup returns only the first).
+	for _, kv := range pf.Metadata().KeyValueMetadata {
+		if s, _ := pf.Lookup("ARROW:schema"); kv.Key == "ARROW:schema" && kv.Value != s {
+			if _, err := decodeArrowSchema(kv.Value); err != nil {
+				return nil, fmt.Errorf("loader: %s: ARROW:schema metadata: %w", obj.URI, err)
+			}
+		}
+	}
+	// The footer's bytes, for arrow-go's parse if one is needed (arrowMD).
+	flen := int64(binary.LittleEndian.Uint32(tail[tailLen-8:]))
+	p.raw = bytes.Clone(tail[tailLen-8-flen : tailLen-8])
 	if stored != nil {
 		p.sch = p.reconcile(stored)
 	} else {
-		if p.aschErr != nil {
-			return nil, fmt.Errorf("loader: %s: %w", obj.URI, p.aschErr)
+		d := p.derived()
+		if d.err != nil {
+			return nil, fmt.Errorf("loader: %s: %w", obj.URI, d.err)
 		}
-		p.sch = pyarrowSchema(p.asch, p.arrow.md)
+		p.sch = d.pysch
 	}
 	if _, err := p.rowGroups(nil); err != nil {
 		return nil, err
@@ -182,6 +196,12 @@ func (p *parquetFooter) rowGroups(proj []int) ([]RowGroupMeta, error) {
 	md := p.pf.Metadata()
 	dataEnd := p.size - 8 // footer length + magic; the footer itself is below that
 	out := make([]RowGroupMeta, len(md.RowGroups))
+	est := map[int]leafEstimate{}
+	for _, fi := range proj {
+		for _, leaf := range p.leaves[p.sch.Field(fi).Name] {
+			est[leaf] = p.leafEstimate(leaf, p.sch.Field(fi).Type)
+		}
+	}
 	for ri := range md.RowGroups {
 		rg := &md.RowGroups[ri]
 		if rg.NumRows < 0 {
@@ -201,7 +221,7 @@ func (p *parquetFooter) rowGroups(proj []int) ([]RowGroupMeta, error) {
 				}
 				out[ri].Chunks = append(out[ri].Chunks, Chunk{Column: name, Offset: off, Length: n})
 				out[ri].Bytes += n
-				out[ri].DecodedBytes += rg.Columns[leaf].MetaData.TotalUncompressedSize
+				out[ri].DecodedBytes += decodedChunkBytes(&rg.Columns[leaf].MetaData, est[leaf])
 			}
 		}
 	}

@@ -9,10 +9,10 @@ package loader
 // column is decoded by arrow-go (parquet_fallback.go) to exactly this type.
 
 import (
-	"encoding/binary"
+	"crypto/sha256"
 	"fmt"
-	"io"
 	"strings"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	apq "github.com/apache/arrow-go/v18/parquet"
@@ -20,45 +20,130 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	pqschema "github.com/apache/arrow-go/v18/parquet/schema"
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/encoding/thrift"
+	"github.com/parquet-go/parquet-go/format"
 )
 
-// arrowFromTail parses the footer with arrow-go from the fetched tail (or
-// from storage when the footer is longer than the tail) and derives the
-// schema arrow-go decodes to. Errors are kept in p.aschErr: they matter only
-// for files without ARROW:schema and for columns the fallback decodes.
-func (p *parquetFooter) arrowFromTail(ra io.ReaderAt, tail []byte, obj Object) {
-	flen := int64(binary.LittleEndian.Uint32(tail[len(tail)-8:]))
-	var raw []byte
-	if flen+8 <= int64(len(tail)) {
-		raw = tail[int64(len(tail))-8-flen : int64(len(tail))-8]
-	} else {
-		raw = make([]byte, flen)
-		if _, err := ra.ReadAt(raw, obj.Size-8-flen); err != nil {
-			p.aschErr = fmt.Errorf("reading Parquet footer: %w", classify(err))
+// arrowMD is arrow-go's parse of the footer (its own thrift structures,
+// which the fallback decoder and exact null counts need), made from the
+// footer's bytes on first use: planning parses a footer once (parquet-go's
+// parse), and arrow-go's only for files with columns arrow-go decodes, a
+// schema not derived before (derived), or null counts parquet-go cannot tell
+// from zero (chunkNulls).
+func (p *parquetFooter) arrowMD() (*metadata.FileMetaData, error) {
+	af := &p.arrow
+	af.once.Do(func() {
+		defer func() {
+			if r := recover(); r != nil {
+				af.md, af.err = nil, fmt.Errorf("arrow-go footer: undecodable (%v): %w", r, ErrCorrupt)
+			}
+		}()
+		md, err := metadata.NewFileMetaData(p.raw, nil)
+		if err != nil {
+			af.err = fmt.Errorf("arrow-go footer: %w", classify(err))
 			return
 		}
-	}
-	md, err := metadata.NewFileMetaData(raw, nil)
+		af.md = md
+	})
+	return af.md, af.err
+}
+
+// arrowDerived is what arrow-go derives from a file's Parquet schema and
+// stored ARROW:schema: the same for every file whose footer has that schema,
+// so it is cached by it (derivedCache) and derived once for a dataset of many
+// files written alike.
+type arrowDerived struct {
+	node  *pqschema.Schema // arrow-go's Parquet schema
+	asch  *arrow.Schema    // the schema arrow-go (like pyarrow) decodes to
+	pysch *arrow.Schema    // asch with pyarrow's top-level corrections (pyarrowSchema)
+	err   error            // why there is none (asch, pysch nil)
+}
+
+// derivedCache holds the derivations of recent schemas, by schemaKey: one
+// entry per schema, derived once however many footers of it are read at once.
+var derivedCache = struct {
+	sync.Mutex
+	m map[[sha256.Size]byte]*derivedEntry
+}{m: map[[sha256.Size]byte]*derivedEntry{}}
+
+type derivedEntry struct {
+	once sync.Once
+	d    *arrowDerived // nil when the footer it was to be derived from did not parse
+}
+
+// derivedCacheSize bounds derivedCache; it is emptied when full.
+const derivedCacheSize = 256
+
+// schemaKey identifies what arrow-go derives from: the schema elements and
+// the ARROW:schema values of the footer.
+func (p *parquetFooter) schemaKey() (key [sha256.Size]byte, ok bool) {
+	md := p.pf.Metadata()
+	b, err := thrift.Marshal(new(thrift.CompactProtocol), &struct {
+		Schema []format.SchemaElement `thrift:"1,required"`
+	}{md.Schema})
 	if err != nil {
-		p.aschErr = fmt.Errorf("arrow-go footer: %w", classify(err))
-		return
+		return key, false
 	}
-	// Every ARROW:schema value arrow-go may read must pass the loader's check
-	// (parquet-go's Lookup, checked by the caller, sees only the first).
-	kv := md.KeyValueMetadata()
-	for i, k := range kv.Keys() {
-		if k == "ARROW:schema" {
-			if _, err := decodeArrowSchema(kv.Values()[i]); err != nil {
-				p.aschErr = fmt.Errorf("ARROW:schema metadata: %w", err)
+	h := sha256.New()
+	h.Write(b)
+	for _, kv := range md.KeyValueMetadata {
+		if kv.Key == "ARROW:schema" {
+			h.Write([]byte{0})
+			h.Write([]byte(kv.Value))
+		}
+	}
+	copy(key[:], h.Sum(nil))
+	return key, true
+}
+
+// derived returns arrow-go's derivation for this file's schema: from the
+// cache, else from arrow-go's parse of the footer (cached when that parse
+// succeeds: a file whose footer arrow-go cannot parse keeps its error).
+func (p *parquetFooter) derived() *arrowDerived {
+	p.derivedOnce.Do(func() {
+		if key, ok := p.schemaKey(); ok {
+			derivedCache.Lock()
+			e := derivedCache.m[key]
+			if e == nil {
+				if len(derivedCache.m) >= derivedCacheSize {
+					clear(derivedCache.m)
+				}
+				e = &derivedEntry{}
+				derivedCache.m[key] = e
+			}
+			derivedCache.Unlock()
+			e.once.Do(func() {
+				if md, err := p.arrowMD(); err == nil {
+					e.d = deriveArrow(md)
+				}
+			})
+			if e.d != nil {
+				p.der = e.d
 				return
 			}
 		}
-	}
-	p.arrow.once.Do(func() { p.arrow.md = md })
+		md, err := p.arrowMD()
+		if err != nil {
+			p.der = &arrowDerived{err: err}
+			return
+		}
+		p.der = deriveArrow(md)
+	})
+	return p.der
+}
+
+// deriveArrow derives the schema arrow-go decodes a file of footer md to.
+func deriveArrow(md *metadata.FileMetaData) (d *arrowDerived) {
+	d = &arrowDerived{node: md.Schema}
+	defer func() {
+		if r := recover(); r != nil {
+			d.asch, d.pysch, d.err = nil, nil, fmt.Errorf("Parquet schema has no Arrow form (%v): %w; pyarrow cannot read it either: rewrite the file", r, ErrUnsupported)
+		}
+	}()
 	sch, err := pqarrow.FromParquet(md.Schema, &pqarrow.ArrowReadProperties{}, md.KeyValueMetadata())
 	if err != nil {
-		p.aschErr = fmt.Errorf("Parquet schema has no Arrow form (%v): %w; pyarrow cannot read it either: rewrite the file", err, ErrUnsupported)
-		return
+		d.err = fmt.Errorf("Parquet schema has no Arrow form (%v): %w; pyarrow cannot read it either: rewrite the file", err, ErrUnsupported)
+		return d
 	}
 	// INT96 (what Spark and Impala write): pyarrow reads it as timestamp[ns]
 	// without a time zone, arrow-go labels it UTC; the values are the same.
@@ -73,18 +158,17 @@ func (p *parquetFooter) arrowFromTail(ra io.ReaderAt, tail []byte, obj Object) {
 		}
 	}
 	smd := sch.Metadata()
-	p.asch = arrow.NewSchema(fields, &smd)
+	d.asch = arrow.NewSchema(fields, &smd)
+	d.pysch = pyarrowSchema(d.asch, md.Schema)
+	return d
 }
 
 // pyarrowSchema is asch with pyarrow's one difference from arrow-go at the top
 // level: a BYTE_ARRAY annotated JSON is pyarrow's extension arrow.json over
 // string (arrow-go says binary; the bytes are the same).
-func pyarrowSchema(asch *arrow.Schema, md *metadata.FileMetaData) *arrow.Schema {
-	if md == nil {
-		return asch
-	}
+func pyarrowSchema(asch *arrow.Schema, node *pqschema.Schema) *arrow.Schema {
 	fields := asch.Fields()
-	root := md.Schema.Root()
+	root := node.Root()
 	for i := range fields {
 		if i >= root.NumFields() {
 			break
@@ -104,14 +188,15 @@ func pyarrowSchema(asch *arrow.Schema, md *metadata.FileMetaData) *arrow.Schema 
 
 // arrowField is the field arrow-go decodes top-level column name to.
 func (p *parquetFooter) arrowField(name string) (arrow.Field, error) {
-	if p.aschErr != nil {
-		return arrow.Field{}, p.aschErr
+	d := p.derived()
+	if d.err != nil {
+		return arrow.Field{}, d.err
 	}
-	idx := p.asch.FieldIndices(name)
+	idx := d.asch.FieldIndices(name)
 	if len(idx) == 0 {
 		return arrow.Field{}, fmt.Errorf("not in arrow-go's schema of the file: %w", ErrUnsupported)
 	}
-	return p.asch.Field(idx[0]), nil
+	return d.asch.Field(idx[0]), nil
 }
 
 // primaryFits reports whether the primary decoder (parquet-go pages and the
@@ -190,15 +275,15 @@ func (p *parquetFooter) outputField(j int) (arrow.Field, error) {
 // JSON as binary, where pyarrow reads timestamp[ns] without a zone and
 // arrow.json: the loader corrects both at the top level only).
 func (p *parquetFooter) refused(name string) string {
-	md := p.arrow.md
-	if md == nil {
+	node := p.derived().node
+	if node == nil {
 		return ""
 	}
 	for _, leaf := range p.leaves[name] {
-		if leaf >= md.Schema.NumColumns() {
+		if leaf >= node.NumColumns() {
 			continue
 		}
-		col := md.Schema.Column(leaf)
+		col := node.Column(leaf)
 		if _, ok := col.LogicalType().(pqschema.IntervalLogicalType); ok || col.ConvertedType() == pqschema.ConvertedTypes.Interval {
 			return fmt.Sprintf("Parquet INTERVAL (leaf %s) has no exact Arrow form", col.Path())
 		}
@@ -243,7 +328,15 @@ func undeliverable(t arrow.DataType) string {
 // has no seconds) and read back as timestamp[ms]; the values are
 // milliseconds, so the stored unit would be wrong data.
 func (p *parquetFooter) reconcile(stored *arrow.Schema) *arrow.Schema {
-	if p.asch == nil {
+	hasTimestamp := false
+	for _, f := range stored.Fields() {
+		hasTimestamp = hasTimestamp || f.Type.ID() == arrow.TIMESTAMP
+	}
+	if !hasTimestamp {
+		return stored
+	}
+	asch := p.derived().asch
+	if asch == nil {
 		return stored
 	}
 	fields := stored.Fields()
@@ -253,11 +346,11 @@ func (p *parquetFooter) reconcile(stored *arrow.Schema) *arrow.Schema {
 		if !ok {
 			continue
 		}
-		idx := p.asch.FieldIndices(f.Name)
+		idx := asch.FieldIndices(f.Name)
 		if len(idx) == 0 {
 			continue
 		}
-		if ats, ok := p.asch.Field(idx[0]).Type.(*arrow.TimestampType); ok && ats.Unit != ts.Unit {
+		if ats, ok := asch.Field(idx[0]).Type.(*arrow.TimestampType); ok && ats.Unit != ts.Unit {
 			fields[i].Type = &arrow.TimestampType{Unit: ats.Unit, TimeZone: ts.TimeZone}
 			changed = true
 		}

@@ -220,8 +220,16 @@ func (d *parquetDecoder) decodeColumn(ctx context.Context, c *colDecoder, rg int
 		cm := &meta[c.leaf].MetaData
 		off, n := chunkRange(cm)
 		if b, ok := sr.bytesAt(off, n); ok {
-			if err := checkPages(b, cm, d.maxBytes); err != nil {
+			emptyV2, err := walkPages(b, cm, d.maxBytes)
+			if err != nil {
 				return nil, fmt.Errorf("loader: %s row group %d column %q: %w", d.f.Object.URI, rg, c.name, err)
+			}
+			if emptyV2 { // parquet-go cannot decode a v2 page of 0 values: arrow-go does
+				a, err := d.decodeFallback(ctx, c, rg, ra, mem)
+				if err != nil {
+					return nil, fmt.Errorf("loader: %s row group %d column %q: %w", d.f.Object.URI, rg, c.name, err)
+				}
+				return a, nil
 			}
 			if a, ok, err := c.decodeFast(b, cm, rows, mem, d.maxBytes); ok {
 				if err != nil && c.keep && errors.Is(err, ErrNull) {

@@ -92,18 +92,7 @@ func (r *readerAtSeeker) Seek(off int64, whence int) (int64, error) {
 }
 
 func (d *parquetDecoder) arrowMeta(ctx context.Context, store Store) (*metadata.FileMetaData, error) {
-	af := &d.footer.arrow
-	af.once.Do(func() {
-		obj := d.f.Object
-		pr, err := pqfile.NewParquetReader(&readerAtSeeker{ReaderAt: &storeReaderAt{ctx: ctx, store: store, obj: obj}, size: obj.Size})
-		if err != nil {
-			af.err = fmt.Errorf("arrow-go footer: %w", classify(err))
-			return
-		}
-		af.md = pr.MetaData()
-		pr.Close()
-	})
-	return af.md, af.err
+	return d.footer.arrowMD()
 }
 
 // decodeFallback decodes column c of row group rg with arrow-go from ra.
@@ -112,7 +101,7 @@ func (d *parquetDecoder) decodeFallback(ctx context.Context, c *colDecoder, rg i
 	if err != nil {
 		return nil, err
 	}
-	pr, err := pqfile.NewParquetReader(&readerAtSeeker{ReaderAt: ra, size: d.f.Object.Size}, pqfile.WithMetadata(md))
+	pr, err := pqfile.NewParquetReader(&readerAtSeeker{ReaderAt: d.withoutEmptyPages(ra, c, rg), size: d.f.Object.Size}, pqfile.WithMetadata(md))
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -157,6 +146,9 @@ func (d *parquetDecoder) decodeFallback(ctx context.Context, c *colDecoder, rg i
 		}
 	}
 	defer col.Release()
+	if col.Len() == 0 && rows > 0 {
+		return nil, fmt.Errorf("arrow-go decoded 0 of the footer's %d rows: %w; the column chunk starts with a data page of 0 values (which arrow-go and pyarrow take for its end: pyarrow reads no row of it either), or the file is corrupt: rewrite the file", rows, ErrCorrupt)
+	}
 	if int64(col.Len()) != rows {
 		return nil, fmt.Errorf("decoded %d rows, footer says %d: %w", col.Len(), rows, ErrCorrupt)
 	}
@@ -362,4 +354,54 @@ func plainBinary(col arrow.Array, t arrow.DataType, mem memory.Allocator) (arrow
 	out := bld.NewArray()
 	defer out.Release()
 	return makeArray(retype(out.Data(), t)), nil
+}
+
+// withoutEmptyPages is ra with the column chunks of c in row group rg seen
+// with their data pages of 0 values last (withoutEmptyPages), where one
+// comes before values: arrow-go would stop reading at it.
+func (d *parquetDecoder) withoutEmptyPages(ra io.ReaderAt, c *colDecoder, rg int) io.ReaderAt {
+	sr, ok := ra.(*spanReader)
+	if !ok {
+		return ra
+	}
+	meta := d.pf.Metadata().RowGroups[rg].Columns
+	var ov []overlay
+	for _, leaf := range c.leaves {
+		if leaf >= len(meta) {
+			continue
+		}
+		off, n := chunkRange(&meta[leaf].MetaData)
+		if b, ok := sr.bytesAt(off, n); ok {
+			if stripped := withoutEmptyPages(b); stripped != nil {
+				ov = append(ov, overlay{off: off, b: stripped})
+			}
+		}
+	}
+	if len(ov) == 0 {
+		return ra
+	}
+	return &overlayReaderAt{ReaderAt: ra, ov: ov}
+}
+
+// overlay replaces the bytes at [off, off+len(b)) of a file.
+type overlay struct {
+	off int64
+	b   []byte
+}
+
+// overlayReaderAt reads from ReaderAt, with the overlays' bytes where they lie.
+type overlayReaderAt struct {
+	io.ReaderAt
+	ov []overlay
+}
+
+func (r *overlayReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	n, err := r.ReaderAt.ReadAt(p, off)
+	for _, o := range r.ov {
+		lo, hi := max(off, o.off), min(off+int64(n), o.off+int64(len(o.b)))
+		if lo < hi {
+			copy(p[lo-off:hi-off], o.b[lo-o.off:hi-o.off])
+		}
+	}
+	return n, err
 }

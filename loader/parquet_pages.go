@@ -331,7 +331,7 @@ func (st *colState) listPage(page parquet.Page, vals encoding.Values, rows int64
 		}
 		return nil
 	}
-	present := 0
+	present, nullElems := 0, 0
 	for i, r := range rep {
 		if r == 0 {
 			if st.rows >= int(rows) {
@@ -345,15 +345,28 @@ func (st *colState) listPage(page parquet.Page, vals encoding.Values, rows int64
 		case l == c.elemDef:
 			count++
 			present++
-		case l >= c.listDef: // empty list (or null element)
-			if l == c.elemDef-1 && l > c.listDef {
-				return fmt.Errorf("null element in list at row %d: %w; lists of %s must not hold nulls", st.rows-1, ErrNull, c.elem)
+		case l > c.listDef: // a null element: the fill stands in for it
+			if c.fill == nil {
+				return fmt.Errorf("null element in list at row %d: %w; give the column a fill value (null elements become it), read it over Flight without one (nulls arrive as Arrow nulls), or clean the data", st.rows-1, ErrNull)
 			}
+			count++
+			nullElems++
+		case l == c.listDef: // an empty list
 		default: // null list
 			if c.fill == nil {
 				return fmt.Errorf("null list at row %d: %w; give the column a fill value (null lists become empty) or clean the data", st.rows-1, ErrNull)
 			}
 		}
+	}
+	if nullElems > 0 {
+		// The element slots' levels, values where present, the fill elsewhere.
+		elems := make([]byte, 0, present+nullElems)
+		for _, l := range def {
+			if int(l) > c.listDef {
+				elems = append(elems, l)
+			}
+		}
+		return st.scatterWithFill(elems, vals, len(elems))
 	}
 	if present > 0 {
 		if err := st.appendValues(vals, present); err != nil {
@@ -416,8 +429,10 @@ func (st *colState) binaryPage(page parquet.Page, vals encoding.Values, n int, r
 		return nil
 	}
 	if st.valid == nil {
+		// Every row valid until a page says otherwise: later pages
+		// without nulls set no bit.
 		st.valid = newBuf(st.mem, int(bitutil.BytesForBits(rows)))
-		bitutil.SetBitsTo(st.valid.Bytes(), 0, int64(st.rows), true)
+		bitutil.SetBitsTo(st.valid.Bytes(), 0, rows, true)
 	}
 	j := 0
 	for _, l := range def[:n] {

@@ -20,7 +20,10 @@ const (
 	// Float16 rounds float32/float64 to Arrow's float16 (round to nearest even).
 	Float16
 	// Float32 rounds float64, converts any integer, or converts a decimal
-	// (its scale applied, to the nearest float32) to float32.
+	// (its scale applied, to the nearest float32: a decimal of more than 6
+	// significant digits may not survive exactly) to float32. A decimal
+	// whose values may exceed float32's range (more than 38 digits before
+	// the point) is refused: ask for Float64.
 	Float32
 	// Int32 narrows any integer to int32; values out of range are ErrOverflow.
 	Int32
@@ -34,11 +37,16 @@ const (
 	Uint16
 	// Uint8 narrows any integer to uint8; values out of range are ErrOverflow.
 	Uint8
+	// Float64 converts a decimal (its scale applied) to the nearest float64;
+	// float64 values are kept. A decimal of more than 15 significant digits
+	// may not survive the conversion exactly (distinct decimals can become
+	// the same float64); the error is at most half a unit in the last place.
+	Float64
 
 	numDTypes = iota
 )
 
-var dtypeNames = [numDTypes]string{"keep", "bfloat16", "float16", "float32", "int32", "int16", "int8", "uint32", "uint16", "uint8"}
+var dtypeNames = [numDTypes]string{"keep", "bfloat16", "float16", "float32", "int32", "int16", "int8", "uint32", "uint16", "uint8", "float64"}
 
 // String returns the dtype's name as ParseDType accepts it ("bfloat16", ...).
 func (d DType) String() string {
@@ -49,7 +57,8 @@ func (d DType) String() string {
 }
 
 // ParseDType returns the DType named s ("keep", "bfloat16", "float16",
-// "float32", "int32", "int16", "int8", "uint32", "uint16", "uint8"; "" is Keep).
+// "float32", "int32", "int16", "int8", "uint32", "uint16", "uint8",
+// "float64"; "" is Keep).
 func ParseDType(s string) (DType, error) {
 	if s == "" {
 		return Keep, nil

@@ -83,7 +83,18 @@ func castTargetFor(src arrow.DataType, d DType) (castTarget, bool, error) {
 		if !isInt && id != arrow.FLOAT64 && id != arrow.DECIMAL128 && id != arrow.DECIMAL256 {
 			return same, false, fmt.Errorf("float32 needs float64, integer or decimal values, not %s", src)
 		}
+		if p, s, ok := decimalDigits(src); ok && p-s > 38 {
+			return same, false, fmt.Errorf("%s values may exceed float32's range (%d digits before the point, float32 holds 38): ask for float64", src, p-s)
+		}
 		return castTarget{dt: arrow.PrimitiveTypes.Float32}, true, nil
+	case Float64:
+		if id == arrow.FLOAT64 {
+			return same, false, nil
+		}
+		if id != arrow.DECIMAL128 && id != arrow.DECIMAL256 {
+			return same, false, fmt.Errorf("float64 needs decimal or float64 values, not %s", src)
+		}
+		return castTarget{dt: arrow.PrimitiveTypes.Float64}, true, nil
 	case Int32, Int16, Int8, Uint32, Uint16, Uint8:
 		dt := map[DType]arrow.DataType{
 			Int32: arrow.PrimitiveTypes.Int32, Int16: arrow.PrimitiveTypes.Int16, Int8: arrow.PrimitiveTypes.Int8,
@@ -326,24 +337,12 @@ func castKernel(src arrow.ArrayData, to castTarget, out []byte) func(from int) i
 	case arrow.UINT64:
 		return castUnsignedKernel(arrow.GetValues[uint64](src, 1), to, out, hi, valid, voff)
 	case arrow.DECIMAL128:
-		// The scale applied: the value, rounded to the nearest float32.
+		// The scale applied: the value, rounded to the nearest float.
 		in, scale := arrow.GetValues[decimal128.Num](src, 1), src.DataType().(*arrow.Decimal128Type).Scale
-		o := arrow.GetData[float32](out)
-		return func(int) int {
-			for i, v := range in {
-				o[i] = v.ToFloat32(scale)
-			}
-			return -1
-		}
+		return decimalKernel(in, scale, to, out, decimal128Int64, decimal128String)
 	case arrow.DECIMAL256:
 		in, scale := arrow.GetValues[decimal256.Num](src, 1), src.DataType().(*arrow.Decimal256Type).Scale
-		o := arrow.GetData[float32](out)
-		return func(int) int {
-			for i, v := range in {
-				o[i] = v.ToFloat32(scale)
-			}
-			return -1
-		}
+		return decimalKernel(in, scale, to, out, decimal256Int64, decimal256String)
 	}
 	return nil
 }

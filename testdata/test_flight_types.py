@@ -32,7 +32,12 @@ from test_flight_interop import MAX_MSG, Server
 HERE = pathlib.Path(__file__).resolve().parent
 # Written by testdata/otherwriters (Go, arrow-go's low-level writer) into the
 # test's temporary directory.
-OTHER_FILES = ["gzip_multimember.parquet", "hadoop_lz4.parquet", "legacy_annotations.parquet", "legacy_lists.parquet"]
+OTHER_FILES = ["empty_pages_v1.parquet", "empty_pages_v2.parquet", "gzip_multimember.parquet", "hadoop_lz4.parquet",
+               "legacy_annotations.parquet", "legacy_lists.parquet"]
+# Column chunks that start with a data page of 0 values (v1, v2): pyarrow 26
+# reads each as 0 rows; meshfeed reads what the twin without that page holds.
+LEADING_EMPTY = {"empty_pages_v1_leading.parquet": "empty_pages_v1.parquet",
+                 "empty_pages_v2_leading.parquet": "empty_pages_v2.parquet"}
 SEED = int(os.environ.get("MESHFEED_SEED", "13"))
 N = 300  # rows per file: three row groups of 100
 
@@ -155,7 +160,7 @@ def served(tmp_path_factory):
     go = os.environ.get("GO") or shutil.which("go") or "go"
     subprocess.run([go, "run", "./testdata/otherwriters", "-out", str(other), "-seed", str(SEED)],
                    cwd=HERE.parent, check=True, capture_output=True)
-    assert sorted(p.name for p in other.glob("*.parquet")) == OTHER_FILES
+    assert sorted(p.name for p in other.glob("*.parquet")) == sorted(OTHER_FILES + list(LEADING_EMPTY))
     (root / "nested_dur").mkdir()
     pq.write_table(pa.table({"s": pa.array([{"d": 1}, {"d": 2}], pa.struct([("d", pa.duration("s"))]))}),
                    root / "nested_dur" / "f.parquet")
@@ -217,9 +222,10 @@ def relaxed(t):
     return t
 
 
-def compare(client, path):
-    """Reads path over Flight (all columns, one padded step) and compares it with pyarrow."""
-    want = pq.read_table(path)
+def compare(client, path, want_path=None):
+    """Reads path over Flight (all columns, one padded step) and compares it
+    with pyarrow's read of path (or of want_path)."""
+    want = pq.read_table(want_path or path)
     info = client.get_flight_info(flight.FlightDescriptor.for_command(request(path, want.num_rows)))
     got = client.do_get(info.endpoints[0].ticket).read_all()
     assert got.column_names == want.column_names + ["valid"]
@@ -269,6 +275,20 @@ def test_other_writers(served, name):
     assert not bad, "\n".join(bad)
 
 
+@pytest.mark.parametrize("name", sorted(LEADING_EMPTY))
+def test_leading_empty_pages(served, name):
+    """A data page of 0 values and 0 rows before the first of each column
+    chunk: pyarrow 26 reads no row of such a chunk (Arrow C++, and arrow-go,
+    take the page for the chunk's end); meshfeed reads every row, the values
+    pyarrow reads of the twin file without that page."""
+    root, client = served
+    path, twin = root / "other" / name, root / "other" / LEADING_EMPTY[name]
+    rows = pq.read_table(twin).num_rows
+    assert pq.ParquetFile(path).metadata.num_rows == rows > 0 and pq.read_table(path).num_rows in (0, rows)
+    bad = compare(client, path, want_path=twin)
+    assert not bad, "\n".join(bad)
+
+
 def test_nulls_metadata(served):
     """GetFlightInfo says which columns hold nulls (the footers' counts) before a page is read."""
     root, client = served
@@ -300,6 +320,36 @@ def test_refused_at_plan_time(served):
             client.get_flight_info(flight.FlightDescriptor.for_command(request(path, 2, [col])))
     info = client.get_flight_info(flight.FlightDescriptor.for_command(request(path, 2, ["top"])))
     assert info.schema.field("top").type == pq.read_table(path).schema.field("top").type == pa.timestamp("ns")
+
+
+@pytest.mark.parametrize("store_schema", [True, False])
+def test_nested_json_refused_at_plan_time(served, store_schema):
+    """JSON inside a struct, a list or a map: arrow-go would read it as binary,
+    pyarrow reads arrow.json; refused by GetFlightInfo naming the file, the
+    column, the Parquet type and what to do. The top-level JSON column is
+    served as pyarrow reads it."""
+    root, client = served
+    d = root / f"nested_json_{store_schema}"
+    d.mkdir(exist_ok=True)
+    path = d / "f.parquet"
+    j = pa.array(['{"a": 1}', "[2]", None], pa.json_())
+    t = pa.table({
+        "s": pa.StructArray.from_arrays([j], names=["j"]),
+        "l": pa.ListArray.from_arrays(pa.array([0, 1, 3, 3], pa.int32()), j),
+        "m": pa.MapArray.from_arrays(pa.array([0, 2, 2, 2], pa.int32()), pa.array(["k", "q"]), j.slice(0, 2)),
+        "top": j,
+    })
+    pq.write_table(t, path, store_schema=store_schema)
+    want = {"s": "s.j", "l": "l.list.element", "m": "m.key_value.value"}
+    for col, leaf in want.items():
+        with pytest.raises(pa.ArrowInvalid) as e:
+            client.get_flight_info(flight.FlightDescriptor.for_command(request(path, 3, [col])))
+        msg = str(e.value)
+        for part in (str(path), f'column "{col}"', f"Parquet JSON inside a nested type (leaf {leaf})", "arrow.json",
+                     "rewrite it as a plain string, or project top-level JSON columns only"):
+            assert part in msg, f"{part!r} not in {msg!r}"
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(request(path, 3, ["top"])))
+    assert info.schema.field("top").type == pq.read_table(path).schema.field("top").type == pa.json_()
 
 
 # ---------------------------------------------------------------------------
@@ -382,3 +432,31 @@ def test_types_doc(served):
         DOC.write_text(want, encoding="utf-8")
         return
     assert text == want, "docs/TYPES.md is out of date: run MESHFEED_UPDATE_DOCS=1 pytest testdata/test_flight_types.py"
+
+
+@pytest.mark.parametrize("page_version", ["1.0", "2.0"])
+def test_list_null_elements(served, page_version):
+    """Lists of numbers with null elements ([[1, None, 3]]) beside empty and
+    null lists arrive over Flight as pyarrow reads them (Arrow nulls in the
+    elements' validity), data pages v1 and v2; the planned field's
+    meshfeed.null_count counts null lists and null elements, not empty lists
+    (the statistics' null count holds all three; the definition level
+    histograms tell them apart)."""
+    root, client = served
+    d = root / f"list_null_elements_{page_version}"
+    d.mkdir(exist_ok=True)
+    rng = np.random.default_rng(SEED)
+    rows = []
+    for i in range(N):
+        k = rng.integers(0, 10)
+        rows.append(None if k == 0 and i else [] if k == 1 else
+                    [None if rng.random() < 0.25 or (i == 0 and j == 0) else int(rng.integers(-50, 50)) for j in range(int(rng.integers(1, 5)))])
+    t = pa.table({"l": pa.array(rows, pa.list_(pa.int32())), "l64": pa.array(rows, pa.list_(pa.float64()))})
+    path = d / "f.parquet"
+    pq.write_table(t, path, row_group_size=100, data_page_version=page_version, data_page_size=256, use_dictionary=False)
+    bad = compare(client, path)
+    assert not bad, "\n".join(bad)
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(request(path, N, ["l"])))
+    want = sum(r is None for r in rows) + sum(x is None for r in rows if r for x in r)
+    assert info.schema.field("l").metadata[b"meshfeed.null_count"] == str(want).encode()
+    assert pq.ParquetFile(path).metadata.row_group(0).column(0).statistics.null_count > 0

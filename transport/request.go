@@ -55,7 +55,7 @@ type Column struct {
 	// Name is the column's name in the dataset's schema.
 	Name string `json:"name"`
 	// DType is the target element dtype ("bfloat16", "float16", "float32",
-	// "int32", "int16", ...); empty keeps the stored dtype.
+	// "int32", "int16", ..., "float64"); empty keeps the stored dtype.
 	DType string `json:"dtype,omitempty"`
 	// Length, when > 0, gives a list column the static length Length.
 	Length int `json:"length,omitempty"`

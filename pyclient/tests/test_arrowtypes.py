@@ -119,6 +119,38 @@ def test_decimal_on_request_as_float32(files):
     assert np.array_equal(got, (rows / 100).astype(np.float32))
 
 
+@pytest.fixture
+def x64_off():
+    """JAX's default configuration, for this test only (the session runs with x64 on)."""
+    jax.config.update("jax_enable_x64", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", True)
+
+
+def test_decimal_on_request_as_float64(files):
+    """With x64 on, a decimal becomes float64 on request: the float64 nearest
+    to each value, the scale applied in Go (0.07 is 0.07, not 7 * 0.01)."""
+    root, srv = files
+    assert jax.config.jax_enable_x64
+    with loader(root, srv, "clean", columns={"price": meshfeed.Column(dtype="float64"), "st": None}) as ld:
+        got, rows = [], []
+        for b in ld:
+            assert isinstance(b["price"], jax.Array) and b["price"].dtype == np.float64
+            got.append(np.asarray(b["price"]))
+            rows.append(np.asarray(b["st.a"]))
+    got, rows = np.concatenate(got), np.concatenate(rows)
+    want = np.array([float(decimal.Decimal(int(r)).scaleb(-2)) for r in rows])
+    assert np.array_equal(got, want) and not np.array_equal(want, rows * 0.01)
+
+
+def test_decimal_as_float64_needs_x64(files, x64_off):
+    root, srv = files
+    with pytest.raises(meshfeed.InvalidRequestError, match=r"\['price'\].*float64.*jax_enable_x64.*float32"):
+        loader(root, srv, "clean", columns={"price": meshfeed.Column(dtype="float64"), "st": None})
+
+
 def test_mask_on_request(files):
     """Column(mask=True): the nulls become the fill and <name>_valid says where they were."""
     root, srv = files
@@ -135,3 +167,73 @@ def test_mask_on_request(files):
     assert np.array_equal(got, np.where(nulls, 7, rows))
     with pytest.raises(ValueError, match="mask"):
         meshfeed.Column(mask=1)
+
+
+# Lists of numbers with null elements ([[1, None, 3]]). pyarrow records each
+# chunk's definition level histogram, so the footers tell null elements and
+# null lists (nulls) from empty lists (no nulls; the statistics' null count
+# counts all three).
+LISTS = {
+    "nullelem": [[1, None, 3], [4], [5, 6], [None]],
+    "nulllist": [[1], None, [2], [3]],
+    "empty": [[1, 2], [], [3], [4]],
+}
+
+
+@pytest.fixture(scope="module")
+def list_files(tmp_path_factory, binary):
+    root = tmp_path_factory.mktemp("lists")
+    for name, rows in LISTS.items():
+        (root / name).mkdir()
+        pq.write_table(pa.table({"l": pa.array(rows * 4, pa.list_(pa.int32())), "i": pa.array(range(16), pa.int32())}),
+                       root / name / "f.parquet", row_group_size=8)
+    srv = LocalServer(binary, [str(root)])
+    yield root, srv
+    srv.stop()
+
+
+def read_all(ld):
+    out = {}
+    for b in ld:
+        for k, v in b.items():
+            out.setdefault(k, []).append(v)
+    order = np.argsort(np.concatenate([np.asarray(x) for x in out.pop("i")]))
+    return {k: (np.concatenate([np.asarray(x) for x in v])[order] if isinstance(v[0], jax.Array)
+                else pa.concat_arrays(v).take(pa.array(order))) for k, v in out.items()}
+
+
+@pytest.mark.parametrize("name", ["nullelem", "nulllist"])
+def test_list_nulls_without_fill_refused_at_construction(list_files, name):
+    """A list made arrays (a length) with null elements or null lists and no
+    fill: refused when the Loader is built, with the footers' count."""
+    root, srv = list_files
+    want = sum(r is None for r in LISTS[name]) + sum(x is None for r in LISTS[name] if r for x in r)
+    with pytest.raises(meshfeed.InvalidRequestError, match=rf"'l' \({want * 4} nulls\).*fill"):
+        loader(root, srv, name, columns={"l": meshfeed.Column(length=4), "i": None})
+
+
+def test_list_null_elements_with_fill(list_files):
+    """With a fill, null elements become the fill (and pad the rest of the row)."""
+    root, srv = list_files
+    with loader(root, srv, "nullelem", columns={"l": meshfeed.Column(length=4, fill=-1), "i": None}) as ld:
+        got = read_all(ld)
+    want = [[-1 if x is None else x for x in r] + [-1] * (4 - len(r)) for r in LISTS["nullelem"] * 4]
+    assert got["l"].dtype == np.int32 and got["l"].tolist() == want
+    assert got["l_length"].tolist() == [len(r) for r in LISTS["nullelem"] * 4]
+
+
+def test_list_empty_lists_are_no_nulls(list_files):
+    """Empty lists are no nulls: a list with a length and no fill is served (padded with zeros)."""
+    root, srv = list_files
+    with loader(root, srv, "empty", columns={"l": meshfeed.Column(length=4), "i": None}) as ld:
+        got = read_all(ld)
+    assert got["l"].tolist() == [r + [0] * (4 - len(r)) for r in LISTS["empty"] * 4]
+
+
+@pytest.mark.parametrize("name", sorted(LISTS))
+def test_list_without_length_is_pyarrow(list_files, name):
+    """Without a length a list arrives as pyarrow reads it, nulls and all."""
+    root, srv = list_files
+    with loader(root, srv, name, columns={"l": None, "i": None}) as ld:
+        got = read_all(ld)
+    assert got["l"].to_pylist() == pq.read_table(root / name / "f.parquet").column("l").to_pylist()

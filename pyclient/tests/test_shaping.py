@@ -65,7 +65,7 @@ def test_bfloat16_and_fixed_length_tokens(tokens_server):
 # at Loader construction, with the server's message naming the column.
 @pytest.mark.parametrize("col,msg", [
     (meshfeed.Column(dtype="float8"), 'dtype "float8" is unknown'),
-    (meshfeed.Column(dtype="float64"), 'dtype "float64" is unknown'),
+    (meshfeed.Column(dtype="float64"), 'float64 needs decimal or float64 values, not int32'),
     (meshfeed.Column(dtype="int64"), 'dtype "int64" is unknown'),
     (meshfeed.Column(dtype="bool"), 'dtype "bool" is unknown'),
     (meshfeed.Column(length=-2), "length -2 is negative"),

@@ -3,8 +3,10 @@
 // with arrow-go's low-level writer: legacy two-level lists and repeated fields
 // without a LIST annotation, decimals stored as BYTE_ARRAY, FIXED_LEN_BYTE_ARRAY
 // and (annotated by converted type only) INT32/INT64, converted-type-only
-// timestamps, strings and small integers, the Hadoop framing of LZ4, and gzip
-// pages of several gzip members. testdata/test_flight_types.py runs it into a
+// timestamps, strings and small integers, the Hadoop framing of LZ4, gzip
+// pages of several gzip members, and data pages (v2 and v1) that hold
+// nothing: only nulls, or 0 values and 0 rows (spliced in by hand,
+// emptypages.go). testdata/test_flight_types.py runs it into a
 // temporary directory and compares what meshfeed delivers over Flight with
 // pyarrow.parquet.read_table, value by value.
 //
@@ -55,6 +57,8 @@ func main() {
 	arrowFile(filepath.Join(*out, "hadoop_lz4.parquet"), rng, compress.Codecs.Lz4)
 	compress.RegisterCodec(compress.Codecs.Gzip, multiMemberGzip{})
 	arrowFile(filepath.Join(*out, "gzip_multimember.parquet"), rng, compress.Codecs.Gzip)
+	emptyPagesFile(filepath.Join(*out, "empty_pages_v2"), rng, true, compress.Codecs.Snappy)
+	emptyPagesFile(filepath.Join(*out, "empty_pages_v1"), rng, false, compress.Codecs.Uncompressed)
 }
 
 func fail(err error) {

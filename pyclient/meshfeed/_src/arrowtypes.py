@@ -8,11 +8,16 @@
 - Columns without a JAX form (strings, binary, decimals unless the request casts
   them, maps, variable-length lists) come back as pyarrow arrays of this
   process's rows.
+- A decimal asked for as ``Column(dtype="float32")`` or (x64 on) ``"float64"``
+  arrives as the float nearest to each value, the scale applied by the server.
 - Nulls never become silent values. A column requested without a fill arrives
   with Arrow validity (the server says in the field metadata
   ``meshfeed.null_count`` how many nulls the footers record, or ``unknown``):
   a numeric column with recorded nulls is refused when the Loader is built, one
   whose writer recorded no count is refused at the first step that holds a null.
+  A list given a length holds nulls when it has null lists or null elements
+  (the server counts those, not empty lists, where the writer recorded
+  definition level histograms).
   ``Column(fill=..., mask=True)`` instead fills them here and adds the boolean
   ``<name>_valid``.
 """

@@ -52,7 +52,9 @@ class Column:
 
     Args:
         dtype: target element dtype (``"bfloat16"``, ``"float32"``, ``"int32"``, ...,
-            see docs/PROTOCOL.md); None keeps the stored dtype.
+            ``"float64"``, see docs/PROTOCOL.md); None keeps the stored dtype. A
+            decimal becomes the nearest ``"float32"`` or, with jax_enable_x64 on,
+            ``"float64"`` (docs/TYPES.md says what precision that loses).
         length: > 0 gives a list column the static length ``length`` (adds an
             int32 ``<name>_length`` column); 0 leaves it unshaped.
         fill: padding value: a number, or ``"nan"``, ``"inf"``, ``"-inf"``; None is zero.

@@ -144,7 +144,14 @@ def narrowed_columns(schema: pa.Schema, columns: Sequence[Mapping[str, Any]] | N
     (jax_enable_x64 off): int64 to int32, uint64 to uint32, float64 to
     float32, done by the server, which checks integer overflow. ``columns``
     None means all of the schema's columns (the mask ``mask_key`` aside).
-    None when nothing needs narrowing."""
+    None when nothing needs narrowing. A column asked for as ``float64``
+    (decimals) needs x64: without it, an InvalidRequestError."""
+    if not jax.config.jax_enable_x64:
+        wide = sorted(c["name"] for c in columns or () if c.get("dtype") == "float64")
+        if wide:
+            raise InvalidRequestError(
+                f"columns {wide} are asked for as float64 but jax_enable_x64 is off (jax would make them float32): "
+                "enable x64 (jax.config.update('jax_enable_x64', True)) or ask for dtype='float32'")
     targets = {}
     for f in schema:
         spec = column_spec(f)
