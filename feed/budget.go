@@ -12,14 +12,18 @@ import (
 // under an even share of the stream's read-ahead budget (WithReadAhead). A
 // row group that does not fit that share is read in pieces: row ranges of
 // whole slices (multiples of b rows, cut on the slice grid, so that with no
-// shuffle window a slice inside a row group stays a view), about half the
-// share each, so that one piece is read while the previous one is cut. What
-// a slice needs at least is one slice of rows (b) as read (compressed plus
-// decoded), plus the shuffle window (W rows, which its cutter holds decoded:
-// loader.Dataset.ArrowRowBytes), plus the columns the loader cannot stream
+// shuffle window a slice inside a row group stays a view), about a quarter
+// of the share each, so that one piece is read while the previous ones are
+// cut. What a slice needs of its share at least is one slice of rows (b) as
+// read (compressed plus decoded), plus the columns the loader cannot stream
 // and decodes whole for a row group's pieces (loader.Dataset.
 // StreamedRowBytes): a plan whose slices need more than their share is
 // refused when it is planned (GetFlightInfo, Open), with the numbers.
+//
+// The shuffle window is memory of its own, chosen with the window: each
+// slice's cutter holds up to W rows decoded (loader.Dataset.ArrowRowBytes)
+// beside its share, so a stream holds at most the read-ahead budget plus
+// slices x W rows (plus the steps being sent).
 
 // piecePlan is how the slices of a plan read: pieceRows rows per piece (0:
 // whole row groups, as the budget allows or with a read-ahead of 0), under
@@ -31,12 +35,13 @@ type piecePlan struct {
 
 // planPieces sizes the pieces of pl's slices from the read-ahead budget, or
 // says why the plan cannot fit it. Of a slice's share, the columns decoded
-// whole and the raw rows of the shuffle window come first; of the rest, a
-// quarter is the piece size (in whole slices, at least one), two pieces are
-// what the cutter holds (the one being cut and the next), and the remainder
-// is the reader's budget in flight. When the rest holds fewer than four
-// slices of rows, pieces are one slice and the reader's budget one piece:
-// the slice may then exceed its share by up to two slices of rows.
+// whole come first; of the rest, a quarter is the piece size (in whole
+// slices, at least one), two pieces are what the cutter holds (the one
+// being cut and the next), and the remainder is the reader's budget in
+// flight. When the rest holds fewer than four slices of rows, pieces are
+// one slice and the reader's budget one piece: the slice may then exceed
+// its share by up to two slices of rows. The shuffle window is held beside
+// the share (see above).
 func (p *Pipeline) planPieces(pl *pipelinePlan) (piecePlan, error) {
 	budget := p.cfg.readAhead
 	if budget <= 0 {
@@ -45,23 +50,20 @@ func (p *Pipeline) planPieces(pl *pipelinePlan) (piecePlan, error) {
 	n := int64(len(pl.cfg.slices))
 	share := budget / n
 	perRow, whole := pl.ds.StreamedRowBytes()
-	rowMem := pl.ds.ArrowRowBytes()
 	b := int64(pl.plan.SliceRows())
-	w := pl.cfg.plan.Window
-	window := int64(float64(w)*rowMem + 0.5)
-	need := int64(float64(b)*perRow+0.5) + window + whole
+	need := int64(float64(b)*perRow+0.5) + whole
 	if need > share {
 		return piecePlan{}, fmt.Errorf("feed: %w: the plan does not fit the read-ahead budget: each of the %d slices requested needs at least %d bytes "+
-			"(one slice of %d rows read at %.0f bytes per row compressed plus decoded, a shuffle window of %d rows held at %.0f bytes per row, "+
+			"(one slice of %d rows read at %.0f bytes per row compressed plus decoded, "+
 			"and %d bytes of columns decoded whole per row group), %d bytes for the %d slices, over the read-ahead budget of %d bytes (%d per slice): "+
-			"raise the server's --read-ahead to at least %d, or lower the shuffle window, the global batch size or the slices per request "+
+			"raise the server's --read-ahead to at least %d, or lower the global batch size or the slices per request "+
 			"(or write row groups with an offset index or fewer rows when columns are decoded whole)",
-			transport.ErrFailedPrecondition, n, need, b, perRow, w, rowMem, whole, need*n, n, budget, share, need*n)
+			transport.ErrFailedPrecondition, n, need, b, perRow, whole, need*n, n, budget, share, need*n)
 	}
 	if perRow <= 0 {
 		return piecePlan{}, nil // nothing streams: pieces would not save memory
 	}
-	avail := float64(share - whole - window) // bytes for pieces, held and in flight
+	avail := float64(share - whole) // bytes for pieces, held and in flight
 	rows := max(int64(avail/perRow/4)/b*b, b)
 	pieceBytes := int64(float64(rows)*perRow + 0.5)
 	reader := max(int64(avail)-2*pieceBytes, pieceBytes) + whole

@@ -161,11 +161,12 @@ func TestLargeRowGroupsSmallBudget(t *testing.T) {
 					t.Errorf("%s W=%d %s: a reader had %d bytes in flight, over its share %d of the budget (row group %d)", c, w, lb, peak, share, rgCost)
 				}
 				// Everything decoded and cut at once: the budget (in flight,
-				// pieces held by the cutters, the window) plus the step
-				// being returned and its copies.
+				// pieces held by the cutters) plus the 4 slices' windows
+				// (held beside it) plus the step being returned and its copies.
 				step := int64(4*16) * rgCost / rg.Rows
-				if bound := 4*share + 2*step; held > bound {
-					t.Errorf("%s W=%d %s: the pipeline held %d bytes at once, over the budget %d plus two steps (%d)", c, w, lb, held, 4*share, bound)
+				window := 4 * int64(w) * rgCost / rg.Rows
+				if bound := 4*share + window + 2*step; held > bound {
+					t.Errorf("%s W=%d %s: the pipeline held %d bytes at once, over the budget %d plus the windows %d plus two steps (%d)", c, w, lb, held, 4*share, window, bound)
 				}
 			}
 		}
@@ -173,21 +174,22 @@ func TestLargeRowGroupsSmallBudget(t *testing.T) {
 }
 
 // TestBudgetTooSmallAtPlanTime: a plan whose slices cannot fit the
-// read-ahead budget is refused by Info and Open, with the numbers.
+// read-ahead budget is refused by Info and Open, with the numbers; the
+// shuffle window is held beside the budget, so it does not decide.
 func TestBudgetTooSmallAtPlanTime(t *testing.T) {
 	dir := writeDataset(t, bigSpec(datagen.CompressionNone, false))
 	ctx := context.Background()
-	p, err := NewPipeline(ctx, WithReadAhead(64<<10), WithCacheTTL(0))
+	p, err := NewPipeline(ctx, WithReadAhead(4<<10), WithCacheTTL(0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	req := bigRequest(dir, 1000, transport.LastBatchPad)
+	req := bigRequest(dir, 0, transport.LastBatchPad)
 	_, err = p.Info(ctx, req)
 	if !errors.Is(err, transport.ErrFailedPrecondition) {
 		t.Fatalf("Info = %v, want ErrFailedPrecondition", err)
 	}
-	for _, s := range []string{"read-ahead budget of 65536 bytes", "4 slices", "16 rows", "window of 1000 rows", "--read-ahead"} {
+	for _, s := range []string{"read-ahead budget of 4096 bytes", "4 slices", "16 rows", "--read-ahead"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q does not say %q", err, s)
 		}
@@ -195,8 +197,15 @@ func TestBudgetTooSmallAtPlanTime(t *testing.T) {
 	if _, err := p.Open(ctx, req); !errors.Is(err, transport.ErrFailedPrecondition) {
 		t.Fatalf("Open = %v, want ErrFailedPrecondition", err)
 	}
-	// Without the window it fits.
-	if _, err := p.Info(ctx, bigRequest(dir, 0, transport.LastBatchPad)); err != nil {
-		t.Fatalf("Info without a window: %v", err)
+	// A budget that fits a slice fits it with any window (held beside it).
+	q, err := NewPipeline(ctx, WithReadAhead(64<<10), WithCacheTTL(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	for _, w := range []int{0, 1000} {
+		if _, err := q.Info(ctx, bigRequest(dir, w, transport.LastBatchPad)); err != nil {
+			t.Fatalf("Info with a window of %d rows: %v", w, err)
+		}
 	}
 }

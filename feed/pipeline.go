@@ -51,8 +51,9 @@ func (c *pipelineConfig) validate() error {
 // decoded bytes of row groups fetched ahead of the cutters, split evenly among
 // the stream's slices (each slice reads its own rows). A row group larger
 // than a slice's share is read in pieces (budget.go); a request whose slices
-// cannot fit their share (one slice plus the shuffle window, plus columns
-// decoded whole) is refused when it is planned. Default
+// cannot fit their share (one slice, plus columns decoded whole) is refused
+// when it is planned; the shuffle window's rows are held beside the budget.
+// Default
 // loader.DefaultReadAhead; 0 reads one whole row group per slice at a time,
 // without that check; a negative value is an error of NewPipeline. So a
 // server's read-ahead memory is at most this times its concurrent streams.

@@ -168,23 +168,29 @@ func (p *parquetFooter) colDecoder(fi int, out arrow.Field, cfg *config) (c colD
 	return c, nil
 }
 
+// settle ends a decode of row group rg that has made arrs so far: a panic in
+// the decoders (a corrupt file, or a lost page of a mapping) becomes *err,
+// and on any error the arrays are released. Deferred by decode and
+// decodeRange.
+func (d *parquetDecoder) settle(rg int, arrs *[]arrow.Array, err *error) {
+	if r := recover(); r != nil {
+		if *err = faultErr(d.f.Object, rg, r); *err == nil {
+			*err = fmt.Errorf("loader: %s row group %d: undecodable data (%v): %w; the file is corrupt: rewrite it", d.f.Object.URI, rg, r, ErrCorrupt)
+		}
+	}
+	if *err != nil {
+		for _, a := range *arrs {
+			a.Release()
+		}
+	}
+}
+
 // decode reads every projected column chunk of row group rg from ra (which
 // holds the fetched chunk bytes) into Arrow arrays allocated from mem.
 func (d *parquetDecoder) decode(ctx context.Context, rg int, ra io.ReaderAt, mem memory.Allocator) (rec arrow.RecordBatch, err error) {
 	rows := d.f.RowGroups[rg].Rows
 	arrs := make([]arrow.Array, 0, len(d.cols))
-	defer func() {
-		if r := recover(); r != nil {
-			if err = faultErr(d.f.Object, rg, r); err == nil {
-				err = fmt.Errorf("loader: %s row group %d: undecodable data (%v): %w; the file is corrupt: rewrite it", d.f.Object.URI, rg, r, ErrCorrupt)
-			}
-		}
-		if err != nil {
-			for _, a := range arrs {
-				a.Release()
-			}
-		}
-	}()
+	defer d.settle(rg, &arrs, &err)
 	for i := range d.cols {
 		if err := ctx.Err(); err != nil {
 			return nil, err

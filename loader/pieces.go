@@ -278,18 +278,7 @@ func (d *parquetDecoder) decodeRange(ctx context.Context, ds *Dataset, rg int, s
 		return nil, fmt.Errorf("loader: %s row group %d: rows [%d, %d) outside its %d rows", d.f.Object.URI, rg, start, end, d.f.RowGroups[rg].Rows)
 	}
 	arrs := make([]arrow.Array, 0, len(d.cols))
-	defer func() {
-		if r := recover(); r != nil {
-			if err = faultErr(d.f.Object, rg, r); err == nil {
-				err = fmt.Errorf("loader: %s row group %d: undecodable data (%v): %w; the file is corrupt: rewrite it", d.f.Object.URI, rg, r, ErrCorrupt)
-			}
-		}
-		if err != nil {
-			for _, a := range arrs {
-				a.Release()
-			}
-		}
-	}()
+	defer d.settle(rg, &arrs, &err)
 	for i := range d.cols {
 		if err := ctx.Err(); err != nil {
 			return nil, err
