@@ -587,6 +587,22 @@ def test_per_slice_placement_direct_equals_public(make, monkeypatch):
             assert shard.data.unsafe_buffer_pointer() == buf.address, f"id on {shard.device}: copied"
 
 
+def test_per_slice_placement_check_takes_nan(monkeypatch):
+    """A first step holding NaN passes the direct path's check (values are
+    compared bitwise): the direct path stays on."""
+    from meshfeed._src import layout as layout_mod
+    sh = named((8,), ("data",), P("data"))
+    L = layout_of(sh, 64)
+    recs = _per_slice(L)
+    x = np.full(L.b * 4, np.nan, dtype=np.float32)
+    recs = [pa.record_batch([r.column(0), pa.FixedSizeListArray.from_arrays(_abuf(x), 4)], names=["id", "x"])
+            for r in recs]
+    monkeypatch.setitem(layout_mod._direct, "ok", None)
+    out = Materializer(recs[0].schema, sh, L, None)(recs)
+    assert layout_mod.placement_path() == "direct"
+    assert np.isnan(np.asarray(out["x"])).all()
+
+
 def test_per_slice_placement_falls_back_when_direct_fails(monkeypatch):
     """A jax whose private batched transfer fails (or gives other arrays)
     is noticed on the first step: a warning, then the public path for good,
