@@ -296,3 +296,32 @@ def test_direct_views_equal_records_and_hold_their_slot(shm_server, glob):
     gc.collect()
     assert r.released == released + 1, "dropping a step's arrays did not release its slot"
     r.close()
+
+
+def test_descriptor_outside_its_slot_is_refused():
+    """A step descriptor whose buffer lies outside its slot (or whose slice
+    lists too few buffers) is an error naming it, never a view of other
+    memory."""
+    import threading
+
+    from meshfeed._src import shm as shm_mod
+
+    class Region:
+        slot_bytes = 1024
+
+        def slot(self, k):
+            return np.zeros(self.slot_bytes, np.uint8)
+
+    r = object.__new__(ShmReader)
+    r._regions, r._closed, r._send_lock, r.released = {0: Region()}, True, threading.RLock(), 0
+    r.schema = pa.schema([pa.field("id", pa.int64())])
+    r._starts = [0, shm_mod._nbuffers(pa.int64())]
+    step = {"region": 0, "slot": 1, "rows": 8, "epoch": 0, "step": 3, "slices": [0], "real_rows": [8]}
+    ok = r._step(dict(step, buffers=[[[0, 0], [1024, 64]]]))
+    assert ok.dense(0, np.dtype(np.int64), (8,)) is not None
+    with pytest.raises(MeshfeedError, match=r"step 3: buffer \[960, 1024\) outside its slot \[1024, 2048\)"):
+        r._step(dict(step, buffers=[[[0, 0], [960, 64]]]))
+    with pytest.raises(MeshfeedError, match=r"buffer \[2000, 2064\) outside"):
+        r._step(dict(step, buffers=[[[0, 0], [2000, 64]]]))
+    with pytest.raises(MeshfeedError, match="1 buffers in a slice, want 2"):
+        r._step(dict(step, buffers=[[[1024, 64]]]))

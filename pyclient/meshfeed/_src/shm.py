@@ -238,7 +238,17 @@ class ShmReader:
         weakref.finalize(hold, self._release, s["region"], slot)
         base = slot * reg.slot_bytes
         bufs = s["buffers"]
-        nbytes = sum(ln for slice_bufs in bufs for _, ln in slice_bufs)
+        # Every buffer must lie in the slot, and each slice list all the schema's.
+        lo, hi, want, nbytes = base, base + reg.slot_bytes, self._starts[-1], 0
+        for slice_bufs in bufs:
+            if len(slice_bufs) != want:
+                raise MeshfeedError(f"shared-memory step {s.get('step')}: {len(slice_bufs)} buffers in a slice, "
+                                    f"want {want} for the schema")
+            for off, ln in slice_bufs:
+                if ln and (off < lo or off + ln > hi):
+                    raise MeshfeedError(f"shared-memory step {s.get('step')}: buffer [{off}, {off + ln}) outside "
+                                        f"its slot [{lo}, {hi})")
+                nbytes += ln
         meta = {k: s[k] for k in ("epoch", "step", "slices", "real_rows")}
         return ShmChunk(hold, base, bufs, self.schema, self._starts, s["rows"],
                         pa.py_buffer(json.dumps(meta).encode()), nbytes)
