@@ -2,12 +2,9 @@ package loader_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -31,28 +28,9 @@ func TestPyarrowFilesInPieces(t *testing.T) {
 			continue
 		}
 		t.Run(f.Name, func(t *testing.T) {
-			raw, err := os.ReadFile(filepath.Join(pyarrowDir, f.Expect))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var exp pyExpect
-			if err := json.Unmarshal(raw, &exp); err != nil {
-				t.Fatal(err)
-			}
-			fill := map[string]float64{}
-			for _, c := range exp.Columns {
-				for _, v := range c.Values {
-					if string(v) == "null" && c.Encoding != "string" && c.Encoding != "hex" {
-						fill[c.Name] = 0
-					}
-				}
-			}
+			exp, ds := openExpected(ctx, t, store, f.Name, f.Expect)
 			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 			defer mem.AssertSize(t, 0)
-			ds, err := loader.Open(ctx, store, []string{filepath.Join(pyarrowDir, f.Name)}, loader.WithFill(fill))
-			if err != nil {
-				t.Fatal(err)
-			}
 			var refs []loader.RowGroupRef
 			firstRow := map[int]int64{}
 			var at int64

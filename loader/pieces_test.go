@@ -120,7 +120,7 @@ func TestPiecesMatchWholeRowGroups(t *testing.T) {
 		{"gzip", compress.Codecs.Gzip},
 		{"lz4raw", compress.Codecs.Lz4Raw}, // arrow-go's fallback: decoded whole
 	}
-	streamed := []string{"id", "label", "features", "nfeatures", "small"} // and tokens with an offset index or v2 pages
+	streamed := []string{"id", "label", "features", "nfeatures", "small", "pixels"} // and tokens with an offset index or v2 pages
 	for _, c := range codecs {
 		for _, dict := range []bool{false, true} {
 			for _, v2 := range []bool{false, true} {

@@ -53,6 +53,34 @@ type pyExpect struct {
 	} `json:"columns"`
 }
 
+// openExpected reads pyarrow's expected values of file name (from expect)
+// and opens it, columns holding nulls given a fill of 0 (numbers only; the
+// null error itself is TestPyarrowNulls).
+func openExpected(ctx context.Context, t *testing.T, store loader.Store, name, expect string) (pyExpect, *loader.Dataset) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(pyarrowDir, expect))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exp pyExpect
+	if err := json.Unmarshal(raw, &exp); err != nil {
+		t.Fatal(err)
+	}
+	fill := map[string]float64{}
+	for _, c := range exp.Columns {
+		for _, v := range c.Values {
+			if string(v) == "null" && c.Encoding != "string" && c.Encoding != "hex" {
+				fill[c.Name] = 0
+			}
+		}
+	}
+	ds, err := loader.Open(ctx, store, []string{filepath.Join(pyarrowDir, name)}, loader.WithFill(fill))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exp, ds
+}
+
 func readManifest(t *testing.T) pyManifest {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(pyarrowDir, "MANIFEST.json"))
@@ -144,30 +172,9 @@ func TestPyarrowFiles(t *testing.T) {
 		}
 		seen++
 		t.Run(f.Name, func(t *testing.T) {
-			raw, err := os.ReadFile(filepath.Join(pyarrowDir, f.Expect))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var exp pyExpect
-			if err := json.Unmarshal(raw, &exp); err != nil {
-				t.Fatal(err)
-			}
-			// Columns holding nulls get a fill of 0 (numbers only); the
-			// null error itself is TestPyarrowNulls.
-			fill := map[string]float64{}
-			for _, c := range exp.Columns {
-				for _, v := range c.Values {
-					if string(v) == "null" && c.Encoding != "string" && c.Encoding != "hex" {
-						fill[c.Name] = 0
-					}
-				}
-			}
+			exp, ds := openExpected(ctx, t, store, f.Name, f.Expect)
 			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 			defer mem.AssertSize(t, 0)
-			ds, err := loader.Open(ctx, store, []string{filepath.Join(pyarrowDir, f.Name)}, loader.WithFill(fill))
-			if err != nil {
-				t.Fatal(err)
-			}
 			if ds.NumRows() != exp.NumRows {
 				t.Errorf("NumRows() = %d, want %d", ds.NumRows(), exp.NumRows)
 			}
