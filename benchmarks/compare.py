@@ -76,6 +76,16 @@ LOOP_LABELS = {"free": "loop consuming steps freely",
                "wait": "loop waiting for each step (block_until_ready on its result)"}
 TOKENS_LEN = 2048
 IMAGE_SHAPE = (128, 128, 3)
+DEVICES = 8  # the CPU mesh every loader feeds
+
+
+def meshfeed_window(w: int) -> int:
+    """meshfeed's per-stream shuffle window holding w rows in all: a shuffled
+    Loader keeps one window per device stream (DEVICES of them), where Ray's
+    local shuffle buffer and Grain's window hold w rows in all. Shuffle memory
+    is compared at equal rows held."""
+    return max(w // DEVICES, 1)
+
 # Each workload: its dataset (meshfeed gen flags), the columns read, the
 # arrays delivered to jax (what GB/s counts), the global batch, the shuffle
 # window/buffer in rows. Sizes: a few seconds of streaming for the fastest loader
@@ -160,7 +170,7 @@ def _child(args: argparse.Namespace) -> None:
     from jax.sharding import NamedSharding, PartitionSpec as P
 
     jax.config.update("jax_enable_x64", True)
-    mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    mesh = jax.make_mesh((DEVICES,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
     sharding = NamedSharding(mesh, P("data"))
     files = sorted(os.path.join(args.data, f) for f in os.listdir(args.data) if f.endswith(".parquet"))
     B, W, name, wl = args.batch, args.window, args.child, args.workload
@@ -194,7 +204,7 @@ def _child(args: argparse.Namespace) -> None:
     loader = None
     if name.startswith("meshfeed"):
         import meshfeed
-        shuffle = meshfeed.Shuffle(seed=0, window=W) if name.endswith("shuffle") else None
+        shuffle = meshfeed.Shuffle(seed=0, window=meshfeed_window(W)) if name.endswith("shuffle") else None
         cols = {"id": None, "tokens": meshfeed.Column(length=TOKENS_LEN, overflow="truncate")} \
             if wl == "tokens" else columns
         loader = meshfeed.Loader(args.data, global_batch_size=B, sharding=sharding, columns=cols,
@@ -401,7 +411,7 @@ def _utilization(a: argparse.Namespace, wl: str, sizes: dict, rate: float, kind:
     os.close(fd)
     cols = WORKLOADS[wl]["columns"]
     cmd = [sys.executable, "-m", "meshfeed", "bench", sizes["data"], "--global-batch-size", str(sizes["batch"]),
-           "--mesh", "data=8", "--columns", ",".join(cols), "--shuffle-window", str(sizes["window"]),
+           "--mesh", "data=8", "--columns", ",".join(cols), "--shuffle-window", str(meshfeed_window(sizes["window"])),
            "--epochs", "1", "--x64", "--step", kind, "--step-ms", f"{step_ms:.3f}"]
     if wl == "tokens":
         cmd += ["--length", f"tokens={TOKENS_LEN}"]
@@ -606,8 +616,9 @@ def render(a, plan, summary, util, results, machine, elapsed) -> str:
         out.append("")
         gen = " ".join(os.path.relpath(x, ROOT) if x.startswith(ROOT) else x for x in s["gen"])
         out.append(f"Dataset `{gen}`: {s['rows']:,} rows of {w['what']}, snappy, {s['files']} files, row groups of "
-                   f"{s['row_group_rows']:,} rows. Global batch {s['batch']:,}, shuffle window/buffer "
-                   f"{s['window']:,} rows where shuffled.")
+                   f"{s['row_group_rows']:,} rows. Global batch {s['batch']:,}; where shuffled, every loader holds "
+                   f"{s['window']:,} rows for shuffling (Ray's local shuffle buffer, Grain's window, meshfeed's "
+                   f"{DEVICES} per-stream windows of {meshfeed_window(s['window']):,} rows).")
         for loop, rows in loops.items():
             out.append("")
             out.append(f"{wl}, {LOOP_LABELS[loop]}:")

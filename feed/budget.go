@@ -22,8 +22,15 @@ import (
 //
 // The shuffle window is memory of its own, chosen with the window: each
 // slice's cutter holds up to W rows decoded (loader.Dataset.ArrowRowBytes)
-// beside its share, so a stream holds at most the read-ahead budget plus
-// slices x W rows (plus the steps being sent).
+// beside its share. A window's first slice needs every row of the window, so
+// a slice's reader must have the next window read when the current one ends,
+// or every slice of the step waits for the rest of it at once (on tabular
+// rows, 65,536-row windows and a 16 MiB share: 100-150 ms every window).
+// Its reader's budget is therefore at least one window of rows as read
+// (windowAhead), which may exceed its share: a stream holds at most the
+// read-ahead budget, plus slices x W rows held, plus, where a window costs
+// more than a share, slices x (one window read) ahead (plus the steps being
+// sent).
 
 // piecePlan is how the slices of a plan read: pieceRows rows per piece (0:
 // whole row groups, as the budget allows or with a read-ahead of 0), under
@@ -31,6 +38,38 @@ import (
 type piecePlan struct {
 	pieceRows    int64
 	readerBudget int64
+	windowAhead  int64 // W > 0: what reading one window of rows costs (see above); 0 otherwise
+}
+
+// budgetFor returns the read-ahead budget of one slice's reader: its share
+// of the stream's budget (or the part of it planPieces leaves in flight),
+// and at least one window of rows.
+func (pp piecePlan) budgetFor(share int64) int64 {
+	b := share
+	if pp.pieceRows > 0 {
+		b = pp.readerBudget
+	}
+	return max(b, pp.windowAhead)
+}
+
+// windowCost returns what reading w rows costs the read-ahead budget: w rows
+// at the most bytes per row (compressed plus decoded, from the footers) of
+// any row group, plus the whole-decoded columns of two row groups (the ones
+// the window starts and ends in). 0 when w is 0.
+func windowCost(pl *pipelinePlan, w int64) int64 {
+	if w <= 0 {
+		return 0
+	}
+	var perRow float64
+	for _, f := range pl.ds.Files {
+		for _, m := range f.RowGroups {
+			if m.Rows > 0 {
+				perRow = max(perRow, float64(m.Bytes+m.DecodedBytes)/float64(m.Rows))
+			}
+		}
+	}
+	_, whole := pl.ds.StreamedRowBytes()
+	return int64(float64(w)*perRow+0.5) + 2*whole
 }
 
 // planPieces sizes the pieces of pl's slices from the read-ahead budget, or
@@ -47,6 +86,7 @@ func (p *Pipeline) planPieces(pl *pipelinePlan) (piecePlan, error) {
 	if budget <= 0 {
 		return piecePlan{}, nil // documented: one row group per slice at a time
 	}
+	ahead := windowCost(pl, pl.cfg.plan.Window)
 	n := int64(len(pl.cfg.slices))
 	share := budget / n
 	perRow, whole := pl.ds.StreamedRowBytes()
@@ -61,11 +101,11 @@ func (p *Pipeline) planPieces(pl *pipelinePlan) (piecePlan, error) {
 			transport.ErrFailedPrecondition, n, need, b, perRow, whole, need*n, n, budget, share, need*n)
 	}
 	if perRow <= 0 {
-		return piecePlan{}, nil // nothing streams: pieces would not save memory
+		return piecePlan{windowAhead: ahead}, nil // nothing streams: pieces would not save memory
 	}
 	avail := float64(share - whole) // bytes for pieces, held and in flight
 	rows := max(int64(avail/perRow/4)/b*b, b)
 	pieceBytes := int64(float64(rows)*perRow + 0.5)
 	reader := max(int64(avail)-2*pieceBytes, pieceBytes) + whole
-	return piecePlan{pieceRows: rows, readerBudget: reader}, nil
+	return piecePlan{pieceRows: rows, readerBudget: reader, windowAhead: ahead}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -208,4 +209,109 @@ func TestBudgetTooSmallAtPlanTime(t *testing.T) {
 			t.Fatalf("Info with a window of %d rows: %v", w, err)
 		}
 	}
+}
+
+// TestWindowReadAhead: with a shuffle window costing more than a slice's
+// share of the read-ahead budget, each slice's reader reads the whole next
+// window while the cutter holds the current one (a window's first slice
+// needs every row of it: a reader held to its share would leave most of
+// the window to decode when every slice reaches it at once). The steps are
+// those of an unbounded run, and what the pipeline holds stays within the
+// budget plus the windows held plus one window read ahead per slice.
+func TestWindowReadAhead(t *testing.T) {
+	dir := writeDataset(t, bigSpec(datagen.CompressionSnappy, true))
+	store := loader.NewLocalStore()
+	ds, err := loader.Open(context.Background(), store, []string{dir + "/*.parquet"}, loader.WithColumns("id", "label", "features", "image"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.Close()
+	rg := ds.Files[0].RowGroups[0]
+	rgCost := rg.Bytes + rg.DecodedBytes
+	share := rgCost / 4 // about 625 rows
+	const w = 1000      // a window of 1,000 rows: more than a share
+	req := bigRequest(dir, w, transport.LastBatchPad)
+
+	var want [][]arrow.RecordBatch
+	runBudget(t, req, 1<<40, func(_ int, slices []arrow.RecordBatch) {
+		for _, r := range slices {
+			r.Retain()
+		}
+		want = append(want, slices)
+	})
+	defer func() {
+		for _, st := range want {
+			for _, r := range st {
+				r.Release()
+			}
+		}
+	}()
+
+	ctx := context.Background()
+	mem := &peakAlloc{Allocator: memory.NewGoAllocator()}
+	p, err := NewPipeline(ctx, WithReadAhead(4*share), WithCacheTTL(0), WithAllocator(mem))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	st, err := p.Open(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ps := st.(*pipelineStream)
+	if ps.pl.pieces.pieceRows == 0 {
+		t.Fatalf("row groups of %d bytes under a share of %d are not read in pieces", rgCost, share)
+	}
+	if got := ps.pl.pieces.windowAhead; got < w*rgCost/rg.Rows {
+		t.Fatalf("window read-ahead %d bytes, under the %d bytes of %d rows", got, w*rgCost/rg.Rows, w)
+	}
+	for s := 0; ; s++ {
+		step, err := st.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			if s != len(want) {
+				t.Fatalf("%d steps, want %d", s, len(want))
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range step.Slices {
+			if !array.RecordEqual(r, want[s][i]) {
+				t.Fatalf("step %d slice %d differs from the unbounded run", s, i)
+			}
+		}
+		step.Release()
+		if s != 0 {
+			continue
+		}
+		// Step 0 pulled window 0 into the cutters. Each reader now reads
+		// on, to the end of window 1, without anyone asking: wait for it.
+		deadline := time.Now().Add(20 * time.Second)
+		for _, sc := range ps.slices {
+			var k, rows int64
+			for _, g := range sc.segs {
+				if rows >= 2*w {
+					break
+				}
+				rows += g.End - g.Start
+				k++
+			}
+			for sc.rd.Stats().Pieces.Load() < k {
+				if time.Now().After(deadline) {
+					t.Fatalf("slice %d: its reader read %d pieces ahead and stopped, want the %d that reach the end of window 1 (row %d); in flight at most %d bytes, share %d",
+						sc.d, sc.rd.Stats().Pieces.Load(), k, 2*w, sc.rd.PeakInFlight(), share)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	step := int64(4*16) * rgCost / rg.Rows
+	window := 4 * int64(w) * rgCost / rg.Rows
+	if bound := 4*share + 4*ps.pl.pieces.windowAhead + window + 2*step; mem.peak > bound {
+		t.Errorf("the pipeline held %d bytes at once, over the budget %d plus the windows %d, one window read ahead per slice %d, and two steps (%d)",
+			mem.peak, 4*share, window, 4*ps.pl.pieces.windowAhead, bound)
+	}
+	t.Logf("window read-ahead %d bytes per slice (share %d); held at most %d bytes", ps.pl.pieces.windowAhead, share, mem.peak)
 }

@@ -52,8 +52,9 @@ func (c *pipelineConfig) validate() error {
 // the stream's slices (each slice reads its own rows). A row group larger
 // than a slice's share is read in pieces (budget.go); a request whose slices
 // cannot fit their share (one slice, plus columns decoded whole) is refused
-// when it is planned; the shuffle window's rows are held beside the budget.
-// Default
+// when it is planned; the shuffle window's rows are held beside the budget,
+// and with a window that costs more than a share, a slice's reader reads one
+// window of rows ahead instead of its share (budget.go). Default
 // loader.DefaultReadAhead; 0 reads one whole row group per slice at a time,
 // without that check; a negative value is an error of NewPipeline. So a
 // server's read-ahead memory is at most this times its concurrent streams.

@@ -130,13 +130,14 @@ func (s *pipelineStream) addSlice(sc *sliceCut) {
 // startReader gives sc a reader of exactly sc.refs (none when it reads
 // nothing): each of the stream's slices gets an even share of the
 // read-ahead budget (of which, when it reads pieces, the part planPieces
-// leaves in flight) and of the cores for decoding.
+// leaves in flight; with a shuffle window, at least one window of rows:
+// budget.go) and of the cores for decoding.
 func (s *pipelineStream) startReader(sc *sliceCut) {
 	if len(sc.refs) > 0 {
 		n := int64(len(s.pl.cfg.slices))
 		budget := s.cfg.readAhead / n
-		if sc.segs != nil {
-			budget = s.pl.pieces.readerBudget
+		if sc.segs != nil || s.pl.pieces.windowAhead > 0 {
+			budget = s.pl.pieces.budgetFor(budget)
 		}
 		sc.rd = s.pl.ds.NewReader(s.ctx, sc.refs, s.mem,
 			loader.WithReaderReadAhead(budget),

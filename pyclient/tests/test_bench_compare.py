@@ -55,6 +55,8 @@ def test_compare_smoke(tmp_path, binary):
             assert col in compare.TABLE_HEAD and col in text, col
         assert text.count(compare.TABLE_HEAD) == 2  # one table per loop
     text = md.read_text()
+    # Shuffle memory is compared at equal rows held: meshfeed's 8 windows hold 128 rows.
+    assert "holds 128 rows for shuffling" in text and "8 per-stream windows of 16 rows" in text
     assert "old table" not in text and "kept by hand" in text and "## Later section\n\nstays" in text
 
 
