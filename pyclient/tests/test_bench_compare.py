@@ -13,13 +13,14 @@ import sys
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import compare  # noqa: E402
 
-COLUMNS = ("rows/s", "GB/s", "CPU s per GB", "peak memory", "time to first batch")
+COLUMNS = ("rows/s", "GB/s", "CPU s per GB", "peak memory", "time to first batch", "first batch included")
 
 
 def test_compare_smoke(tmp_path, binary):
@@ -48,6 +49,8 @@ def test_compare_smoke(tmp_path, binary):
         # id int64 + tokens int32 [B, 2048] + tokens_length int32, every step.
         assert x["bytes"] == (rows // batch) * batch * (8 + 4 * compare.TOKENS_LEN + 4), key
         assert x["cpu_seconds_per_gb"] > 0 and x["peak_memory_bytes"] > 0 and x["time_to_first_batch_s"] > 0
+        # From the start: every row over the time to first batch plus the streaming after it.
+        assert x["rows_per_second_with_first"] == pytest.approx(rows / (x["seconds"] + x["time_to_first_batch_s"]))
     # Some rows are longer than 2,048 tokens: the checksum covers truncation.
     assert want["checksum"][2] < rows * (128 + 4096) // 2
     for text in (r.stdout, md.read_text()):
