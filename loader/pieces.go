@@ -239,7 +239,8 @@ func (ds *Dataset) pieceCharge(ctx context.Context, ref RowGroupRef, start, end 
 				a, b := pageSpan(locs, c.slot(start), c.slot(end))
 				if a < b {
 					slots := locs[b-1].first + locs[b-1].rows - locs[a].first
-					cost += locs[b-1].off + locs[b-1].size - locs[a].off
+					t := pageTail(locs, b)
+					cost += locs[t-1].off + locs[t-1].size - locs[a].off
 					if all := c.slot(meta.Rows); all > 0 {
 						cost += ceilDiv(dec*slots, all)
 					}

@@ -3,6 +3,7 @@ package loader
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"runtime/debug"
@@ -29,6 +30,7 @@ const pageWindow = 64 << 10
 type pageLoc struct {
 	off, size   int64
 	first, rows int64 // slots
+	cont        bool  // a list page whose first values end the row begun before it
 }
 
 // slot returns the slot of row r of c: r, or r*n for a fixed_size_list[n].
@@ -39,11 +41,24 @@ func (c *colDecoder) slot(r int64) int64 {
 	return r
 }
 
-// pageSpan returns the pages [i, j) of locs that hold rows [start, end).
+// pageSpan returns the pages [i, j) of locs where rows [start, end) start.
 func pageSpan(locs []pageLoc, start, end int64) (i, j int) {
 	i = sort.Search(len(locs), func(k int) bool { return locs[k].first+locs[k].rows > start })
 	j = sort.Search(len(locs), func(k int) bool { return locs[k].first >= end })
 	return i, j
+}
+
+// pageTail returns the end of the pages to decode for the rows starting in
+// pages [i, j): j, or past the pages that continue the last of those rows
+// (list pages that begin inside a row: cont), up to the one where the next
+// row starts.
+func pageTail(locs []pageLoc, j int) int {
+	for ; j < len(locs) && locs[j].cont; j++ {
+		if locs[j].rows > 0 {
+			return j + 1
+		}
+	}
+	return j
 }
 
 // pages returns the page locations of column i of row group rg, located on
@@ -67,14 +82,22 @@ func (d *parquetDecoder) pages(ctx context.Context, ds *Dataset, rg, i int, stat
 
 // locatePages finds the data pages of column c in row group rg and the rows
 // each holds: from the offset index when the file has one, else from the
-// page headers. It returns nil (not an error) when the pages cannot be
-// placed by row (a dictionary page, a v1 list page without an offset index,
-// counts that do not add up): the column is then decoded whole, and
-// decoding reports what is wrong with it.
+// page headers, and for a list column's v1 pages (whose headers count
+// values, not rows) from their repetition levels: a page holds the rows
+// that start in it (level 0), and one whose first level is 1 continues the
+// row begun before it (cont; arrow-go cuts v1 list pages anywhere). Those
+// levels are read one page at a time: from the page itself when
+// uncompressed (the levels lead its body), else from the page decompressed
+// into a pooled buffer; levels that do not parse are ErrCorrupt. It
+// returns nil (not an error) when the pages cannot be placed by row (a
+// dictionary page, a chunk whose first value does not start a row, levels
+// not RLE-encoded, counts that do not add up): the column is then decoded
+// whole, and decoding reports what is wrong with it.
 func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c *colDecoder, stats *ReadStats) ([]pageLoc, error) {
 	cc := &d.pf.Metadata().RowGroups[rg].Columns[c.leaf]
+	md := &cc.MetaData
 	rows := d.f.RowGroups[rg].Rows
-	chunkOff, chunkLen := chunkRange(&cc.MetaData)
+	chunkOff, chunkLen := chunkRange(md)
 	if cc.OffsetIndexOffset > 0 && cc.OffsetIndexLength > 0 {
 		if cc.OffsetIndexLength > 64<<20 || cc.OffsetIndexOffset+int64(cc.OffsetIndexLength) > d.f.Object.Size {
 			return nil, fmt.Errorf("offset index [%d, +%d) outside the file's %d bytes: %w", cc.OffsetIndexOffset, cc.OffsetIndexLength, d.f.Object.Size, ErrCorrupt)
@@ -112,9 +135,11 @@ func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c
 	var first int64
 	buf := getBuf(pageWindow)
 	defer func() { putBuf(buf) }()
+	var lv listLevels
+	defer lv.release()
 	for pos := chunkOff; pos < end; {
 		w := min(int64(cap(buf)), end-pos)
-		win := buf[:w]
+		win, wpos := buf[:w], pos
 		if err := store.ReadAt(ctx, d.f.Object, win, pos); err != nil {
 			return nil, err
 		}
@@ -139,7 +164,21 @@ func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c
 			case h.Type == format.DataPage && h.DataPageHeader.Valid:
 				n = int64(h.DataPageHeader.V.NumValues) // rows, or a fixed list's values
 				if c.kind == kindList {
-					return nil, nil // rows known only from the levels
+					// Rows known only from the levels.
+					if pos+size > end {
+						return nil, nil
+					}
+					lv.win, lv.wpos = win, wpos
+					rows, cont, ok, err := lv.rows(ctx, store, d.f.Object, c, md.Codec, &h, pos+hdr, d.maxBytes, stats)
+					if err != nil {
+						return nil, fmt.Errorf("page %d at offset %d: %w", len(locs), pos, err)
+					}
+					if !ok || cont && len(locs) == 0 {
+						return nil, nil
+					}
+					locs = append(locs, pageLoc{off: pos, size: size, first: first, rows: rows, cont: cont})
+					first += rows
+					n = -1
 				}
 			case h.Type == format.DataPageV2 && h.DataPageHeaderV2.Valid:
 				n = int64(h.DataPageHeaderV2.V.NumRows)
@@ -176,6 +215,107 @@ func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c
 	return locs, nil
 }
 
+// listLevels reads the repetition levels of a list column's v1 pages while
+// locatePages walks their headers: from the window of headers read (win, at
+// file offset wpos) when it holds them, else from a read of their own.
+type listLevels struct {
+	win   []byte
+	wpos  int64
+	read  []byte // pooled: bytes read past the window
+	plain []byte // pooled: a page decompressed
+}
+
+func (lv *listLevels) release() {
+	for _, b := range [][]byte{lv.read, lv.plain} {
+		if b != nil {
+			putBuf(b)
+		}
+	}
+}
+
+// at returns the file's bytes [off, off+n): from the window, or read into
+// lv.read (the window's part copied, the rest read and counted in stats).
+func (lv *listLevels) at(ctx context.Context, store Store, obj Object, off, n int64, stats *ReadStats) ([]byte, error) {
+	wend := lv.wpos + int64(len(lv.win))
+	if off >= lv.wpos && off+n <= wend {
+		return lv.win[off-lv.wpos : off-lv.wpos+n], nil
+	}
+	lv.read = growBuf(lv.read, n)
+	b := lv.read[:n]
+	have := int64(0)
+	if off >= lv.wpos && off < wend {
+		have = int64(copy(b, lv.win[off-lv.wpos:]))
+	}
+	if err := store.ReadAt(ctx, obj, b[have:], off+have); err != nil {
+		return nil, err
+	}
+	stats.Fetches.Add(1)
+	stats.FetchedBytes.Add(n - have)
+	return b, nil
+}
+
+// growBuf returns a pooled buffer of at least n bytes: b if it is large
+// enough, else a new one (b returned to the pool).
+func growBuf(b []byte, n int64) []byte {
+	if int64(cap(b)) >= n {
+		return b[:n]
+	}
+	if b != nil {
+		putBuf(b)
+	}
+	return getBuf(n)
+}
+
+// rows returns the rows that start in the v1 list page of column c with
+// header h and body at file offset body, and whether its first value
+// continues a row begun before it. ok is false when the page cannot be
+// placed this way (levels not RLE-encoded, no value, nesting deeper than
+// one list, a page larger than maxBytes).
+func (lv *listLevels) rows(ctx context.Context, store Store, obj Object, c *colDecoder, codec format.CompressionCodec, h *format.PageHeader, body, maxBytes int64, stats *ReadStats) (rows int64, cont, ok bool, err error) {
+	dh := &h.DataPageHeader.V
+	size, usize := int64(h.CompressedPageSize), int64(h.UncompressedPageSize)
+	if c.maxRep != 1 || dh.RepetitionLevelEncoding != format.RLE || dh.NumValues <= 0 ||
+		usize < 4 || usize > maxBytes || size < 4 || (codec == format.Uncompressed && size != usize) {
+		return 0, false, false, nil
+	}
+	var rep []byte
+	if codec == format.Uncompressed { // the levels lead the body: read them alone
+		b, err := lv.at(ctx, store, obj, body, 4, stats)
+		if err != nil {
+			return 0, false, false, err
+		}
+		n := int64(binary.LittleEndian.Uint32(b))
+		if n > size-4 {
+			return 0, false, false, fmt.Errorf("level section of %d bytes in a page of %d: %w", n, size, ErrCorrupt)
+		}
+		if rep, err = lv.at(ctx, store, obj, body+4, n, stats); err != nil {
+			return 0, false, false, err
+		}
+	} else {
+		src, err := lv.at(ctx, store, obj, body, size, stats)
+		if err != nil {
+			return 0, false, false, err
+		}
+		lv.plain = growBuf(lv.plain, usize)
+		page := lv.plain[:usize]
+		if err := decompressInto(codec, page, src); err != nil {
+			return 0, false, false, err
+		}
+		if rep, _, err = levelSection(page); err != nil {
+			return 0, false, false, err
+		}
+	}
+	lead, ok := firstLevel(rep)
+	if !ok {
+		return 0, false, false, fmt.Errorf("repetition levels: bad run header: %w", ErrCorrupt)
+	}
+	n, _, err := rowStarts(rep, int(dh.NumValues), 0, nil, 0)
+	if err != nil {
+		return 0, false, false, err
+	}
+	return int64(n), lead != 0, true, nil
+}
+
 // placed reports whether locs are pages in order inside [lo, hi) whose rows
 // add up to rows.
 func placed(locs []pageLoc, rows, lo, hi int64) bool {
@@ -199,7 +339,8 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c
 	if i >= j {
 		return nil, fmt.Errorf("loader: %s row group %d column %q: no page holds rows [%d, %d): %w", d.f.Object.URI, rg, c.name, start, end, ErrCorrupt)
 	}
-	off, n := locs[i].off, locs[j-1].off+locs[j-1].size-locs[i].off
+	t := pageTail(locs, j) // and the pages ending the last row
+	off, n := locs[i].off, locs[t-1].off+locs[t-1].size-locs[i].off
 	first, rows := locs[i].first, locs[j-1].first+locs[j-1].rows-locs[i].first
 	ra, err := ds.fetchChunks(ctx, ds.fileIndex(d.f), rg, []Chunk{{Column: c.name, Offset: off, Length: n}}, stats)
 	if err != nil {
@@ -215,7 +356,7 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c
 	}
 	md := &d.pf.Metadata().RowGroups[rg].Columns[c.leaf].MetaData
 	if err := checkPages(b, md, d.maxBytes); err != nil {
-		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d: %w", d.f.Object.URI, rg, c.name, i, j-1, err)
+		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d: %w", d.f.Object.URI, rg, c.name, i, t-1, err)
 	}
 	if c.kind == kindFixedList {
 		a, err := c.decodeFixedListSlots(b, md, first, rows, start, end, mem, d.maxBytes)
@@ -232,7 +373,12 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c
 	if c.kind == kindList && c.narrowed() { // lists are narrowed after decoding
 		fc = c.wide()
 	}
-	a, ok, err := fc.decodeFast(b, md, rows, mem, d.maxBytes)
+	var a arrow.Array
+	if locs[i].cont || t > j { // pages cut inside rows: the first and last partly decoded
+		a, ok, err = fc.decodeFastListRows(b, md.Codec, rows, true, mem, d.maxBytes)
+	} else {
+		a, ok, err = fc.decodeFast(b, md, rows, mem, d.maxBytes)
+	}
 	if !ok {
 		return nil, nil
 	}
@@ -240,9 +386,9 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c
 		a, err = c.narrow(a, mem)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d (rows %d..%d): %w", d.f.Object.URI, rg, c.name, i, j-1, first, first+rows-1, err)
+		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d (rows %d..%d): %w", d.f.Object.URI, rg, c.name, i, t-1, first, first+rows-1, err)
 	}
-	stats.Pages.Add(int64(j - i))
+	stats.Pages.Add(int64(t - i))
 	if first == start && rows == end-start {
 		return a, nil
 	}
