@@ -22,11 +22,13 @@ import (
 // offset index when the file has one (one small read; the page locations
 // and first rows), else by walking the page headers in bounded windows
 // (pageWindow bytes at a time), which finds the rows of every page of a
-// primitive or fixed_size_list column and of v2 pages; a list column of v1
-// pages without an offset index is not streamed (its rows per page are known
-// only from decoding the levels). The pages cutting the range's edges are
-// decoded whole and sliced: a piece decodes at most one page more per column
-// at each end.
+// primitive or fixed_size_list column and of v2 pages; a list column's v1
+// pages, whose headers count values, not rows, are placed by their
+// repetition levels, read one page at a time (decompressed into a pooled
+// buffer when the codec compresses). The pages cutting the range's edges
+// are decoded whole and sliced: a piece decodes at most one page more per
+// column at each end, and for a list whose v1 pages are cut inside rows (as
+// arrow-go writes them) also the pages that end its last row.
 //
 // Every other column (dictionary-encoded, nullable, booleans, strings,
 // arrow-go's fallback types, and Arrow IPC batches) is decoded whole, once

@@ -237,7 +237,10 @@ func (lv *listLevels) release() {
 // lv.read (the window's part copied, the rest read and counted in stats).
 func (lv *listLevels) at(ctx context.Context, store Store, obj Object, off, n int64, stats *ReadStats) ([]byte, error) {
 	wend := lv.wpos + int64(len(lv.win))
-	if off >= lv.wpos && off+n <= wend {
+	switch {
+	case n == 0:
+		return nil, nil
+	case off >= lv.wpos && off+n <= wend:
 		return lv.win[off-lv.wpos : off-lv.wpos+n], nil
 	}
 	lv.read = growBuf(lv.read, n)
