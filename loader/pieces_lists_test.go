@@ -1,7 +1,9 @@
 package loader
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -15,6 +17,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	pq "github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/klauspost/compress/s2"
+	"github.com/klauspost/compress/snappy"
 )
 
 // List columns in v1 data pages without an offset index (what pyarrow and
@@ -286,4 +290,74 @@ func pageBodySize(t *testing.T, page []byte) int {
 		t.Fatalf("not one data page: %d", len(pages))
 	}
 	return len(pages[0].body)
+}
+
+// TestSnappyPrefix: snappyPrefix decodes exactly the start of what
+// snappy.Decode decodes, for blocks of random, repetitive and level-like
+// data from every snappy encoder at hand, with the block whole or cut; a
+// corrupt block is an error or a prefix, never a panic.
+func TestSnappyPrefix(t *testing.T) {
+	seed := fastSeed(t)
+	r := rand.New(rand.NewPCG(seed, seed^0x5a99))
+	encoders := map[string]func(dst, src []byte) []byte{
+		"snappy":    snappy.Encode,
+		"s2":        s2.EncodeSnappy,
+		"s2 better": s2.EncodeSnappyBetter,
+		"s2 best":   s2.EncodeSnappyBest,
+	}
+	for trial := range 300 {
+		n := r.IntN(200 << 10)
+		plain := make([]byte, n)
+		switch trial % 3 {
+		case 0: // random
+			for i := range plain {
+				plain[i] = byte(r.Uint32())
+			}
+		case 1: // runs of a few values, far and near repeats
+			for i := 0; i < n; {
+				v, k := byte(r.IntN(4)), 1+r.IntN(300)
+				for ; k > 0 && i < n; k, i = k-1, i+1 {
+					plain[i] = v
+				}
+			}
+		default: // a level section: a length, RLE runs, then values
+			if n >= 4 {
+				binary.LittleEndian.PutUint32(plain, uint32(r.IntN(n-3)))
+			}
+			for i := 4; i < n; i++ {
+				plain[i] = byte(i % (1 + r.IntN(9)))
+			}
+		}
+		for name, enc := range encoders {
+			block := enc(nil, plain)
+			for range 4 {
+				dst := make([]byte, r.IntN(n+10))
+				cut := block[:r.IntN(len(block)+1)]
+				if r.IntN(2) == 0 {
+					cut = block
+				}
+				got, err := snappyPrefix(dst, cut, int64(n))
+				if err != nil {
+					t.Fatalf("trial %d %s: %d of %d bytes, cut at %d of %d: %v", trial, name, len(dst), n, len(cut), len(block), err)
+				}
+				if len(cut) == len(block) && got != min(len(dst), n) {
+					t.Fatalf("trial %d %s: decoded %d bytes of the whole block, want %d", trial, name, got, min(len(dst), n))
+				}
+				if !bytes.Equal(dst[:got], plain[:got]) {
+					t.Fatalf("trial %d %s: the %d bytes decoded differ from the data", trial, name, got)
+				}
+			}
+			if _, err := snappyPrefix(make([]byte, 8), block, int64(n)+1); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("trial %d %s: wrong stated length: %v, want ErrCorrupt", trial, name, err)
+			}
+			// Corrupt: a prefix or an error, never a panic.
+			bad := bytes.Clone(block)
+			for range 1 + r.IntN(4) {
+				if len(bad) > 0 {
+					bad[r.IntN(len(bad))] ^= byte(1 + r.IntN(255))
+				}
+			}
+			_, _ = snappyPrefix(make([]byte, r.IntN(n+10)), bad, int64(n))
+		}
+	}
 }

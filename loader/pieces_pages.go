@@ -294,6 +294,10 @@ func (lv *listLevels) rows(ctx context.Context, store Store, obj Object, c *colD
 		if rep, err = lv.at(ctx, store, obj, body+4, n, stats); err != nil {
 			return 0, false, false, err
 		}
+	} else if codec == format.Snappy {
+		if rep, err = lv.snappyLevels(ctx, store, obj, body, size, usize, stats); err != nil {
+			return 0, false, false, err
+		}
 	} else {
 		src, err := lv.at(ctx, store, obj, body, size, stats)
 		if err != nil {
@@ -317,6 +321,131 @@ func (lv *listLevels) rows(ctx context.Context, store Store, obj Object, c *colD
 		return 0, false, false, err
 	}
 	return int64(n), lead != 0, true, nil
+}
+
+// snappyLevels returns the repetition levels of the SNAPPY v1 page whose
+// body (size bytes, usize decompressed) is at file offset body, decoding
+// only the start of the page: from the part of the body in the window when
+// that holds them (the levels lead the page and take a few bytes per row),
+// else from the body read whole.
+func (lv *listLevels) snappyLevels(ctx context.Context, store Store, obj Object, body, size, usize int64, stats *ReadStats) ([]byte, error) {
+	wend := lv.wpos + int64(len(lv.win))
+	var src []byte
+	whole := false
+	if body >= lv.wpos && body < wend {
+		src = lv.win[body-lv.wpos : min(wend, body+size)-lv.wpos]
+		whole = int64(len(src)) == size
+	}
+	if len(src) < 64 && !whole {
+		b, err := lv.at(ctx, store, obj, body, size, stats)
+		if err != nil {
+			return nil, err
+		}
+		src, whole = b, true
+	}
+	target := min(usize, 4<<10)
+	for {
+		lv.plain = growBuf(lv.plain, target)
+		n, err := snappyPrefix(lv.plain[:target], src, usize)
+		if err != nil {
+			return nil, err
+		}
+		short := int64(n) < target // the input ended first
+		if n >= 4 {
+			need := 4 + int64(binary.LittleEndian.Uint32(lv.plain))
+			if need > usize {
+				return nil, fmt.Errorf("level section of %d bytes in a page of %d: %w", need-4, usize, ErrCorrupt)
+			}
+			if int64(n) >= need {
+				return lv.plain[4:need], nil
+			}
+			target = min(usize, max(need, 2*target))
+		}
+		if short {
+			if whole {
+				return nil, fmt.Errorf("SNAPPY data ends after %d of %d bytes: %w", n, usize, ErrCorrupt)
+			}
+			b, err := lv.at(ctx, store, obj, body, size, stats)
+			if err != nil {
+				return nil, err
+			}
+			src, whole = b, true
+		}
+	}
+}
+
+// snappyPrefix decodes the start of the snappy block src, which must
+// decode to want bytes, into dst: len(dst) bytes, or fewer when src ends
+// first (src may be the start of a block). It returns the bytes decoded;
+// an element that points outside the output, or a stated length other than
+// want, is ErrCorrupt.
+func snappyPrefix(dst, src []byte, want int64) (int, error) {
+	corrupt := func(what string) (int, error) {
+		return 0, fmt.Errorf("SNAPPY data: %s: %w", what, ErrCorrupt)
+	}
+	total, k := binary.Uvarint(src)
+	if k <= 0 {
+		if len(src) < binary.MaxVarintLen64 && k == 0 {
+			return 0, nil // the length itself is cut
+		}
+		return corrupt("bad length")
+	}
+	if total != uint64(want) {
+		return corrupt(fmt.Sprintf("decodes to %d bytes, want %d", total, want))
+	}
+	if uint64(len(dst)) > total {
+		dst = dst[:total]
+	}
+	s, d := k, 0
+	for d < len(dst) && s < len(src) {
+		tag := src[s]
+		var length, offset int
+		switch tag & 3 {
+		case 0: // literal
+			x := int(tag >> 2)
+			s++
+			if x >= 60 {
+				nb := x - 59
+				if s+nb > len(src) {
+					return d, nil
+				}
+				x = 0
+				for i := range nb {
+					x |= int(src[s+i]) << (8 * i)
+				}
+				s += nb
+			}
+			m := min(x+1, len(dst)-d, len(src)-s)
+			copy(dst[d:], src[s:s+m])
+			d, s = d+m, s+m
+			continue
+		case 1:
+			if s+2 > len(src) {
+				return d, nil
+			}
+			length, offset = 4+int(tag>>2)&7, int(tag&0xe0)<<3|int(src[s+1])
+			s += 2
+		case 2:
+			if s+3 > len(src) {
+				return d, nil
+			}
+			length, offset = 1+int(tag>>2), int(binary.LittleEndian.Uint16(src[s+1:]))
+			s += 3
+		default:
+			if s+5 > len(src) {
+				return d, nil
+			}
+			length, offset = 1+int(tag>>2), int(binary.LittleEndian.Uint32(src[s+1:]))
+			s += 5
+		}
+		if offset <= 0 || offset > d {
+			return corrupt(fmt.Sprintf("copy from %d bytes back at byte %d", offset, d))
+		}
+		for end := min(d+length, len(dst)); d < end; d++ { // overlapping copies repeat
+			dst[d] = dst[d-offset]
+		}
+	}
+	return d, nil
 }
 
 // placed reports whether locs are pages in order inside [lo, hi) whose rows
