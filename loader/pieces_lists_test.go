@@ -361,3 +361,67 @@ func TestSnappyPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestSnappyLevels: the levels of a SNAPPY page come from the part of its
+// body in the header window, without a read, when that part holds them,
+// and from the body read whole when it does not (the window ends inside
+// the levels, or before the body).
+func TestSnappyLevels(t *testing.T) {
+	seed := fastSeed(t)
+	r := rand.New(rand.NewPCG(seed, seed^0x1e7e))
+	// A page: 4-byte length, levels (random: incompressible), values.
+	levels := make([]byte, 20000)
+	for i := range levels {
+		levels[i] = byte(r.Uint32())
+	}
+	page := binary.LittleEndian.AppendUint32(nil, uint32(len(levels)))
+	page = append(page, levels...)
+	page = append(page, make([]byte, 300000)...) // values: compressible
+	body := snappy.Encode(nil, page)
+	const at = 1000 // the body's offset in the file
+	path := filepath.Join(t.TempDir(), "page")
+	if err := os.WriteFile(path, append(make([]byte, at), body...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	store := NewLocalStore()
+	defer store.Close()
+	obj, err := store.Stat(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := append(make([]byte, at), body...)
+	for _, tc := range []struct {
+		name       string
+		wpos, wlen int64 // the window: file bytes [wpos, wpos+wlen)
+		read       bool  // whether the body is read
+	}{
+		{"body in the window", 0, at + int64(len(body)), false},
+		{"levels in the window", at - 10, 10 + 30000, false},
+		{"window ends inside the levels", at - 10, 10 + 5000, true},
+		{"window ends before the body", 0, at - 5, true},
+		{"window ends 10 bytes into the body", 0, at + 10, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lv := listLevels{win: file[tc.wpos : tc.wpos+tc.wlen], wpos: tc.wpos}
+			defer lv.release()
+			var st ReadStats
+			got, err := lv.snappyLevels(ctx, store, obj, at, int64(len(body)), int64(len(page)), &st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, levels) {
+				t.Fatalf("levels of %d bytes differ from the page's %d", len(got), len(levels))
+			}
+			if read := st.Fetches.Load() > 0; read != tc.read {
+				t.Errorf("body read: %v (%d bytes), want %v", read, st.FetchedBytes.Load(), tc.read)
+			}
+		})
+	}
+	// A body cut short in the file's page header: ErrCorrupt, not a hang.
+	lv := listLevels{win: file, wpos: 0}
+	defer lv.release()
+	if _, err := lv.snappyLevels(ctx, store, obj, at, 5000, int64(len(page)), &ReadStats{}); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("a body of 5000 of its %d bytes: %v, want ErrCorrupt", len(body), err)
+	}
+}
