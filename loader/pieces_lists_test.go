@@ -362,7 +362,7 @@ func TestSnappyPrefix(t *testing.T) {
 	}
 }
 
-// TestSnappyLevels: the levels of a SNAPPY page come from the part of its
+// TestSnappyLevels: the level sections of a SNAPPY page come from the part of its
 // body in the header window, without a read, when that part holds them,
 // and from the body read whole when it does not (the window ends inside
 // the levels, or before the body).
@@ -406,12 +406,12 @@ func TestSnappyLevels(t *testing.T) {
 			lv := listLevels{win: file[tc.wpos : tc.wpos+tc.wlen], wpos: tc.wpos}
 			defer lv.release()
 			var st ReadStats
-			got, err := lv.snappyLevels(ctx, store, obj, at, int64(len(body)), int64(len(page)), &st)
+			got, err := lv.snappyLevels(ctx, store, obj, at, int64(len(body)), int64(len(page)), 1, &st)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !bytes.Equal(got, levels) {
-				t.Fatalf("levels of %d bytes differ from the page's %d", len(got), len(levels))
+			if !bytes.Equal(got, page[:4+len(levels)]) {
+				t.Fatalf("%d bytes of levels differ from the page's %d", len(got), 4+len(levels))
 			}
 			if read := st.Fetches.Load() > 0; read != tc.read {
 				t.Errorf("body read: %v (%d bytes), want %v", read, st.FetchedBytes.Load(), tc.read)
@@ -421,7 +421,50 @@ func TestSnappyLevels(t *testing.T) {
 	// A body cut short in the file's page header: ErrCorrupt, not a hang.
 	lv := listLevels{win: file, wpos: 0}
 	defer lv.release()
-	if _, err := lv.snappyLevels(ctx, store, obj, at, 5000, int64(len(page)), &ReadStats{}); !errors.Is(err, ErrCorrupt) {
+	if _, err := lv.snappyLevels(ctx, store, obj, at, 5000, int64(len(page)), 1, &ReadStats{}); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("a body of 5000 of its %d bytes: %v, want ErrCorrupt", len(body), err)
+	}
+}
+
+// TestPiecesV1ListEmptyLists: a v1 list column holding empty lists (its
+// definition levels below the max) is not placed: it is decoded whole once
+// per row group, and charged whole, not streamed page by page.
+func TestPiecesV1ListEmptyLists(t *testing.T) {
+	rec := fastRecord(0, 3000)
+	defer rec.Release()
+	dir := t.TempDir()
+	for _, codec := range []compress.Compression{compress.Codecs.Uncompressed, compress.Codecs.Snappy} {
+		t.Run(codec.String(), func(t *testing.T) {
+			path := filepath.Join(dir, codec.String()+".parquet")
+			writeFastFile(t, path, []arrow.RecordBatch{rec},
+				pq.WithCompression(codec),
+				pq.WithDictionaryDefault(false),
+				pq.WithDataPageVersion(pq.DataPageV1),
+				pq.WithMaxRowGroupLength(3000),
+				pq.WithDataPageSize(1<<10))
+			ctx := context.Background()
+			store := NewLocalStore()
+			defer store.Close()
+			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+			defer mem.AssertSize(t, 0)
+			for _, col := range []string{"etokens", "tokens"} {
+				ds, err := Open(ctx, store, []string{path}, WithColumns(col), WithFooterCache(nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				d := ds.decoders[0].(*parquetDecoder)
+				locs, err := d.locatePages(ctx, store, 0, &d.cols[0], &ReadStats{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := locs != nil, col == "tokens"; got != want {
+					t.Fatalf("column %q: pages placed %v, want %v", col, got, want)
+				}
+				st := checkPieces(t, ds, randomPieces(rand.New(rand.NewPCG(1, 2)), ds, 400), mem)
+				if got, want := st.Pages.Load() > 0, col == "tokens"; got != want {
+					t.Errorf("column %q: pages decoded by pieces %v, want %v", col, got, want)
+				}
+			}
+		})
 	}
 }

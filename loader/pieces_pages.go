@@ -272,33 +272,44 @@ func growBuf(b []byte, n int64) []byte {
 // rows returns the rows that start in the v1 list page of column c with
 // header h and body at file offset body, and whether its first value
 // continues a row begun before it. ok is false when the page cannot be
-// placed this way (levels not RLE-encoded, no value, nesting deeper than
-// one list, a page larger than maxBytes).
+// streamed (levels not RLE-encoded, no value, nesting deeper than one list,
+// a page larger than maxBytes, definition levels below the max: a null or
+// empty list or a null element, which the fast path leaves to decodeChunk).
 func (lv *listLevels) rows(ctx context.Context, store Store, obj Object, c *colDecoder, codec format.CompressionCodec, h *format.PageHeader, body, maxBytes int64, stats *ReadStats) (rows int64, cont, ok bool, err error) {
 	dh := &h.DataPageHeader.V
 	size, usize := int64(h.CompressedPageSize), int64(h.UncompressedPageSize)
 	if c.maxRep != 1 || dh.RepetitionLevelEncoding != format.RLE || dh.NumValues <= 0 ||
+		(c.maxDef > 0 && dh.DefinitionLevelEncoding != format.RLE) ||
 		usize < 4 || usize > maxBytes || size < 4 || (codec == format.Uncompressed && size != usize) {
 		return 0, false, false, nil
 	}
-	var rep []byte
-	if codec == format.Uncompressed { // the levels lead the body: read them alone
-		b, err := lv.at(ctx, store, obj, body, 4, stats)
-		if err != nil {
+	sections := 1 // repetition levels, then definition levels
+	if c.maxDef > 0 {
+		sections = 2
+	}
+	var levels []byte // the page's start, holding its level sections
+	switch codec {
+	case format.Uncompressed: // the levels lead the body: read them alone
+		for need := int64(4); ; {
+			if need > size {
+				return 0, false, false, fmt.Errorf("level sections of %d bytes in a page of %d: %w", need, size, ErrCorrupt)
+			}
+			b, err := lv.at(ctx, store, obj, body, need, stats)
+			if err != nil {
+				return 0, false, false, err
+			}
+			end, known := levelsEnd(b, sections)
+			if known {
+				levels = b
+				break
+			}
+			need = end
+		}
+	case format.Snappy:
+		if levels, err = lv.snappyLevels(ctx, store, obj, body, size, usize, sections, stats); err != nil {
 			return 0, false, false, err
 		}
-		n := int64(binary.LittleEndian.Uint32(b))
-		if n > size-4 {
-			return 0, false, false, fmt.Errorf("level section of %d bytes in a page of %d: %w", n, size, ErrCorrupt)
-		}
-		if rep, err = lv.at(ctx, store, obj, body+4, n, stats); err != nil {
-			return 0, false, false, err
-		}
-	} else if codec == format.Snappy {
-		if rep, err = lv.snappyLevels(ctx, store, obj, body, size, usize, stats); err != nil {
-			return 0, false, false, err
-		}
-	} else {
+	default:
 		src, err := lv.at(ctx, store, obj, body, size, stats)
 		if err != nil {
 			return 0, false, false, err
@@ -308,8 +319,16 @@ func (lv *listLevels) rows(ctx context.Context, store Store, obj Object, c *colD
 		if err := decompressInto(codec, page, src); err != nil {
 			return 0, false, false, err
 		}
-		if rep, _, err = levelSection(page); err != nil {
-			return 0, false, false, err
+		if _, known := levelsEnd(page, sections); !known {
+			return 0, false, false, fmt.Errorf("level sections past the page's %d bytes: %w", usize, ErrCorrupt)
+		}
+		levels = page
+	}
+	rep, rest, _ := levelSection(levels)
+	if sections == 2 {
+		def, _, _ := levelSection(rest)
+		if !allRunsAt(def, c.maxDef, int(dh.NumValues)) {
+			return 0, false, false, nil
 		}
 	}
 	lead, ok := firstLevel(rep)
@@ -323,12 +342,25 @@ func (lv *listLevels) rows(ctx context.Context, store Store, obj Object, c *colD
 	return int64(n), lead != 0, true, nil
 }
 
-// snappyLevels returns the repetition levels of the SNAPPY v1 page whose
-// body (size bytes, usize decompressed) is at file offset body, decoding
-// only the start of the page: from the part of the body in the window when
-// that holds them (the levels lead the page and take a few bytes per row),
-// else from the body read whole.
-func (lv *listLevels) snappyLevels(ctx context.Context, store Store, obj Object, body, size, usize int64, stats *ReadStats) ([]byte, error) {
+// levelsEnd returns where the first sections level sections of a v1 page
+// end, if page (the start of the page) holds them all (known), else the
+// bytes of the page needed to learn more.
+func levelsEnd(page []byte, sections int) (end int64, known bool) {
+	for range sections {
+		if int64(len(page)) < end+4 {
+			return end + 4, false
+		}
+		end += 4 + int64(binary.LittleEndian.Uint32(page[end:]))
+	}
+	return end, end <= int64(len(page))
+}
+
+// snappyLevels returns the start of the SNAPPY v1 page whose body (size
+// bytes, usize decompressed) is at file offset body, up to the end of its
+// first sections level sections, decoding only that start: from the part
+// of the body in the window when that holds it (the levels lead the page
+// and take a few bytes per row), else from the body read whole.
+func (lv *listLevels) snappyLevels(ctx context.Context, store Store, obj Object, body, size, usize int64, sections int, stats *ReadStats) ([]byte, error) {
 	wend := lv.wpos + int64(len(lv.win))
 	var src []byte
 	whole := false
@@ -350,18 +382,14 @@ func (lv *listLevels) snappyLevels(ctx context.Context, store Store, obj Object,
 		if err != nil {
 			return nil, err
 		}
-		short := int64(n) < target // the input ended first
-		if n >= 4 {
-			need := 4 + int64(binary.LittleEndian.Uint32(lv.plain))
-			if need > usize {
-				return nil, fmt.Errorf("level section of %d bytes in a page of %d: %w", need-4, usize, ErrCorrupt)
-			}
-			if int64(n) >= need {
-				return lv.plain[4:need], nil
-			}
-			target = min(usize, max(need, 2*target))
+		end, known := levelsEnd(lv.plain[:n], sections)
+		if known {
+			return lv.plain[:end], nil
 		}
-		if short {
+		if end > usize {
+			return nil, fmt.Errorf("level sections of %d bytes in a page of %d: %w", end, usize, ErrCorrupt)
+		}
+		if int64(n) < target { // the input ended first
 			if whole {
 				return nil, fmt.Errorf("SNAPPY data ends after %d of %d bytes: %w", n, usize, ErrCorrupt)
 			}
@@ -371,6 +399,7 @@ func (lv *listLevels) snappyLevels(ctx context.Context, store Store, obj Object,
 			}
 			src, whole = b, true
 		}
+		target = min(usize, max(end, 2*target))
 	}
 }
 
