@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"runtime/debug"
 	"sort"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -362,42 +364,50 @@ func levelsEnd(page []byte, sections int) (end int64, known bool) {
 // and take a few bytes per row), else from the body read whole.
 func (lv *listLevels) snappyLevels(ctx context.Context, store Store, obj Object, body, size, usize int64, sections int, stats *ReadStats) ([]byte, error) {
 	wend := lv.wpos + int64(len(lv.win))
-	var src []byte
-	whole := false
 	if body >= lv.wpos && body < wend {
-		src = lv.win[body-lv.wpos : min(wend, body+size)-lv.wpos]
-		whole = int64(len(src)) == size
-	}
-	if len(src) < 64 && !whole {
-		b, err := lv.at(ctx, store, obj, body, size, stats)
-		if err != nil {
-			return nil, err
+		src := lv.win[body-lv.wpos : min(wend, body+size)-lv.wpos]
+		if int64(len(src)) == size || len(src) >= 64 {
+			levels, complete, err := snappyStart(&lv.plain, src, usize, sections)
+			if err != nil || complete {
+				return levels, err
+			}
+			if int64(len(src)) == size {
+				return nil, fmt.Errorf("SNAPPY data ends before the page's level sections: %w", ErrCorrupt)
+			}
 		}
-		src, whole = b, true
 	}
+	src, err := lv.at(ctx, store, obj, body, size, stats)
+	if err != nil {
+		return nil, err
+	}
+	levels, complete, err := snappyStart(&lv.plain, src, usize, sections)
+	if err == nil && !complete {
+		err = fmt.Errorf("SNAPPY data ends before the page's level sections: %w", ErrCorrupt)
+	}
+	return levels, err
+}
+
+// snappyStart decodes the start of the SNAPPY page src (usize bytes
+// decompressed; src may be cut) into *buf (pooled, grown as needed) up to
+// the end of its first sections level sections, and returns it; complete
+// is false when src ends first.
+func snappyStart(buf *[]byte, src []byte, usize int64, sections int) (levels []byte, complete bool, err error) {
 	target := min(usize, 4<<10)
 	for {
-		lv.plain = growBuf(lv.plain, target)
-		n, err := snappyPrefix(lv.plain[:target], src, usize)
+		*buf = growBuf(*buf, target)
+		n, err := snappyPrefix((*buf)[:target], src, usize)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		end, known := levelsEnd(lv.plain[:n], sections)
+		end, known := levelsEnd((*buf)[:n], sections)
 		if known {
-			return lv.plain[:end], nil
+			return (*buf)[:end], true, nil
 		}
 		if end > usize {
-			return nil, fmt.Errorf("level sections of %d bytes in a page of %d: %w", end, usize, ErrCorrupt)
+			return nil, false, fmt.Errorf("level sections of %d bytes in a page of %d: %w", end, usize, ErrCorrupt)
 		}
-		if int64(n) < target { // the input ended first
-			if whole {
-				return nil, fmt.Errorf("SNAPPY data ends after %d of %d bytes: %w", n, usize, ErrCorrupt)
-			}
-			b, err := lv.at(ctx, store, obj, body, size, stats)
-			if err != nil {
-				return nil, err
-			}
-			src, whole = b, true
+		if int64(n) < target { // src ended first
+			return nil, false, nil
 		}
 		target = min(usize, max(end, 2*target))
 	}
@@ -535,9 +545,11 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c
 		fc = c.wide()
 	}
 	var a arrow.Array
-	if locs[i].cont || t > j { // pages cut inside rows: the first and last partly decoded
-		a, ok, err = fc.decodeFastListRows(b, md.Codec, rows, true, mem, d.maxBytes)
-	} else {
+	exact := false // a holds rows [start, end) alone
+	switch {
+	case c.kind == kindList:
+		a, exact, ok, err = fc.decodeListPiece(b, md.Codec, rows, start-first, end-first, locs[i].cont || t > j, mem, d.maxBytes)
+	default:
 		a, ok, err = fc.decodeFast(b, md, rows, mem, d.maxBytes)
 	}
 	if !ok {
@@ -550,11 +562,121 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c
 		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d (rows %d..%d): %w", d.f.Object.URI, rg, c.name, i, t-1, first, first+rows-1, err)
 	}
 	stats.Pages.Add(int64(t - i))
-	if first == start && rows == end-start {
+	if exact || first == start && rows == end-start {
 		return a, nil
 	}
 	defer a.Release()
 	return array.NewSlice(a, start-first, end-first), nil
+}
+
+// decodeListPiece decodes rows [lo, hi) of the rows that start in the list
+// pages b (rows of them; cut: b may begin inside a row and end past its
+// last row, see decodeFastListRows). Where the pages' repetition levels can
+// be read without decompressing their values (uncompressed or SNAPPY v1
+// pages, v2 pages) it reads them first, then allocates and copies the
+// values of rows [lo, hi) alone, decompressing only the pages holding them
+// (exact); else it decodes every value of the pages (decodeFastListRows),
+// for the caller to slice. ok is false when the pages do not qualify for
+// the fast path.
+func (c *colDecoder) decodeListPiece(b []byte, codec format.CompressionCodec, rows, lo, hi int64, cut bool, mem memory.Allocator, maxBytes int64) (a arrow.Array, exact, ok bool, err error) {
+	pages, ok := c.fastPages(b, codec)
+	if !ok {
+		return nil, false, false, nil
+	}
+	for i := range pages {
+		if !pages[i].v2 && codec != format.Uncompressed && codec != format.Snappy {
+			a, ok, err = c.decodeFastListRows(b, codec, rows, cut, mem, maxBytes)
+			return a, false, ok, err
+		}
+	}
+	// The row starts, from the levels: rows + 1 (the row after the last
+	// ends it, when the pages hold its start).
+	starts := make([]int32, rows+1)
+	if !cut {
+		starts = starts[:rows]
+	}
+	var scratch []byte
+	defer func() {
+		if scratch != nil {
+			putBuf(scratch)
+		}
+	}()
+	pos, nrows, more := 0, 0, false
+	for i := 0; i < len(pages) && !more; i++ {
+		p := &pages[i]
+		var rep []byte
+		switch {
+		case p.v2:
+			rep = p.body[:p.repLevels]
+		case codec == format.Uncompressed:
+			if rep, _, err = levelSection(p.body); err != nil {
+				return nil, false, true, fmt.Errorf("page %d: %w", i, err)
+			}
+		default:
+			levels, complete, err := snappyStart(&scratch, p.body, int64(p.size), 1)
+			if err == nil && !complete {
+				err = fmt.Errorf("SNAPPY data ends before the page's level sections: %w", ErrCorrupt)
+			}
+			if err != nil {
+				return nil, false, true, fmt.Errorf("page %d: %w", i, err)
+			}
+			rep, _, _ = levelSection(levels)
+		}
+		if nrows, more, err = rowStarts(rep, p.nvals, pos, starts, nrows); err != nil {
+			return nil, false, true, fmt.Errorf("page %d: %w", i, err)
+		}
+		pos += p.nvals
+	}
+	if int64(nrows) < rows || more && !cut || !cut && rows > 0 && starts[0] != 0 {
+		return nil, false, true, fmt.Errorf("list pages hold %d rows from their first value (more: %v), want %d: %w", nrows, more, rows, ErrCorrupt)
+	}
+	end := int32(pos) // where the last row ends: the next row's start, or the pages' end
+	if nrows > int(rows) {
+		end = starts[rows]
+	}
+	from, to := starts[lo], end
+	if hi < rows {
+		to = starts[hi]
+	}
+	n := int(to - from)
+	if int64(n)*int64(c.elemSize) > maxBytes {
+		return nil, false, false, nil // decodeChunk reports the limit
+	}
+	values := newValuesBuf(mem, n*c.elemSize)
+	defer values.Release() // the array holds its own references
+	offsets := newBuf(mem, 4*(int(hi-lo)+1))
+	defer offsets.Release()
+	offs := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(offsets.Bytes()))), int(hi-lo)+1)
+	for r := range offs[:hi-lo] {
+		offs[r] = starts[lo+int64(r)] - from
+	}
+	// The values of rows [lo, hi): values [from, to) of the pages.
+	dst := values.Bytes()
+	es := c.elemSize
+	pos = 0
+	for i := range pages {
+		p := &pages[i]
+		x, y := max(pos, int(from)), min(pos+p.nvals, int(to))
+		if x < y {
+			_, vals, err := c.listPageParts(p, codec, &scratch)
+			if errors.Is(err, errFallback) {
+				return nil, false, false, nil
+			}
+			if err == nil && len(vals) != p.nvals*es {
+				err = fmt.Errorf("%d bytes of values for %d values of %d bytes: %w", len(vals), p.nvals, es, ErrCorrupt)
+			}
+			if err != nil {
+				return nil, false, true, fmt.Errorf("page %d: %w", i, err)
+			}
+			copy(dst[(x-int(from))*es:], vals[(x-pos)*es:(y-pos)*es])
+		}
+		pos += p.nvals
+	}
+	st := &colState{c: c, mem: mem, values: values, nvals: n, offsets: offsets, rows: int(hi - lo)}
+	if a, err = st.finish(hi - lo); err != nil {
+		return nil, false, true, err
+	}
+	return a, true, true, nil
 }
 
 // decodeFixedListSlots decodes the pages in b, holding values [first,
