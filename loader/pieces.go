@@ -24,11 +24,14 @@ import (
 // (pageWindow bytes at a time), which finds the rows of every page of a
 // primitive or fixed_size_list column and of v2 pages; a list column's v1
 // pages, whose headers count values, not rows, are placed by their
-// repetition levels, read one page at a time (decompressed into a pooled
-// buffer when the codec compresses). The pages cutting the range's edges
-// are decoded whole and sliced: a piece decodes at most one page more per
-// column at each end, and for a list whose v1 pages are cut inside rows (as
-// arrow-go writes them) also the pages that end its last row.
+// repetition levels, read one page at a time (for SNAPPY from the start of
+// the page alone; ZSTD and GZIP pages are decompressed into a pooled
+// buffer). The pages cutting the range's edges are decoded whole and
+// sliced: a piece decodes at most one page more per column at each end,
+// and for a list whose v1 pages are cut inside rows (as arrow-go writes
+// them) also the pages that end its last row. A piece of a list column
+// holds its rows' values alone where the levels can be read apart from the
+// values (uncompressed and SNAPPY v1 pages, v2 pages), not its pages'.
 //
 // Every other column (dictionary-encoded, nullable, booleans, strings,
 // arrow-go's fallback types, and Arrow IPC batches) is decoded whole, once

@@ -88,12 +88,15 @@ func (d *parquetDecoder) pages(ctx context.Context, ds *Dataset, rg, i int, stat
 // values, not rows) from their repetition levels: a page holds the rows
 // that start in it (level 0), and one whose first level is 1 continues the
 // row begun before it (cont; arrow-go cuts v1 list pages anywhere). Those
-// levels are read one page at a time: from the page itself when
-// uncompressed (the levels lead its body), else from the page decompressed
-// into a pooled buffer; levels that do not parse are ErrCorrupt. It
-// returns nil (not an error) when the pages cannot be placed by row (a
-// dictionary page, a chunk whose first value does not start a row, levels
-// not RLE-encoded, counts that do not add up): the column is then decoded
+// levels are read one page at a time, and the pages' values never: from
+// the page itself when uncompressed (the levels lead its body), from the
+// start of the page alone for SNAPPY (snappyPrefix, usually from the
+// window of headers already read), else from the page decompressed whole
+// into a pooled buffer (ZSTD, GZIP); levels that do not parse are
+// ErrCorrupt. It returns nil (not an error) when the pages cannot be
+// placed by row (a dictionary page, a chunk whose first value does not
+// start a row, levels not RLE-encoded, a v1 list page holding a null or
+// empty list, counts that do not add up): the column is then decoded
 // whole, and decoding reports what is wrong with it.
 func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c *colDecoder, stats *ReadStats) ([]pageLoc, error) {
 	cc := &d.pf.Metadata().RowGroups[rg].Columns[c.leaf]
