@@ -39,10 +39,16 @@
 // the pages holding the piece's rows are fetched (mapped, for local files:
 // the mapping covers those pages and is released after decoding) and
 // decoded, located by the column chunk's offset index when the file has one,
-// else by walking the page headers in 64 KiB windows. A list column with v1
-// pages and no offset index is not streamed. The pages at a piece's edges
-// are decoded whole: a piece decodes at most one page more per streamed
-// column at each end, and is charged for it. Every other column
+// else by walking the page headers in 64 KiB windows; a list column's v1
+// pages (pyarrow's default, without an offset index) are placed by reading
+// their repetition levels, one page at a time, once per row group and
+// reader (of a SNAPPY page only its start is decompressed, of a ZSTD or
+// GZIP page all of it). The pages at a piece's edges are decoded whole: a
+// piece decodes at most one page more per streamed column at each end (for
+// a list whose v1 pages are cut inside rows, as arrow-go writes them, also
+// the pages ending its last row), and is charged for it; a list piece
+// keeps its own rows' values alone (but of ZSTD and GZIP v1 pages, whose
+// pages it keeps whole). Every other column
 // (dictionary-encoded, nullable, booleans, strings, the types arrow-go
 // decodes, Arrow IPC batches) is decoded whole once per row group and
 // reader; its pieces are slices of it, and its whole size (compressed plus

@@ -455,6 +455,15 @@ func decompressInto(codec format.CompressionCodec, out, src []byte) error {
 // not qualify (a null or empty list, a null element: decodeChunk handles
 // those).
 func (c *colDecoder) decodeFastList(chunk []byte, codec format.CompressionCodec, rows int64, mem memory.Allocator, maxBytes int64) (a arrow.Array, ok bool, err error) {
+	return c.decodeFastListRows(chunk, codec, rows, false, mem, maxBytes)
+}
+
+// decodeFastListRows is decodeFastList; with piece set, chunk is a run of a
+// chunk's pages (pieces_pages.go) that may begin inside a row (the values
+// before the first row start belong to the row before: they stay in the
+// values buffer, before the first offset) and may end past the end of its
+// rows-th row (decoding stops at the next row start, which ends that row).
+func (c *colDecoder) decodeFastListRows(chunk []byte, codec format.CompressionCodec, rows int64, piece bool, mem memory.Allocator, maxBytes int64) (a arrow.Array, ok bool, err error) {
 	pages, ok := c.fastPages(chunk, codec)
 	if !ok {
 		return nil, false, nil
@@ -478,8 +487,12 @@ func (c *colDecoder) decodeFastList(chunk []byte, codec format.CompressionCodec,
 			putBuf(scratch)
 		}
 	}()
-	pos, nrows := 0, 0
-	for i := range pages {
+	starts := offs[:rows] // a piece records the start of the row after its last too
+	if piece {
+		starts = offs[:rows+1]
+	}
+	pos, nrows, more := 0, 0, false
+	for i := 0; i < len(pages) && !more; i++ {
 		p := &pages[i]
 		rep, vals, err := c.listPageParts(p, codec, &scratch)
 		if errors.Is(err, errFallback) {
@@ -489,7 +502,10 @@ func (c *colDecoder) decodeFastList(chunk []byte, codec format.CompressionCodec,
 			err = fmt.Errorf("%d bytes of values for %d values of %d bytes: %w", len(vals), p.nvals, c.elemSize, ErrCorrupt)
 		}
 		if err == nil {
-			nrows, err = rowStarts(rep, p.nvals, pos, offs[:rows], nrows)
+			nrows, more, err = rowStarts(rep, p.nvals, pos, starts, nrows)
+		}
+		if err == nil && more && !piece {
+			err = fmt.Errorf("pages hold more than the footer's %d rows: %w", rows, ErrCorrupt)
 		}
 		if err != nil {
 			return nil, true, fmt.Errorf("page %d: %w", i, err)
@@ -497,10 +513,14 @@ func (c *colDecoder) decodeFastList(chunk []byte, codec format.CompressionCodec,
 		copy(dst[pos*c.elemSize:], vals)
 		pos += p.nvals
 	}
-	if rows > 0 && nrows > 0 && offs[0] != 0 {
+	if !piece && rows > 0 && nrows > 0 && offs[0] != 0 {
 		return nil, true, fmt.Errorf("the chunk's first value does not start a row (repetition level 1): %w", ErrCorrupt)
 	}
-	st := &colState{c: c, mem: mem, values: values, nvals: int(total), offsets: offsets, rows: nrows}
+	nvals := int(total)
+	if nrows > int(rows) { // a piece's next row start: the end of its values
+		nrows, nvals = int(rows), int(offs[rows])
+	}
+	st := &colState{c: c, mem: mem, values: values, nvals: nvals, offsets: offsets, rows: nrows}
 	a, err = st.finish(rows)
 	if err != nil {
 		return nil, true, err
@@ -556,47 +576,52 @@ func (c *colDecoder) listPageParts(p *fastPage, codec format.CompressionCodec, s
 // rowStarts reads n repetition levels (max level 1: bit width 1, in RLE and
 // bit-packed runs) of values numbered from base, and records the number of
 // every value at level 0, which starts a row, in offs[nrows:]. It returns
-// the new row count. More rows than offs holds, a level above 1 or a run
-// that does not parse is ErrCorrupt.
-func rowStarts(rep []byte, n, base int, offs []int32, nrows int) (int, error) {
-	tooMany := func() (int, error) {
-		return 0, fmt.Errorf("pages hold more than the footer's %d rows: %w", len(offs), ErrCorrupt)
-	}
-	for count := 0; count < n; {
+// the new row count. With offs nil it only counts the rows. When offs is
+// full and another row starts, it stops there and reports more (the caller
+// decides whether that is corrupt). A level above 1 or a run that does not
+// parse is ErrCorrupt.
+func rowStarts(rep []byte, n, base int, offs []int32, nrows int) (rows int, more bool, err error) {
+	count := offs == nil
+	for done := 0; done < n; {
 		h, k := binary.Uvarint(rep)
 		if k <= 0 || h>>1 == 0 {
-			return 0, fmt.Errorf("repetition levels: bad run header: %w", ErrCorrupt)
+			return 0, false, fmt.Errorf("repetition levels: bad run header: %w", ErrCorrupt)
 		}
 		rep = rep[k:]
 		if h&1 == 0 { // RLE run: one byte of value
 			if len(rep) < 1 {
-				return 0, fmt.Errorf("repetition levels: truncated run: %w", ErrCorrupt)
+				return 0, false, fmt.Errorf("repetition levels: truncated run: %w", ErrCorrupt)
 			}
-			run := int(min(h>>1, uint64(n-count)))
+			run := int(min(h>>1, uint64(n-done)))
 			switch rep[0] {
 			case 0: // every value starts a row (lists of one)
-				if nrows+run > len(offs) {
-					return tooMany()
+				if count {
+					nrows += run
+					break
 				}
-				for j := range run {
-					offs[nrows+j] = int32(base + count + j)
+				take := min(run, len(offs)-nrows)
+				for j := range take {
+					offs[nrows+j] = int32(base + done + j)
 				}
-				nrows += run
+				nrows += take
+				if take < run {
+					return nrows, true, nil
+				}
 			case 1:
 			default:
-				return 0, fmt.Errorf("repetition level %d, max 1: %w", rep[0], ErrCorrupt)
+				return 0, false, fmt.Errorf("repetition level %d, max 1: %w", rep[0], ErrCorrupt)
 			}
 			rep = rep[1:]
-			count += run
+			done += run
 			continue
 		}
 		// Bit-packed: h>>1 groups of 8 levels, one byte each, LSB first.
 		if h>>1 > uint64(len(rep)) {
-			return 0, fmt.Errorf("repetition levels: truncated bit-packed run: %w", ErrCorrupt)
+			return 0, false, fmt.Errorf("repetition levels: truncated bit-packed run: %w", ErrCorrupt)
 		}
 		groups := rep[:h>>1]
 		rep = rep[h>>1:]
-		for len(groups) > 0 && count < n {
+		for len(groups) > 0 && done < n {
 			// Eight groups at a time: a row starts at every 0 bit.
 			var w uint64
 			nb := min(len(groups), 8)
@@ -609,19 +634,34 @@ func rowStarts(rep []byte, n, base int, offs []int32, nrows int) (int, error) {
 			}
 			groups = groups[nb:]
 			m := ^w
-			if valid := min(nb*8, n-count); valid < 64 {
+			if valid := min(nb*8, n-done); valid < 64 {
 				m &= 1<<valid - 1
 			}
-			if nrows+bits.OnesCount64(m) > len(offs) {
-				return tooMany()
+			if count {
+				nrows += bits.OnesCount64(m)
 			}
-			for m != 0 {
-				offs[nrows] = int32(base + count + bits.TrailingZeros64(m))
+			for ; m != 0 && !count; m &= m - 1 {
+				if nrows == len(offs) {
+					return nrows, true, nil
+				}
+				offs[nrows] = int32(base + done + bits.TrailingZeros64(m))
 				nrows++
-				m &= m - 1
 			}
-			count += nb * 8
+			done += nb * 8
 		}
 	}
-	return nrows, nil
+	return nrows, false, nil
+}
+
+// firstLevel returns the first of the RLE/bit-packed hybrid repetition
+// levels rep (bit width 1); false when rep holds none.
+func firstLevel(rep []byte) (byte, bool) {
+	h, k := binary.Uvarint(rep)
+	if k <= 0 || h>>1 == 0 || len(rep) <= k {
+		return 0, false
+	}
+	if h&1 == 0 {
+		return rep[k], true
+	}
+	return rep[k] & 1, true
 }

@@ -688,9 +688,12 @@ func TestRowStarts(t *testing.T) {
 		}
 		const base = 5
 		offs := make([]int32, len(want))
-		n, err := rowStarts(enc, len(levels), base, offs, 0)
-		if err != nil {
-			t.Fatalf("trial %d: %v", trial, err)
+		n, more, err := rowStarts(enc, len(levels), base, offs, 0)
+		if err != nil || more {
+			t.Fatalf("trial %d: more %v, %v", trial, more, err)
+		}
+		if got, _, err := rowStarts(enc, len(levels), base, nil, 0); got != len(want) || err != nil {
+			t.Fatalf("trial %d: counted %d rows (%v), want %d", trial, got, err, len(want))
 		}
 		if n != len(want) {
 			t.Fatalf("trial %d: %d rows, want %d", trial, n, len(want))
@@ -700,10 +703,14 @@ func TestRowStarts(t *testing.T) {
 				t.Fatalf("trial %d: row %d starts at %d, want %d", trial, i, offs[i], want[i]+base)
 			}
 		}
-		// One row slot fewer than the levels start: ErrCorrupt, not a write
-		// past the slice.
-		if _, err := rowStarts(enc, len(levels), base, offs[:len(want)-1], 0); !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("trial %d: more rows than slots: %v, want ErrCorrupt", trial, err)
+		// One row slot fewer than the levels start: the slots filled and
+		// more reported, not a write past the slice.
+		clear(offs)
+		if n, more, err := rowStarts(enc, len(levels), base, offs[:len(want)-1], 0); n != len(want)-1 || !more || err != nil {
+			t.Fatalf("trial %d: more rows than slots: %d rows, more %v, %v; want %d, true", trial, n, more, err, len(want)-1)
+		}
+		if len(want) > 1 && offs[len(want)-2] != want[len(want)-2]+base || offs[len(want)-1] != 0 {
+			t.Fatalf("trial %d: slots %v, want %v + %d in all but the last", trial, offs, want, base)
 		}
 	}
 	offs := make([]int32, 16)
@@ -719,7 +726,7 @@ func TestRowStarts(t *testing.T) {
 		{"truncated bit-packed", appendUvarint(nil, 4<<1|1), 3},
 		{"bad uvarint", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 3},
 	} {
-		if _, err := rowStarts(tc.enc, tc.n, 0, offs, 0); !errors.Is(err, ErrCorrupt) {
+		if _, _, err := rowStarts(tc.enc, tc.n, 0, offs, 0); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: %v, want ErrCorrupt", tc.name, err)
 		}
 	}

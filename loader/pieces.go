@@ -22,11 +22,16 @@ import (
 // offset index when the file has one (one small read; the page locations
 // and first rows), else by walking the page headers in bounded windows
 // (pageWindow bytes at a time), which finds the rows of every page of a
-// primitive or fixed_size_list column and of v2 pages; a list column of v1
-// pages without an offset index is not streamed (its rows per page are known
-// only from decoding the levels). The pages cutting the range's edges are
-// decoded whole and sliced: a piece decodes at most one page more per column
-// at each end.
+// primitive or fixed_size_list column and of v2 pages; a list column's v1
+// pages, whose headers count values, not rows, are placed by their
+// repetition levels, read one page at a time (for SNAPPY from the start of
+// the page alone; ZSTD and GZIP pages are decompressed into a pooled
+// buffer). The pages cutting the range's edges are decoded whole and
+// sliced: a piece decodes at most one page more per column at each end,
+// and for a list whose v1 pages are cut inside rows (as arrow-go writes
+// them) also the pages that end its last row. A piece of a list column
+// holds its rows' values alone where the levels can be read apart from the
+// values (uncompressed and SNAPPY v1 pages, v2 pages), not its pages'.
 //
 // Every other column (dictionary-encoded, nullable, booleans, strings,
 // arrow-go's fallback types, and Arrow IPC batches) is decoded whole, once
@@ -239,7 +244,8 @@ func (ds *Dataset) pieceCharge(ctx context.Context, ref RowGroupRef, start, end 
 				a, b := pageSpan(locs, c.slot(start), c.slot(end))
 				if a < b {
 					slots := locs[b-1].first + locs[b-1].rows - locs[a].first
-					cost += locs[b-1].off + locs[b-1].size - locs[a].off
+					t := pageTail(locs, b)
+					cost += locs[t-1].off + locs[t-1].size - locs[a].off
 					if all := c.slot(meta.Rows); all > 0 {
 						cost += ceilDiv(dec*slots, all)
 					}

@@ -3,10 +3,13 @@ package loader
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"runtime/debug"
 	"sort"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -29,6 +32,7 @@ const pageWindow = 64 << 10
 type pageLoc struct {
 	off, size   int64
 	first, rows int64 // slots
+	cont        bool  // a list page whose first values end the row begun before it
 }
 
 // slot returns the slot of row r of c: r, or r*n for a fixed_size_list[n].
@@ -39,11 +43,24 @@ func (c *colDecoder) slot(r int64) int64 {
 	return r
 }
 
-// pageSpan returns the pages [i, j) of locs that hold rows [start, end).
+// pageSpan returns the pages [i, j) of locs where rows [start, end) start.
 func pageSpan(locs []pageLoc, start, end int64) (i, j int) {
 	i = sort.Search(len(locs), func(k int) bool { return locs[k].first+locs[k].rows > start })
 	j = sort.Search(len(locs), func(k int) bool { return locs[k].first >= end })
 	return i, j
+}
+
+// pageTail returns the end of the pages to decode for the rows starting in
+// pages [i, j): j, or past the pages that continue the last of those rows
+// (list pages that begin inside a row: cont), up to the one where the next
+// row starts.
+func pageTail(locs []pageLoc, j int) int {
+	for ; j < len(locs) && locs[j].cont; j++ {
+		if locs[j].rows > 0 {
+			return j + 1
+		}
+	}
+	return j
 }
 
 // pages returns the page locations of column i of row group rg, located on
@@ -67,14 +84,25 @@ func (d *parquetDecoder) pages(ctx context.Context, ds *Dataset, rg, i int, stat
 
 // locatePages finds the data pages of column c in row group rg and the rows
 // each holds: from the offset index when the file has one, else from the
-// page headers. It returns nil (not an error) when the pages cannot be
-// placed by row (a dictionary page, a v1 list page without an offset index,
-// counts that do not add up): the column is then decoded whole, and
-// decoding reports what is wrong with it.
+// page headers, and for a list column's v1 pages (whose headers count
+// values, not rows) from their repetition levels: a page holds the rows
+// that start in it (level 0), and one whose first level is 1 continues the
+// row begun before it (cont; arrow-go cuts v1 list pages anywhere). Those
+// levels are read one page at a time, and the pages' values never: from
+// the page itself when uncompressed (the levels lead its body), from the
+// start of the page alone for SNAPPY (snappyPrefix, usually from the
+// window of headers already read), else from the page decompressed whole
+// into a pooled buffer (ZSTD, GZIP); levels that do not parse are
+// ErrCorrupt. It returns nil (not an error) when the pages cannot be
+// placed by row (a dictionary page, a chunk whose first value does not
+// start a row, levels not RLE-encoded, a v1 list page holding a null or
+// empty list, counts that do not add up): the column is then decoded
+// whole, and decoding reports what is wrong with it.
 func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c *colDecoder, stats *ReadStats) ([]pageLoc, error) {
 	cc := &d.pf.Metadata().RowGroups[rg].Columns[c.leaf]
+	md := &cc.MetaData
 	rows := d.f.RowGroups[rg].Rows
-	chunkOff, chunkLen := chunkRange(&cc.MetaData)
+	chunkOff, chunkLen := chunkRange(md)
 	if cc.OffsetIndexOffset > 0 && cc.OffsetIndexLength > 0 {
 		if cc.OffsetIndexLength > 64<<20 || cc.OffsetIndexOffset+int64(cc.OffsetIndexLength) > d.f.Object.Size {
 			return nil, fmt.Errorf("offset index [%d, +%d) outside the file's %d bytes: %w", cc.OffsetIndexOffset, cc.OffsetIndexLength, d.f.Object.Size, ErrCorrupt)
@@ -112,9 +140,11 @@ func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c
 	var first int64
 	buf := getBuf(pageWindow)
 	defer func() { putBuf(buf) }()
+	var lv listLevels
+	defer lv.release()
 	for pos := chunkOff; pos < end; {
 		w := min(int64(cap(buf)), end-pos)
-		win := buf[:w]
+		win, wpos := buf[:w], pos
 		if err := store.ReadAt(ctx, d.f.Object, win, pos); err != nil {
 			return nil, err
 		}
@@ -139,7 +169,21 @@ func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c
 			case h.Type == format.DataPage && h.DataPageHeader.Valid:
 				n = int64(h.DataPageHeader.V.NumValues) // rows, or a fixed list's values
 				if c.kind == kindList {
-					return nil, nil // rows known only from the levels
+					// Rows known only from the levels.
+					if pos+size > end {
+						return nil, nil
+					}
+					lv.win, lv.wpos = win, wpos
+					rows, cont, ok, err := lv.rows(ctx, store, d.f.Object, c, md.Codec, &h, pos+hdr, d.maxBytes, stats)
+					if err != nil {
+						return nil, fmt.Errorf("page %d at offset %d: %w", len(locs), pos, err)
+					}
+					if !ok || cont && len(locs) == 0 {
+						return nil, nil
+					}
+					locs = append(locs, pageLoc{off: pos, size: size, first: first, rows: rows, cont: cont})
+					first += rows
+					n = -1
 				}
 			case h.Type == format.DataPageV2 && h.DataPageHeaderV2.Valid:
 				n = int64(h.DataPageHeaderV2.V.NumRows)
@@ -176,6 +220,276 @@ func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c
 	return locs, nil
 }
 
+// listLevels reads the repetition levels of a list column's v1 pages while
+// locatePages walks their headers: from the window of headers read (win, at
+// file offset wpos) when it holds them, else from a read of their own.
+type listLevels struct {
+	win   []byte
+	wpos  int64
+	read  []byte // pooled: bytes read past the window
+	plain []byte // pooled: a page decompressed
+}
+
+func (lv *listLevels) release() {
+	for _, b := range [][]byte{lv.read, lv.plain} {
+		if b != nil {
+			putBuf(b)
+		}
+	}
+}
+
+// at returns the file's bytes [off, off+n): from the window, or read into
+// lv.read (the window's part copied, the rest read and counted in stats).
+func (lv *listLevels) at(ctx context.Context, store Store, obj Object, off, n int64, stats *ReadStats) ([]byte, error) {
+	wend := lv.wpos + int64(len(lv.win))
+	switch {
+	case n == 0:
+		return nil, nil
+	case off >= lv.wpos && off+n <= wend:
+		return lv.win[off-lv.wpos : off-lv.wpos+n], nil
+	}
+	lv.read = growBuf(lv.read, n)
+	b := lv.read[:n]
+	have := int64(0)
+	if off >= lv.wpos && off < wend {
+		have = int64(copy(b, lv.win[off-lv.wpos:]))
+	}
+	if err := store.ReadAt(ctx, obj, b[have:], off+have); err != nil {
+		return nil, err
+	}
+	stats.Fetches.Add(1)
+	stats.FetchedBytes.Add(n - have)
+	return b, nil
+}
+
+// growBuf returns a pooled buffer of at least n bytes: b if it is large
+// enough, else a new one (b returned to the pool).
+func growBuf(b []byte, n int64) []byte {
+	if int64(cap(b)) >= n {
+		return b[:n]
+	}
+	if b != nil {
+		putBuf(b)
+	}
+	return getBuf(n)
+}
+
+// rows returns the rows that start in the v1 list page of column c with
+// header h and body at file offset body, and whether its first value
+// continues a row begun before it. ok is false when the page cannot be
+// streamed (levels not RLE-encoded, no value, nesting deeper than one list,
+// a page larger than maxBytes, definition levels below the max: a null or
+// empty list or a null element, which the fast path leaves to decodeChunk).
+func (lv *listLevels) rows(ctx context.Context, store Store, obj Object, c *colDecoder, codec format.CompressionCodec, h *format.PageHeader, body, maxBytes int64, stats *ReadStats) (rows int64, cont, ok bool, err error) {
+	dh := &h.DataPageHeader.V
+	size, usize := int64(h.CompressedPageSize), int64(h.UncompressedPageSize)
+	if c.maxRep != 1 || dh.RepetitionLevelEncoding != format.RLE || dh.NumValues <= 0 ||
+		(c.maxDef > 0 && dh.DefinitionLevelEncoding != format.RLE) ||
+		usize < 4 || usize > maxBytes || size < 4 || (codec == format.Uncompressed && size != usize) {
+		return 0, false, false, nil
+	}
+	sections := 1 // repetition levels, then definition levels
+	if c.maxDef > 0 {
+		sections = 2
+	}
+	var levels []byte // the page's start, holding its level sections
+	switch codec {
+	case format.Uncompressed: // the levels lead the body: read them alone
+		for need := int64(4); ; {
+			if need > size {
+				return 0, false, false, fmt.Errorf("level sections of %d bytes in a page of %d: %w", need, size, ErrCorrupt)
+			}
+			b, err := lv.at(ctx, store, obj, body, need, stats)
+			if err != nil {
+				return 0, false, false, err
+			}
+			end, known := levelsEnd(b, sections)
+			if known {
+				levels = b
+				break
+			}
+			need = end
+		}
+	case format.Snappy:
+		if levels, err = lv.snappyLevels(ctx, store, obj, body, size, usize, sections, stats); err != nil {
+			return 0, false, false, err
+		}
+	default:
+		src, err := lv.at(ctx, store, obj, body, size, stats)
+		if err != nil {
+			return 0, false, false, err
+		}
+		lv.plain = growBuf(lv.plain, usize)
+		page := lv.plain[:usize]
+		if err := decompressInto(codec, page, src); err != nil {
+			return 0, false, false, err
+		}
+		if _, known := levelsEnd(page, sections); !known {
+			return 0, false, false, fmt.Errorf("level sections past the page's %d bytes: %w", usize, ErrCorrupt)
+		}
+		levels = page
+	}
+	rep, rest, _ := levelSection(levels)
+	if sections == 2 {
+		def, _, _ := levelSection(rest)
+		if !allRunsAt(def, c.maxDef, int(dh.NumValues)) {
+			return 0, false, false, nil
+		}
+	}
+	lead, ok := firstLevel(rep)
+	if !ok {
+		return 0, false, false, fmt.Errorf("repetition levels: bad run header: %w", ErrCorrupt)
+	}
+	n, _, err := rowStarts(rep, int(dh.NumValues), 0, nil, 0)
+	if err != nil {
+		return 0, false, false, err
+	}
+	return int64(n), lead != 0, true, nil
+}
+
+// levelsEnd returns where the first sections level sections of a v1 page
+// end, if page (the start of the page) holds them all (known), else the
+// bytes of the page needed to learn more.
+func levelsEnd(page []byte, sections int) (end int64, known bool) {
+	for range sections {
+		if int64(len(page)) < end+4 {
+			return end + 4, false
+		}
+		end += 4 + int64(binary.LittleEndian.Uint32(page[end:]))
+	}
+	return end, end <= int64(len(page))
+}
+
+// snappyLevels returns the start of the SNAPPY v1 page whose body (size
+// bytes, usize decompressed) is at file offset body, up to the end of its
+// first sections level sections, decoding only that start: from the part
+// of the body in the window when that holds it (the levels lead the page
+// and take a few bytes per row), else from the body read whole.
+func (lv *listLevels) snappyLevels(ctx context.Context, store Store, obj Object, body, size, usize int64, sections int, stats *ReadStats) ([]byte, error) {
+	wend := lv.wpos + int64(len(lv.win))
+	if body >= lv.wpos && body < wend {
+		src := lv.win[body-lv.wpos : min(wend, body+size)-lv.wpos]
+		if int64(len(src)) == size || len(src) >= 64 {
+			levels, complete, err := snappyStart(&lv.plain, src, usize, sections)
+			if err != nil || complete {
+				return levels, err
+			}
+			if int64(len(src)) == size {
+				return nil, fmt.Errorf("SNAPPY data ends before the page's level sections: %w", ErrCorrupt)
+			}
+		}
+	}
+	src, err := lv.at(ctx, store, obj, body, size, stats)
+	if err != nil {
+		return nil, err
+	}
+	levels, complete, err := snappyStart(&lv.plain, src, usize, sections)
+	if err == nil && !complete {
+		err = fmt.Errorf("SNAPPY data ends before the page's level sections: %w", ErrCorrupt)
+	}
+	return levels, err
+}
+
+// snappyStart decodes the start of the SNAPPY page src (usize bytes
+// decompressed; src may be cut) into *buf (pooled, grown as needed) up to
+// the end of its first sections level sections, and returns it; complete
+// is false when src ends first.
+func snappyStart(buf *[]byte, src []byte, usize int64, sections int) (levels []byte, complete bool, err error) {
+	target := min(usize, 4<<10)
+	for {
+		*buf = growBuf(*buf, target)
+		n, err := snappyPrefix((*buf)[:target], src, usize)
+		if err != nil {
+			return nil, false, err
+		}
+		end, known := levelsEnd((*buf)[:n], sections)
+		if known {
+			return (*buf)[:end], true, nil
+		}
+		if end > usize {
+			return nil, false, fmt.Errorf("level sections of %d bytes in a page of %d: %w", end, usize, ErrCorrupt)
+		}
+		if int64(n) < target { // src ended first
+			return nil, false, nil
+		}
+		target = min(usize, max(end, 2*target))
+	}
+}
+
+// snappyPrefix decodes the start of the snappy block src, which must
+// decode to want bytes, into dst: len(dst) bytes, or fewer when src ends
+// first (src may be the start of a block). It returns the bytes decoded;
+// an element that points outside the output, or a stated length other than
+// want, is ErrCorrupt.
+func snappyPrefix(dst, src []byte, want int64) (int, error) {
+	corrupt := func(what string) (int, error) {
+		return 0, fmt.Errorf("SNAPPY data: %s: %w", what, ErrCorrupt)
+	}
+	total, k := binary.Uvarint(src)
+	if k <= 0 {
+		if len(src) < binary.MaxVarintLen64 && k == 0 {
+			return 0, nil // the length itself is cut
+		}
+		return corrupt("bad length")
+	}
+	if total != uint64(want) {
+		return corrupt(fmt.Sprintf("decodes to %d bytes, want %d", total, want))
+	}
+	if uint64(len(dst)) > total {
+		dst = dst[:total]
+	}
+	s, d := k, 0
+	for d < len(dst) && s < len(src) {
+		tag := src[s]
+		var length, offset int
+		switch tag & 3 {
+		case 0: // literal
+			x := int(tag >> 2)
+			s++
+			if x >= 60 {
+				nb := x - 59
+				if s+nb > len(src) {
+					return d, nil
+				}
+				x = 0
+				for i := range nb {
+					x |= int(src[s+i]) << (8 * i)
+				}
+				s += nb
+			}
+			m := min(x+1, len(dst)-d, len(src)-s)
+			copy(dst[d:], src[s:s+m])
+			d, s = d+m, s+m
+			continue
+		case 1:
+			if s+2 > len(src) {
+				return d, nil
+			}
+			length, offset = 4+int(tag>>2)&7, int(tag&0xe0)<<3|int(src[s+1])
+			s += 2
+		case 2:
+			if s+3 > len(src) {
+				return d, nil
+			}
+			length, offset = 1+int(tag>>2), int(binary.LittleEndian.Uint16(src[s+1:]))
+			s += 3
+		default:
+			if s+5 > len(src) {
+				return d, nil
+			}
+			length, offset = 1+int(tag>>2), int(binary.LittleEndian.Uint32(src[s+1:]))
+			s += 5
+		}
+		if offset <= 0 || offset > d {
+			return corrupt(fmt.Sprintf("copy from %d bytes back at byte %d", offset, d))
+		}
+		for end := min(d+length, len(dst)); d < end; d++ { // overlapping copies repeat
+			dst[d] = dst[d-offset]
+		}
+	}
+	return d, nil
+}
+
 // placed reports whether locs are pages in order inside [lo, hi) whose rows
 // add up to rows.
 func placed(locs []pageLoc, rows, lo, hi int64) bool {
@@ -199,7 +513,8 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c
 	if i >= j {
 		return nil, fmt.Errorf("loader: %s row group %d column %q: no page holds rows [%d, %d): %w", d.f.Object.URI, rg, c.name, start, end, ErrCorrupt)
 	}
-	off, n := locs[i].off, locs[j-1].off+locs[j-1].size-locs[i].off
+	t := pageTail(locs, j) // and the pages ending the last row
+	off, n := locs[i].off, locs[t-1].off+locs[t-1].size-locs[i].off
 	first, rows := locs[i].first, locs[j-1].first+locs[j-1].rows-locs[i].first
 	ra, err := ds.fetchChunks(ctx, ds.fileIndex(d.f), rg, []Chunk{{Column: c.name, Offset: off, Length: n}}, stats)
 	if err != nil {
@@ -215,7 +530,7 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c
 	}
 	md := &d.pf.Metadata().RowGroups[rg].Columns[c.leaf].MetaData
 	if err := checkPages(b, md, d.maxBytes); err != nil {
-		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d: %w", d.f.Object.URI, rg, c.name, i, j-1, err)
+		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d: %w", d.f.Object.URI, rg, c.name, i, t-1, err)
 	}
 	if c.kind == kindFixedList {
 		a, err := c.decodeFixedListSlots(b, md, first, rows, start, end, mem, d.maxBytes)
@@ -232,7 +547,14 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c
 	if c.kind == kindList && c.narrowed() { // lists are narrowed after decoding
 		fc = c.wide()
 	}
-	a, ok, err := fc.decodeFast(b, md, rows, mem, d.maxBytes)
+	var a arrow.Array
+	exact := false // a holds rows [start, end) alone
+	switch {
+	case c.kind == kindList:
+		a, exact, ok, err = fc.decodeListPiece(b, md.Codec, rows, start-first, end-first, locs[i].cont || t > j, mem, d.maxBytes)
+	default:
+		a, ok, err = fc.decodeFast(b, md, rows, mem, d.maxBytes)
+	}
 	if !ok {
 		return nil, nil
 	}
@@ -240,14 +562,124 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c
 		a, err = c.narrow(a, mem)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d (rows %d..%d): %w", d.f.Object.URI, rg, c.name, i, j-1, first, first+rows-1, err)
+		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d (rows %d..%d): %w", d.f.Object.URI, rg, c.name, i, t-1, first, first+rows-1, err)
 	}
-	stats.Pages.Add(int64(j - i))
-	if first == start && rows == end-start {
+	stats.Pages.Add(int64(t - i))
+	if exact || first == start && rows == end-start {
 		return a, nil
 	}
 	defer a.Release()
 	return array.NewSlice(a, start-first, end-first), nil
+}
+
+// decodeListPiece decodes rows [lo, hi) of the rows that start in the list
+// pages b (rows of them; cut: b may begin inside a row and end past its
+// last row, see decodeFastListRows). Where the pages' repetition levels can
+// be read without decompressing their values (uncompressed or SNAPPY v1
+// pages, v2 pages) it reads them first, then allocates and copies the
+// values of rows [lo, hi) alone, decompressing only the pages holding them
+// (exact); else it decodes every value of the pages (decodeFastListRows),
+// for the caller to slice. ok is false when the pages do not qualify for
+// the fast path.
+func (c *colDecoder) decodeListPiece(b []byte, codec format.CompressionCodec, rows, lo, hi int64, cut bool, mem memory.Allocator, maxBytes int64) (a arrow.Array, exact, ok bool, err error) {
+	pages, ok := c.fastPages(b, codec)
+	if !ok {
+		return nil, false, false, nil
+	}
+	for i := range pages {
+		if !pages[i].v2 && codec != format.Uncompressed && codec != format.Snappy {
+			a, ok, err = c.decodeFastListRows(b, codec, rows, cut, mem, maxBytes)
+			return a, false, ok, err
+		}
+	}
+	// The row starts, from the levels: rows + 1 (the row after the last
+	// ends it, when the pages hold its start).
+	starts := make([]int32, rows+1)
+	if !cut {
+		starts = starts[:rows]
+	}
+	var scratch []byte
+	defer func() {
+		if scratch != nil {
+			putBuf(scratch)
+		}
+	}()
+	pos, nrows, more := 0, 0, false
+	for i := 0; i < len(pages) && !more; i++ {
+		p := &pages[i]
+		var rep []byte
+		switch {
+		case p.v2:
+			rep = p.body[:p.repLevels]
+		case codec == format.Uncompressed:
+			if rep, _, err = levelSection(p.body); err != nil {
+				return nil, false, true, fmt.Errorf("page %d: %w", i, err)
+			}
+		default:
+			levels, complete, err := snappyStart(&scratch, p.body, int64(p.size), 1)
+			if err == nil && !complete {
+				err = fmt.Errorf("SNAPPY data ends before the page's level sections: %w", ErrCorrupt)
+			}
+			if err != nil {
+				return nil, false, true, fmt.Errorf("page %d: %w", i, err)
+			}
+			rep, _, _ = levelSection(levels)
+		}
+		if nrows, more, err = rowStarts(rep, p.nvals, pos, starts, nrows); err != nil {
+			return nil, false, true, fmt.Errorf("page %d: %w", i, err)
+		}
+		pos += p.nvals
+	}
+	if int64(nrows) < rows || more && !cut || !cut && rows > 0 && starts[0] != 0 {
+		return nil, false, true, fmt.Errorf("list pages hold %d rows from their first value (more: %v), want %d: %w", nrows, more, rows, ErrCorrupt)
+	}
+	end := int32(pos) // where the last row ends: the next row's start, or the pages' end
+	if nrows > int(rows) {
+		end = starts[rows]
+	}
+	from, to := starts[lo], end
+	if hi < rows {
+		to = starts[hi]
+	}
+	n := int(to - from)
+	if int64(n)*int64(c.elemSize) > maxBytes {
+		return nil, false, false, nil // decodeChunk reports the limit
+	}
+	values := newValuesBuf(mem, n*c.elemSize)
+	defer values.Release() // the array holds its own references
+	offsets := newBuf(mem, 4*(int(hi-lo)+1))
+	defer offsets.Release()
+	offs := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(offsets.Bytes()))), int(hi-lo)+1)
+	for r := range offs[:hi-lo] {
+		offs[r] = starts[lo+int64(r)] - from
+	}
+	// The values of rows [lo, hi): values [from, to) of the pages.
+	dst := values.Bytes()
+	es := c.elemSize
+	pos = 0
+	for i := range pages {
+		p := &pages[i]
+		x, y := max(pos, int(from)), min(pos+p.nvals, int(to))
+		if x < y {
+			_, vals, err := c.listPageParts(p, codec, &scratch)
+			if errors.Is(err, errFallback) {
+				return nil, false, false, nil
+			}
+			if err == nil && len(vals) != p.nvals*es {
+				err = fmt.Errorf("%d bytes of values for %d values of %d bytes: %w", len(vals), p.nvals, es, ErrCorrupt)
+			}
+			if err != nil {
+				return nil, false, true, fmt.Errorf("page %d: %w", i, err)
+			}
+			copy(dst[(x-int(from))*es:], vals[(x-pos)*es:(y-pos)*es])
+		}
+		pos += p.nvals
+	}
+	st := &colState{c: c, mem: mem, values: values, nvals: n, offsets: offsets, rows: int(hi - lo)}
+	if a, err = st.finish(hi - lo); err != nil {
+		return nil, false, true, err
+	}
+	return a, true, true, nil
 }
 
 // decodeFixedListSlots decodes the pages in b, holding values [first,

@@ -15,8 +15,12 @@ import (
 
 // TestPyarrowFilesInPieces reads every good file pyarrow wrote in pieces of
 // random sizes (RowGroupRef row ranges) and compares each row with pyarrow's
-// values, as TestPyarrowFiles does for whole row groups.
+// values, as TestPyarrowFiles does for whole row groups. The files of
+// streamedPyarrow are streamed: every piece decodes pages of its own.
 func TestPyarrowFilesInPieces(t *testing.T) {
+	streamedPyarrow := map[string]bool{
+		"list_v1_pages.parquet": true, // a list column in v1 pages without an offset index
+	}
 	seed := testSeed(t)
 	r := rand.New(rand.NewPCG(seed, seed^0x9a7e))
 	m := readManifest(t)
@@ -77,6 +81,15 @@ func TestPyarrowFilesInPieces(t *testing.T) {
 				}
 				rec.Release()
 			}
+			if st := rd.Stats(); streamedPyarrow[f.Name] && st.Pages.Load() < st.Pieces.Load() {
+				t.Errorf("%d pages decoded by %d pieces: the file's columns were not streamed", st.Pages.Load(), st.Pieces.Load())
+			}
 		})
+	}
+	for _, f := range m.Files {
+		delete(streamedPyarrow, f.Name)
+	}
+	for name := range streamedPyarrow {
+		t.Errorf("%s not in the manifest", name)
 	}
 }

@@ -361,6 +361,19 @@ def good_cases():
             f"data page v{version[0]} (DATA_PAGE{'_V2' if version == '2.0' else ''}), several pages per column chunk",
         )
 
+    # pyarrow's defaults for a list column (v1 pages, no page index), no
+    # empty list: the loader streams it in pieces, locating its pages by
+    # their repetition levels.
+    lens = rng(13).integers(1, 41, size=300)
+    vals = rng(14).integers(0, 1000, size=int(lens.sum()), dtype=np.int32)
+    starts = np.concatenate([[0], np.cumsum(lens)])
+    list_table = pa.table({"tokens": pa.ListArray.from_arrays(pa.array(starts.astype(np.int32)), pa.array(vals))})
+    yield (
+        "list_v1_pages.parquet",
+        lambda p: pq.write_table(list_table, p, row_group_size=150, data_page_size=1024, compression="snappy", use_dictionary=False),
+        "list<int32> of 1 to 40 values (no empty list) in v1 pages of 1 KiB, no page index (pyarrow's defaults), snappy, row groups of 150",
+    )
+
     ids = pa.array(np.arange(50, dtype=np.int64))
     labels = rng(12).integers(0, 10, size=50)
     mismatch_a = pa.table({"id": ids, "label": pa.array(labels.astype(np.int32))})
