@@ -2,6 +2,7 @@ package loader_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,9 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/parquet-go/parquet-go/deprecated"
+	"github.com/parquet-go/parquet-go/encoding/thrift"
+	"github.com/parquet-go/parquet-go/format"
 )
 
 // memStore is a Store over one in-memory object, for fuzzing.
@@ -224,4 +228,44 @@ func TestCorruptionNeverCrashes(t *testing.T) {
 			fuzzOpen(t, "f"+pattern[1:], b)
 		}
 	}
+}
+
+// TestMapOnALeaf: a footer whose schema puts the MAP annotation on a leaf
+// (found by TestCorruptionNeverCrashes, seed 93: parquet-go panics on the
+// leaf's Kind) opens to a classified error naming the file, or decodes,
+// never panics.
+func TestMapOnALeaf(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(pyarrowDir, "codec_none.parquet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(b)
+	if n < 12 || string(b[n-4:]) != "PAR1" {
+		t.Fatalf("codec_none.parquet: no Parquet trailer")
+	}
+	flen := int(binary.LittleEndian.Uint32(b[n-8 : n-4]))
+	var md format.FileMetaData
+	var proto thrift.CompactProtocol
+	if err := thrift.Unmarshal(&proto, b[n-8-flen:n-8], &md); err != nil {
+		t.Fatal(err)
+	}
+	edited := 0
+	for i := range md.Schema {
+		if md.Schema[i].Type.Valid { // a leaf
+			md.Schema[i].ConvertedType = thrift.New(deprecated.Map)
+			md.Schema[i].LogicalType = format.LogicalType{Value: &format.MapType{}}
+			edited++
+		}
+	}
+	if edited == 0 {
+		t.Fatal("no leaf in the schema")
+	}
+	footer, err := thrift.Marshal(&proto, &md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := append(append([]byte{}, b[:n-8-flen]...), footer...)
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(footer)))
+	out = append(out, "PAR1"...)
+	fuzzOpen(t, "map_leaf.parquet", out)
 }

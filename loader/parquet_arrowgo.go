@@ -213,7 +213,10 @@ func (p *parquetFooter) primaryFits(name string, t arrow.DataType) bool {
 	if !ok {
 		return false
 	}
-	kind := leaf.Node.Type().Kind()
+	kind, length, ok := leafKind(leaf.Node)
+	if !ok {
+		return false
+	}
 	elem := t
 	rep := 0
 	switch tt := t.(type) {
@@ -230,7 +233,20 @@ func (p *parquetFooter) primaryFits(name string, t arrow.DataType) bool {
 	if _, ok := primitiveSize(elem); !ok {
 		return false
 	}
-	return physicalFits(elem, kind, leaf.Node.Type().Length())
+	return physicalFits(elem, kind, length)
+}
+
+// leafKind returns the physical kind and length of a leaf's type, or false
+// for a type that has none: parquet-go panics on Kind of a group's logical
+// type (MAP, LIST) that a corrupt schema put on a leaf.
+func leafKind(n parquet.Node) (kind parquet.Kind, length int, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	t := n.Type()
+	return t.Kind(), t.Length(), true
 }
 
 // outputField is the field the loader emits for field j of the file: the

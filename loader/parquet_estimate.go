@@ -148,9 +148,10 @@ func (p *parquetFooter) leafEstimate(leaf int, t arrow.DataType) leafEstimate {
 	if !ok {
 		return leafEstimate{width: width}
 	}
+	_, length, _ := leafKind(l.Node)
 	return leafEstimate{
 		width:      width,
-		typeLength: l.Node.Type().Length(),
+		typeLength: length,
 		repeated:   l.MaxRepetitionLevel > 0,
 		levelBits:  bits.Len(uint(l.MaxRepetitionLevel)) + bits.Len(uint(l.MaxDefinitionLevel)),
 	}
