@@ -271,7 +271,7 @@ func (ds *Dataset) readPiece(ctx context.Context, ref RowGroupRef, start, end in
 			}
 			e.rec = rec
 		}
-		return e.rec.NewSlice(start, end), nil
+		return slicePiece(e.rec, start, end, ds.Files[ref.File].Object.URI, ref.Index)
 	}
 	return d.decodeRange(ctx, ds, ref.Index, start, end, mem, stats, e)
 }
@@ -383,4 +383,20 @@ func (ds *Dataset) fileIndex(f *File) int {
 		}
 	}
 	return -1
+}
+
+// slicePiece returns rows [start, end) of rec, a whole batch decoded for
+// its pieces, or ErrCorrupt naming the file and batch when the batch does not
+// hold them or its buffers do not (arrow-go checks offsets when slicing, by
+// panicking).
+func slicePiece(rec arrow.RecordBatch, start, end int64, uri string, batch int) (out arrow.RecordBatch, err error) {
+	if start < 0 || end < start || end > rec.NumRows() {
+		return nil, fmt.Errorf("loader: %s batch %d: rows [%d, %d) asked of a batch of %d rows: %w", uri, batch, start, end, rec.NumRows(), ErrCorrupt)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("loader: %s batch %d: slicing rows [%d, %d): %v: %w", uri, batch, start, end, r, ErrCorrupt)
+		}
+	}()
+	return rec.NewSlice(start, end), nil
 }
