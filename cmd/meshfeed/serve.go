@@ -20,43 +20,22 @@ type rootFlags []string
 func (s *rootFlags) String() string     { return strings.Join(*s, ",") }
 func (s *rootFlags) Set(v string) error { *s = append(*s, v); return nil }
 
-// ServeGCPercent is the garbage collector's target of meshfeed serve (see
-// gcSettings), unless GOGC is set.
-const ServeGCPercent = 25
-
-// gcSettings returns the Go runtime's memory settings for a server of these
-// flags, from the environment getenv reads: the soft memory limit (-1: leave
-// it) and the GC percent (-1: leave it).
+// gcLimit returns the Go runtime's soft memory limit for a server of these
+// flags (-1: leave it), from the environment getenv reads.
 //
 // Memory is bounded by configuration (DESIGN.md invariant 6): queued steps
 // (--memory-budget) plus each stream's read-ahead, plus 128 MiB for the
 // program; the runtime is told, so that garbage-collector headroom does not
-// double it. GOMEMLIMIT, when set, wins; so does an unbounded budget. Below
-// that limit, the default GOGC of 100 lets the heap grow to twice what is
-// live before a collection; nearly all of it is pointer-free column buffers,
-// cheap to collect often, so the server collects at ServeGCPercent (on
-// tabular rows with a shuffle window: 70 MiB less peak RSS, the same CPU;
-// BENCHMARKS.md). GOGC, when set, wins.
-func gcSettings(getenv func(string) string, budget, readAhead int64, maxStreams int) (limit int64, percent int) {
-	limit, percent = -1, -1
+// double it. GOMEMLIMIT, when set, wins; so does an unbounded budget. GOGC
+// is left at the runtime's default: collecting at GOGC=25 held 70 MiB less at
+// peak on shuffled tabular rows, but delivered 5-10% less in bench-memcpy
+// (the pool's buffers, in sync.Pools, are dropped every two collections, so
+// collecting more often allocates more).
+func gcLimit(getenv func(string) string, budget, readAhead int64, maxStreams int) int64 {
 	if getenv("GOMEMLIMIT") == "" && budget > 0 && maxStreams > 0 {
-		limit = budget + readAhead*int64(maxStreams) + 128<<20
+		return budget + readAhead*int64(maxStreams) + 128<<20
 	}
-	if getenv("GOGC") == "" {
-		percent = ServeGCPercent
-	}
-	return limit, percent
-}
-
-// tuneGC applies gcSettings.
-func tuneGC(getenv func(string) string, budget, readAhead int64, maxStreams int) {
-	limit, percent := gcSettings(getenv, budget, readAhead, maxStreams)
-	if limit >= 0 {
-		debug.SetMemoryLimit(limit)
-	}
-	if percent >= 0 {
-		debug.SetGCPercent(percent)
-	}
+	return -1
 }
 
 func runServe(ctx context.Context, args []string) error {
@@ -118,7 +97,9 @@ func runServe(ctx context.Context, args []string) error {
 		return fmt.Errorf("--backend %q: want pipeline or demo", *backend)
 	}
 
-	tuneGC(os.Getenv, *budget, *readAhead, *maxStreams)
+	if limit := gcLimit(os.Getenv, *budget, *readAhead, *maxStreams); limit >= 0 {
+		debug.SetMemoryLimit(limit)
+	}
 	srv, err := transport.New(be, append([]transport.Option{
 		transport.WithAddress(*addr),
 		transport.WithTLS(*cert, *key),
