@@ -28,9 +28,9 @@ func (s *rootFlags) Set(v string) error { *s = append(*s, v); return nil }
 // program; the runtime is told, so that garbage-collector headroom does not
 // double it. GOMEMLIMIT, when set, wins; so does an unbounded budget. GOGC
 // is left at the runtime's default: collecting at GOGC=25 held 70 MiB less at
-// peak on shuffled tabular rows, but delivered 5-10% less in bench-memcpy
-// (the pool's buffers, in sync.Pools, are dropped every two collections, so
-// collecting more often allocates more).
+// peak on shuffled tabular rows, but delivered 5-13% less on images and
+// tabular in bench-memcpy (BENCHMARKS.md; likely because the pool's
+// sync.Pools drop their buffers every two collections).
 func gcLimit(getenv func(string) string, budget, readAhead int64, maxStreams int) int64 {
 	if getenv("GOMEMLIMIT") == "" && budget > 0 && maxStreams > 0 {
 		return budget + readAhead*int64(maxStreams) + 128<<20
