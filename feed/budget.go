@@ -3,6 +3,7 @@ package feed
 import (
 	"fmt"
 
+	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/transport"
 )
 
@@ -42,33 +43,32 @@ type piecePlan struct {
 }
 
 // budgetFor returns the read-ahead budget of one slice's reader: its share
-// of the stream's budget (or the part of it planPieces leaves in flight),
-// and at least one window of rows.
-func (pp piecePlan) budgetFor(share int64) int64 {
-	b := share
-	if pp.pieceRows > 0 {
-		b = pp.readerBudget
+// of the stream's budget (or, for a slice reading pieces, the part of it
+// planPieces leaves in flight), and at least one window of rows.
+func (pp piecePlan) budgetFor(share int64, pieces bool) int64 {
+	if pieces {
+		share = pp.readerBudget
 	}
-	return max(b, pp.windowAhead)
+	return max(share, pp.windowAhead)
 }
 
-// windowCost returns what reading w rows costs the read-ahead budget: w rows
-// at the most bytes per row (compressed plus decoded, from the footers) of
-// any row group, plus the whole-decoded columns of two row groups (the ones
-// the window starts and ends in). 0 when w is 0.
-func windowCost(pl *pipelinePlan, w int64) int64 {
+// windowCost returns what reading w rows of ds costs the read-ahead budget:
+// w rows at the most bytes per row (compressed plus decoded, from the
+// footers) of any row group, plus the columns decoded whole (whole bytes per
+// row group) of two row groups: the ones the window starts and ends in. 0
+// when w is 0.
+func windowCost(ds *loader.Dataset, w, whole int64) int64 {
 	if w <= 0 {
 		return 0
 	}
 	var perRow float64
-	for _, f := range pl.ds.Files {
+	for _, f := range ds.Files {
 		for _, m := range f.RowGroups {
 			if m.Rows > 0 {
 				perRow = max(perRow, float64(m.Bytes+m.DecodedBytes)/float64(m.Rows))
 			}
 		}
 	}
-	_, whole := pl.ds.StreamedRowBytes()
 	return int64(float64(w)*perRow+0.5) + 2*whole
 }
 
@@ -86,10 +86,10 @@ func (p *Pipeline) planPieces(pl *pipelinePlan) (piecePlan, error) {
 	if budget <= 0 {
 		return piecePlan{}, nil // documented: one row group per slice at a time
 	}
-	ahead := windowCost(pl, pl.cfg.plan.Window)
 	n := int64(len(pl.cfg.slices))
 	share := budget / n
 	perRow, whole := pl.ds.StreamedRowBytes()
+	ahead := windowCost(pl.ds, pl.cfg.plan.Window, whole)
 	b := int64(pl.plan.SliceRows())
 	need := int64(float64(b)*perRow+0.5) + whole
 	if need > share {

@@ -97,6 +97,43 @@ func runBudget(t *testing.T, req *transport.Request, readAhead int64, each func(
 	return peak, pieces, mem
 }
 
+// rowGroupCost opens dir's dataset (bigSpec's columns) and returns its
+// first row group's rows and what reading it costs the budget (compressed
+// plus decoded bytes).
+func rowGroupCost(t *testing.T, dir string) (rows, cost int64) {
+	t.Helper()
+	store := loader.NewLocalStore()
+	defer store.Close()
+	ds, err := loader.Open(context.Background(), store, []string{dir + "/*.parquet"}, loader.WithColumns("id", "label", "features", "image"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rg := ds.Files[0].RowGroups[0]
+	return rg.Rows, rg.Bytes + rg.DecodedBytes
+}
+
+// unboundedSteps returns every step of req read under an unbounded budget,
+// retained (releaseSteps frees them), and that run's allocator.
+func unboundedSteps(t *testing.T, req *transport.Request) ([][]arrow.RecordBatch, *peakAlloc) {
+	t.Helper()
+	var steps [][]arrow.RecordBatch
+	_, _, mem := runBudget(t, req, 1<<40, func(_ int, slices []arrow.RecordBatch) {
+		for _, r := range slices {
+			r.Retain()
+		}
+		steps = append(steps, slices)
+	})
+	return steps, mem
+}
+
+func releaseSteps(steps [][]arrow.RecordBatch) {
+	for _, st := range steps {
+		for _, r := range st {
+			r.Release()
+		}
+	}
+}
+
 // TestLargeRowGroupsSmallBudget: row groups several times larger than a
 // slice's read-ahead share are read in pieces, and the steps are exactly
 // those of a run whose budget holds whole row groups, with W = 0 and W > 0,
@@ -110,25 +147,12 @@ func TestLargeRowGroupsSmallBudget(t *testing.T) {
 	}{{datagen.CompressionNone, false}, {datagen.CompressionZstd, false}, {datagen.CompressionSnappy, true}} {
 		c := v.c
 		dir := writeDataset(t, bigSpec(c, v.index))
-		store := loader.NewLocalStore()
-		ds, err := loader.Open(context.Background(), store, []string{dir + "/*.parquet"}, loader.WithColumns("id", "label", "features", "image"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		store.Close()
-		rg := ds.Files[0].RowGroups[0]
-		rgCost := rg.Bytes + rg.DecodedBytes
+		rgRows, rgCost := rowGroupCost(t, dir)
 		share := rgCost / 4
 		for _, w := range []int{0, 200} {
 			for _, lb := range []transport.LastBatch{transport.LastBatchPad, transport.LastBatchDrop} {
 				req := bigRequest(dir, w, lb)
-				var want [][]arrow.RecordBatch
-				_, _, wholeMem := runBudget(t, req, 1<<40, func(_ int, slices []arrow.RecordBatch) {
-					for _, r := range slices {
-						r.Retain()
-					}
-					want = append(want, slices)
-				})
+				want, wholeMem := unboundedSteps(t, req)
 				n := 0
 				peak, pieces, mem := runBudget(t, req, 4*share, func(s int, slices []arrow.RecordBatch) {
 					n++
@@ -141,11 +165,7 @@ func TestLargeRowGroupsSmallBudget(t *testing.T) {
 						}
 					}
 				})
-				for _, st := range want {
-					for _, r := range st {
-						r.Release()
-					}
-				}
+				releaseSteps(want)
 				if mem.cur != 0 || wholeMem.cur != 0 {
 					t.Errorf("%s W=%d %s: %d and %d bytes still allocated after Close", c, w, lb, mem.cur, wholeMem.cur)
 				}
@@ -164,8 +184,8 @@ func TestLargeRowGroupsSmallBudget(t *testing.T) {
 				// Everything decoded and cut at once: the budget (in flight,
 				// pieces held by the cutters) plus the 4 slices' windows
 				// (held beside it) plus the step being returned and its copies.
-				step := int64(4*16) * rgCost / rg.Rows
-				window := 4 * int64(w) * rgCost / rg.Rows
+				step := int64(4*16) * rgCost / rgRows
+				window := 4 * int64(w) * rgCost / rgRows
 				if bound := 4*share + window + 2*step; held > bound {
 					t.Errorf("%s W=%d %s: the pipeline held %d bytes at once, over the budget %d plus the windows %d plus two steps (%d)", c, w, lb, held, 4*share, window, bound)
 				}
@@ -220,32 +240,13 @@ func TestBudgetTooSmallAtPlanTime(t *testing.T) {
 // budget plus the windows held plus one window read ahead per slice.
 func TestWindowReadAhead(t *testing.T) {
 	dir := writeDataset(t, bigSpec(datagen.CompressionSnappy, true))
-	store := loader.NewLocalStore()
-	ds, err := loader.Open(context.Background(), store, []string{dir + "/*.parquet"}, loader.WithColumns("id", "label", "features", "image"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	store.Close()
-	rg := ds.Files[0].RowGroups[0]
-	rgCost := rg.Bytes + rg.DecodedBytes
+	rgRows, rgCost := rowGroupCost(t, dir)
 	share := rgCost / 4 // about 625 rows
 	const w = 1000      // a window of 1,000 rows: more than a share
 	req := bigRequest(dir, w, transport.LastBatchPad)
 
-	var want [][]arrow.RecordBatch
-	runBudget(t, req, 1<<40, func(_ int, slices []arrow.RecordBatch) {
-		for _, r := range slices {
-			r.Retain()
-		}
-		want = append(want, slices)
-	})
-	defer func() {
-		for _, st := range want {
-			for _, r := range st {
-				r.Release()
-			}
-		}
-	}()
+	want, _ := unboundedSteps(t, req)
+	defer releaseSteps(want)
 
 	ctx := context.Background()
 	mem := &peakAlloc{Allocator: memory.NewGoAllocator()}
@@ -263,8 +264,8 @@ func TestWindowReadAhead(t *testing.T) {
 	if ps.pl.pieces.pieceRows == 0 {
 		t.Fatalf("row groups of %d bytes under a share of %d are not read in pieces", rgCost, share)
 	}
-	if got := ps.pl.pieces.windowAhead; got < w*rgCost/rg.Rows {
-		t.Fatalf("window read-ahead %d bytes, under the %d bytes of %d rows", got, w*rgCost/rg.Rows, w)
+	if got := ps.pl.pieces.windowAhead; got < w*rgCost/rgRows {
+		t.Fatalf("window read-ahead %d bytes, under the %d bytes of %d rows", got, w*rgCost/rgRows, w)
 	}
 	for s := 0; ; s++ {
 		step, err := st.Next(ctx)
@@ -307,8 +308,8 @@ func TestWindowReadAhead(t *testing.T) {
 			}
 		}
 	}
-	step := int64(4*16) * rgCost / rg.Rows
-	window := 4 * int64(w) * rgCost / rg.Rows
+	step := int64(4*16) * rgCost / rgRows
+	window := 4 * int64(w) * rgCost / rgRows
 	if bound := 4*share + 4*ps.pl.pieces.windowAhead + window + 2*step; mem.peak > bound {
 		t.Errorf("the pipeline held %d bytes at once, over the budget %d plus the windows %d, one window read ahead per slice %d, and two steps (%d)",
 			mem.peak, 4*share, window, 4*ps.pl.pieces.windowAhead, bound)

@@ -135,10 +135,7 @@ func (s *pipelineStream) addSlice(sc *sliceCut) {
 func (s *pipelineStream) startReader(sc *sliceCut) {
 	if len(sc.refs) > 0 {
 		n := int64(len(s.pl.cfg.slices))
-		budget := s.cfg.readAhead / n
-		if sc.segs != nil || s.pl.pieces.windowAhead > 0 {
-			budget = s.pl.pieces.budgetFor(budget)
-		}
+		budget := s.pl.pieces.budgetFor(s.cfg.readAhead/n, sc.segs != nil)
 		sc.rd = s.pl.ds.NewReader(s.ctx, sc.refs, s.mem,
 			loader.WithReaderReadAhead(budget),
 			loader.WithReaderDecodeWorkers(max(runtime.GOMAXPROCS(0)/int(n), 1)))

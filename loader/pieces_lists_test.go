@@ -106,16 +106,7 @@ func TestPiecesStreamV1Lists(t *testing.T) {
 		recs = append(recs, rec)
 	}
 	dir := t.TempDir()
-	codecs := []struct {
-		name  string
-		codec compress.Compression
-	}{
-		{"none", compress.Codecs.Uncompressed},
-		{"snappy", compress.Codecs.Snappy},
-		{"zstd", compress.Codecs.Zstd},
-		{"gzip", compress.Codecs.Gzip},
-	}
-	for _, cd := range codecs {
+	for _, cd := range streamedCodecs {
 		t.Run(cd.name, func(t *testing.T) {
 			path := filepath.Join(dir, cd.name+".parquet")
 			writeFastFile(t, path, recs,
@@ -209,16 +200,7 @@ func TestPiecesStreamV1Lists(t *testing.T) {
 					budget := full / 4
 					rd := ds.NewReader(ctx, []RowGroupRef{ref}, mem, WithReaderMaxPiece(budget/4), WithReaderReadAhead(budget))
 					defer rd.Close()
-					for {
-						rec, _, err := rd.Next()
-						if err == io.EOF {
-							break
-						}
-						if err != nil {
-							t.Fatal(err)
-						}
-						rec.Release()
-					}
+					drainReader(t, rd)
 					if peak := rd.PeakInFlight(); peak > budget {
 						t.Errorf("peak in flight %d bytes, budget %d (row group %d)", peak, budget, full)
 					}

@@ -100,6 +100,36 @@ func checkPieces(t *testing.T, ds *Dataset, refs []RowGroupRef, mem memory.Alloc
 	return rd.Stats()
 }
 
+// pieceCodec is a codec the pieces tests write files with.
+type pieceCodec struct {
+	name  string
+	codec compress.Compression
+}
+
+// streamedCodecs are the codecs whose pages the fast path decodes, so
+// pieces stream them.
+var streamedCodecs = []pieceCodec{
+	{"none", compress.Codecs.Uncompressed},
+	{"snappy", compress.Codecs.Snappy},
+	{"zstd", compress.Codecs.Zstd},
+	{"gzip", compress.Codecs.Gzip},
+}
+
+// drainReader reads rd to its end, releasing every record; an error fails t.
+func drainReader(t *testing.T, rd *RowGroupReader) {
+	t.Helper()
+	for {
+		rec, _, err := rd.Next()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+	}
+}
+
 func TestPiecesMatchWholeRowGroups(t *testing.T) {
 	seed := fastSeed(t)
 	r := rand.New(rand.NewPCG(seed, seed^0x91ece))
@@ -110,16 +140,8 @@ func TestPiecesMatchWholeRowGroups(t *testing.T) {
 		recs = append(recs, rec)
 	}
 	dir := t.TempDir()
-	codecs := []struct {
-		name  string
-		codec compress.Compression
-	}{
-		{"none", compress.Codecs.Uncompressed},
-		{"snappy", compress.Codecs.Snappy},
-		{"zstd", compress.Codecs.Zstd},
-		{"gzip", compress.Codecs.Gzip},
-		{"lz4raw", compress.Codecs.Lz4Raw}, // arrow-go's fallback: decoded whole
-	}
+	codecs := append(streamedCodecs[:len(streamedCodecs):len(streamedCodecs)],
+		pieceCodec{"lz4raw", compress.Codecs.Lz4Raw}) // arrow-go's fallback: decoded whole
 	streamed := []string{"id", "label", "features", "nfeatures", "small", "pixels"} // and tokens with an offset index or v2 pages
 	for _, c := range codecs {
 		for _, dict := range []bool{false, true} {
@@ -231,16 +253,7 @@ func TestPiecesStreamOnlyTheirPages(t *testing.T) {
 				t.Errorf("fetched %d bytes for a row group of %d", got, ref.Bytes)
 			}
 			rd := ds.NewReader(context.Background(), []RowGroupRef{ref}, mem, WithReaderMaxPiece(budget/4), WithReaderReadAhead(budget))
-			for {
-				r, _, err := rd.Next()
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				r.Release()
-			}
+			drainReader(t, rd)
 			if peak := rd.PeakInFlight(); peak > budget {
 				t.Errorf("peak in flight %d bytes, budget %d (row group %d)", peak, budget, full)
 			}
@@ -279,16 +292,7 @@ func TestPiecesWholeColumnsPinned(t *testing.T) {
 	rd := ds.NewReader(context.Background(), refs, mem, WithReaderReadAhead(1)) // one piece at a time
 	defer rd.Close()
 	decoded := rd.Stats()
-	for {
-		r, _, err := rd.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Release()
-	}
+	drainReader(t, rd)
 	if peak := rd.PeakInFlight(); peak < whole {
 		t.Errorf("peak in flight %d bytes, below the %d bytes of the columns decoded whole", peak, whole)
 	}
