@@ -247,6 +247,49 @@ def test_loader_keeps_every_batch(glob):
         np.testing.assert_array_equal(np.asarray(b["id"]), w, err_msg=f"kept step {s}")
 
 
+def test_loader_deletes_dropped_steps_off_the_training_thread(glob):
+    """A step the loop has let go of is deleted (its ``jax.Array``s and their
+    device buffers freed) on the loader's prefetch thread, not on the thread
+    that calls next(). A batch the loop keeps is not deleted early: its
+    values stay, and it is freed where the loop drops it. Every step but the
+    kept one and the last is freed by the end of the epoch."""
+    import threading
+    import weakref
+
+    import meshfeed
+
+    freed: list[tuple[int, str]] = []  # (step, thread that freed its array)
+
+    def on_free(step: int) -> None:
+        freed.append((step, threading.current_thread().name))
+
+    kw = dict(global_batch_size=16, sharding=_mesh_sharding(), columns=["id"], last_batch="drop")
+    with meshfeed.Loader(glob, transport="flight", **kw) as fl:
+        want = [np.asarray(b["id"]).copy() for b in fl]
+    with meshfeed.Loader(glob, **kw) as ld:
+        n, kept = 0, None
+        for batch in ld:
+            weakref.finalize(batch["id"], on_free, n)
+            if n == 3:
+                kept = batch
+            n += 1
+            time.sleep(0.002)  # the step: the loop lets go of the GIL
+        assert ld.stats()["transport"] == "shm"
+        steps = ld.steps_per_epoch
+        time.sleep(0.05)
+        before = sorted(s for s, _ in freed)
+        np.testing.assert_array_equal(np.asarray(kept["id"]), want[3])  # 60 later steps did not touch it
+        del kept
+        assert freed[-1] == (3, "MainThread"), "the kept step was not freed by its drop"
+    assert n == steps == 1000 // 16
+    # Every step but the kept one and the last (still bound to `batch`) was
+    # freed by then; allow a few that the loop dropped after the prefetch
+    # thread let go of them.
+    assert before == [s for s in range(steps - 1) if s != 3], before
+    off = sum(t == "meshfeed-prefetch" for _, t in freed)
+    assert off >= 0.9 * (steps - 2), f"{off} of {steps - 2} steps freed on the prefetch thread: {freed}"
+
+
 def test_many_regions_in_one_read(shm_server, glob):
     """Steps kept without release make the server add a region per 2 steps;
     the reader, reading only after many have arrived, still maps each

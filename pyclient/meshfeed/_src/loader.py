@@ -2,9 +2,10 @@
 
 The parts live apart: the configuration and the wire request it derives in
 config.py (LoaderConfig), the server and its connection (and their recovery)
-in session.py, the stream-reading thread in prefetch.py, and the placement of
-a record on the devices in layout.py. The Loader composes them and keeps the
-position, the state and the counters."""
+in session.py, the stream-reading thread in prefetch.py (which also deletes
+the steps the loop is done with), and the placement of a record on the
+devices in layout.py. The Loader composes them and keeps the position, the
+state and the counters."""
 
 from __future__ import annotations
 
@@ -145,6 +146,7 @@ class Loader:
                  token: str | None = None):
         self._box: list = [None]  # [prefetcher]: what the finalizer stops
         self._sbox: list = [None]  # [session]: what the finalizer closes
+        self._handed: Any = None  # the step returned last, until the next is asked for (prefetch.py)
         self._closed = False
         self._elastic_ok = bool(elastic)
         self._switch: dict[str, int] | None = None  # elastic switch named in tickets (elastic.py)
@@ -292,6 +294,9 @@ class Loader:
         while True:
             try:
                 return self._next_step()
+            except StopIteration:
+                self._hand_back(None)  # the loader keeps no step past the end
+                raise
             except BaseException as e:  # noqa: BLE001 - recovered or re-raised
                 if self._cfg.recovery_timeout <= 0 or not recoverable(e) or self._closed:
                     raise
@@ -332,7 +337,17 @@ class Loader:
         self._bytes += nbytes
         self._pos = (ep + 1, 0) if st + 1 >= self._spe else (ep, st + 1)
         self._recover_deadline = None  # a step arrived: the next failure gets a fresh budget
+        self._hand_back(batch)
         return batch
+
+    def _hand_back(self, batch: dict[str, Any] | None) -> None:
+        """Keeps ``batch`` (the step being returned) and hands the previous
+        one to the prefetch thread, which deletes it there once the loop has
+        dropped it too (prefetch.py)."""
+        prev, self._handed = self._handed, batch
+        pf = self._box[0]
+        if prev is not None and pf is not None:
+            pf.drop(prev)
 
     def state(self) -> dict[str, Any]:
         """A small JSON-serializable checkpoint: the position of the next step
@@ -371,6 +386,7 @@ class Loader:
         """Stops the prefetch thread, closes the connection and stops the local
         server, if this loader started one. Idempotent."""
         self._closed = True
+        self._handed = None
         fin = getattr(self, "_finalizer", None)
         if fin is not None:
             fin()
