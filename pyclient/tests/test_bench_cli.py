@@ -89,32 +89,3 @@ def test_bad_arguments(tmp_path, binary, glob, args, want):
     assert r.returncode != 0, f"bench {args} = exit 0, want an error"
     assert want in r.stderr, f"bench {args}: stderr {r.stderr!r}, want {want!r}"
 
-
-def test_wait_ready_blocks_only_on_pending_arrays(monkeypatch):
-    """bench's data wait ends when the step's arrays are on their devices: a
-    pending computation is waited for; ready arrays never go through
-    jax.block_until_ready (which lets go of the GIL)."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from meshfeed._src import bench as bench_mod
-
-    calls = []
-    real = jax.block_until_ready
-    monkeypatch.setattr(jax, "block_until_ready", lambda xs: calls.append(len(xs)) or real(xs))
-    ready = [jax.device_put(np.arange(8)), jax.device_put(np.ones((4, 4), np.float32))]
-    jax.block_until_ready(ready)
-    calls.clear()
-    bench_mod.wait_ready(ready)
-    assert calls == [], "ready arrays went through block_until_ready"
-
-    @jax.jit
-    def slow(x):
-        return jax.lax.fori_loop(0, 200, lambda _, c: jnp.tanh(c @ c), x)
-
-    pending = slow(jnp.full((512, 512), 0.01, jnp.float32))  # dispatched, not waited for
-    if pending.is_ready():
-        pytest.fail("the computation finished before it could be waited for; make it longer")
-    bench_mod.wait_ready([ready[0], pending])
-    assert pending.is_ready() and calls == [2]

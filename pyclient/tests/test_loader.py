@@ -283,6 +283,34 @@ def test_one_placement_call_per_step_through_the_loader(server, glob, monkeypatc
     assert not puts, f"{len(puts)} per-array jax.device_put calls on the hot path"
 
 
+@pytest.mark.parametrize("transport", ["shm", "flight"])
+def test_steps_come_out_ready(glob, monkeypatch, transport):
+    """A step next() returns is on its devices: the prefetch thread waited,
+    once per step and for every jax.Array of it, before queueing it (so a
+    training step never waits for a transfer, and bench's wait for data is
+    all in next())."""
+    from meshfeed._src import prefetch
+
+    waited = []
+    real = jax.block_until_ready
+
+    def block(xs):
+        waited.append((threading.current_thread().name, [id(x) for x in xs]))
+        return real(xs)
+
+    monkeypatch.setattr(prefetch.jax, "block_until_ready", block)
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sharding((8,), ("data",), P("data")),
+                         columns=["id", "label", "features", "image"], transport=transport) as ld:
+        steps = []
+        for batch in ld:
+            assert all(v.is_ready() for v in batch.values()), "a step came out not ready"
+            steps.append(sorted(id(v) for v in batch.values()))
+        assert ld.stats()["transport"] == transport
+    assert len(waited) == len(steps) == ld.steps_per_epoch
+    assert all(name == "meshfeed-prefetch" for name, _ in waited), {name for name, _ in waited}
+    assert [sorted(ids) for _, ids in waited] == steps, "the prefetch thread did not wait on each step's arrays"
+
+
 def test_state_from_the_previous_fingerprint_format_resumes(server, glob):
     """Checkpoints written before the fingerprint was derived from the request
     (flat seed, window, mask_key) still resume; a changed value is still refused."""

@@ -367,18 +367,6 @@ def plot_timeline(path: str, t_wait0: Sequence[float], waits: Sequence[float], c
 
 # -- the run -------------------------------------------------------------------------
 
-def wait_ready(arrays: Sequence[Any]) -> None:
-    """Waits until every array's data is on its device. Arrays that already
-    are (the usual case: a step's arrays are placed when it is staged) do not
-    go through ``jax.block_until_ready``, which lets go of the GIL even then
-    and so makes the loop wait for the loader's threads to hand it back: a
-    cost of the measurement, not of the data, that a training loop (which
-    passes the batch to its step) does not pay."""
-    if not all(a.is_ready() for a in arrays):
-        import jax
-        jax.block_until_ready(arrays)
-
-
 def run(a: argparse.Namespace) -> dict[str, Any]:
     """Runs the benchmark the arguments describe and returns its figures."""
     import jax
@@ -424,7 +412,12 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
                     batch = next(it)
                 except StopIteration:
                     break
-                wait_ready([v for v in batch.values() if isinstance(v, jax.Array)])
+                # A step comes out of next() on its devices (the prefetch
+                # thread waited for its transfers: test_loader checks), so
+                # its wait for data is all in next(). block_until_ready here
+                # would let go of the GIL even for ready arrays and add the
+                # wait to get it back from the loader's threads: a cost of
+                # the measurement that a training loop does not pay.
                 t1 = time.perf_counter()
                 if step_fn is not None:
                     step_fn(batch)

@@ -69,6 +69,12 @@ class Loader:
     contiguous streams, ``D`` being the number of distinct batch slices of
     ``sharding``; slice ``d`` of step ``s`` is rows ``[s*b, (s+1)*b)`` of stream ``d``.
 
+    A step comes out of ``next()`` on its devices (its transfers done). The
+    loader keeps the step it returned last until the next ``next()``, then
+    hands it to its prefetch thread, which deletes it once the loop has let
+    go of it too: freeing its device buffers stays off the training thread.
+    A step the loop keeps, or any array of it, stays valid.
+
     Args:
         data: dataset URI, glob, or a list of them (local paths, ``file://`` or ``gs://``).
         global_batch_size: ``B``, rows per global step.

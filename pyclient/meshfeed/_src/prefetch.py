@@ -1,7 +1,8 @@
 """The prefetcher: a background thread that reads one DoGet stream, checks
 each step's metadata against the position it expects, materializes the step
-on device and queues up to ``depth`` of them for the consumer; and deletes
-the steps the consumer is done with.
+on device, waits until its arrays are there (a queued step is ready: the
+consumer never waits for a transfer) and queues up to ``depth`` of them for
+the consumer; and deletes the steps the consumer is done with.
 
 Deleting a step is not free: each ``jax.Array`` frees one buffer per device
 (24 for 3 columns on 8 devices), tens of microseconds in all. Done where the
@@ -24,6 +25,8 @@ import json
 import queue
 import threading
 from typing import Any, Callable
+
+import jax
 
 from .errors import MeshfeedError, from_flight
 from .layout import Layout, Materializer
@@ -128,6 +131,7 @@ class Prefetcher:
                 # A shared-memory step goes as it is (its numeric columns are
                 # viewed without records); a Flight chunk as its record.
                 batch = self._mat(chunk if hasattr(chunk, "dense") else chunk.data)
+                jax.block_until_ready([v for v in batch.values() if isinstance(v, jax.Array)])
                 real = meta.get("real_rows") or [L.b] * len(L.slices)
                 nbytes = chunk.nbytes if hasattr(chunk, "nbytes") else chunk.data.nbytes
                 info = (ep, st, int(sum(real)), len(L.slices) * L.b - int(sum(real)), nbytes,
