@@ -440,6 +440,18 @@ def _utilization(a: argparse.Namespace, wl: str, sizes: dict, rate: float, kind:
     return out
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The run of median utilization among those that did not fail (a
+    failure when all failed), with every run's utilization beside it."""
+    ok = sorted((r for r in runs if "error" not in r), key=lambda r: r["utilization"])
+    if not ok:
+        return runs[0]
+    out = dict(ok[(len(ok) - 1) // 2])
+    out["utilization_runs"] = [r["utilization"] for r in ok]
+    out["failed_runs"] = len(runs) - len(ok)
+    return out
+
+
 def _machine() -> str:
     model = ""
     try:
@@ -511,6 +523,8 @@ def main(argv=None) -> int:
                          "0: no cap")
     ap.add_argument("--grain-workers", type=int, default=0, help="Grain mp_prefetch workers (0: in-process)")
     ap.add_argument("--no-utilization", action="store_true", help="skip the `meshfeed bench` utilization runs")
+    ap.add_argument("--util-repeats", type=int, default=3,
+                    help="`meshfeed bench` runs of each utilization step (alternating); the median run is reported")
     ap.add_argument("--binary", default=os.path.join(ROOT, "bin", "meshfeed"), help="meshfeed binary")
     ap.add_argument("--write", default=None, metavar="BENCHMARKS.md", help="write the section into this file")
     ap.add_argument("--json", default=None, help="write all results as JSON")
@@ -577,11 +591,13 @@ def main(argv=None) -> int:
         ref = next((r for r in summary[wl].get("free", summary[wl][loops[0]])
                     if r["loader"] == "meshfeed-shuffle" and "error" not in r), None)
         if ref and not a.no_utilization:
-            util[wl] = {}
-            for kind in ("sleep", "compute"):
-                print(f"compare: {wl}: utilization, {kind} step at 80% of meshfeed's rate ...",
-                      file=sys.stderr, flush=True)
-                util[wl][kind] = _utilization(a, wl, s, ref["rows_per_second"], kind)
+            got: dict[str, list[dict]] = {"sleep": [], "compute": []}
+            for i in range(a.util_repeats):  # alternating, like the loaders' runs
+                for kind in got:
+                    print(f"compare: {wl}: utilization, {kind} step at 80% of meshfeed's rate "
+                          f"(run {i + 1} of {a.util_repeats}) ...", file=sys.stderr, flush=True)
+                    got[kind].append(_utilization(a, wl, s, ref["rows_per_second"], kind))
+            util[wl] = {kind: median_run(rs) for kind, rs in got.items()}
         # Written after every workload, so that an interrupted run keeps what it measured.
         elapsed = time.perf_counter() - t_start
         report = render(a, plan, summary, util, results, machine, elapsed)
@@ -650,7 +666,8 @@ def render(a, plan, summary, util, results, machine, elapsed) -> str:
                            f"`{(u['error'].strip().splitlines() or [''])[-1]}`")
                 continue
             out.append(f"- `{u['command']}` (a {kind} step of {u['step_ms']:.2f} ms = 80% of meshfeed's (shuffle "
-                       f"window) free-loop rate above): utilization **{100 * u['utilization']:.2f}%**, data wait "
+                       f"window) free-loop rate above): utilization **{100 * u['utilization']:.2f}%**"
+                       + _util_spread(u) + ", data wait "
                        f"per step p50 {u['wait_p50_ms']:.3f} ms, p99 {u['wait_p99_ms']:.3f} ms; "
                        f"{u['rows_per_second']:,.0f} rows/s; peak RSS client "
                        f"{u['peak_rss_client_bytes'] / 2**20:,.0f} MiB + server "
@@ -712,6 +729,14 @@ def targets(loops: dict, util: dict, wl: str) -> list[str]:
                      f"{100 * u['utilization']:.2f}%, "
                      + verdict(u["utilization"] >= 0.98, f"{100 * (0.98 - u['utilization']):.2f} points short") + ".")
     return lines
+
+
+def _util_spread(u: dict) -> str:
+    rs = u.get("utilization_runs") or []
+    if len(rs) < 2:
+        return ""
+    failed = f", {u['failed_runs']} failed" if u.get("failed_runs") else ""
+    return f" (median of {len(rs)} runs: {100 * min(rs):.2f}-{100 * max(rs):.2f}%{failed})"
 
 
 def write_section(path: str, section: str) -> None:

@@ -96,3 +96,15 @@ def test_bench_length_flag():
                 ["--columns", "tokens", "--length", "tokens=0"], ["--columns", "tokens", "--length", "tokens"]):
         with pytest.raises(SystemExit):
             parse_args(["d", *bad])
+
+
+def test_utilization_reports_the_median_run():
+    """compare.py reports the run of median utilization, with the spread of
+    every run and the failed ones counted, not the first or the best."""
+    runs = [{"utilization": 0.91, "n": 0}, {"error": "boom"}, {"utilization": 0.97, "n": 2},
+            {"utilization": 0.95, "n": 3}]
+    m = compare.median_run(runs)
+    assert m["n"] == 3 and m["utilization_runs"] == [0.91, 0.95, 0.97] and m["failed_runs"] == 1
+    assert compare._util_spread(m) == " (median of 3 runs: 91.00-97.00%, 1 failed)"
+    assert compare.median_run([{"utilization": 0.5}, {"utilization": 0.6}])["utilization"] == 0.5  # lower middle
+    assert "error" in compare.median_run([{"error": "x"}])
