@@ -37,7 +37,8 @@ files (read directly with pyarrow), and prints the tables. Loaders in
 --repeat-loaders run --repeats times, alternating with the others; the tables
 show medians. Then meshfeed runs through ``python -m meshfeed bench`` with a
 simulated step sized to 80% of its measured free-loop rate, per workload, to
-report utilization. --write replaces the section "## Comparison with other
+report utilization (--util-repeats runs of each step, alternating; the median
+run is shown with the spread). --write replaces the section "## Comparison with other
 loaders" of BENCHMARKS.md (keeping its hand-written "### Where the time goes").
 """
 
