@@ -48,10 +48,48 @@ type rgEntry struct {
 	left    int               // pieces not decoded yet
 	locs    map[int][]pageLoc // per column: nil slice when the column is not streamed
 	cols    map[int]arrow.Array
-	rec     arrow.RecordBatch // a whole record (formats without streaming)
-	charged map[int]bool      // columns (-1: the whole record) whose whole size was charged (pieceCharge)
-	pin     int64             // bytes this entry holds pinned in the reader's budget
-	extra   int64             // bytes decoded whole that pieceCost did not foresee
+	rec     arrow.RecordBatch    // a whole record (formats without streaming)
+	charged map[int]bool         // columns (-1: the whole record) whose whole size was charged (pieceCharge)
+	pin     int64                // bytes this entry holds pinned in the reader's budget
+	extra   int64                // bytes decoded whole that pieceCost did not foresee
+	decoded map[int]decodedPages // per streamed column: the pages its last piece decoded
+}
+
+// decodedPages is a column's pages as a piece decoded them: rows [first,
+// first+rows) of the row group, of which the piece kept a slice. A later
+// piece whose rows lie inside them slices the same array instead of
+// decoding those pages again (a chunk of a few pages holds many pieces of
+// a narrow column: an int64 id of 65,536 rows is one page).
+type decodedPages struct {
+	a           arrow.Array
+	first, rows int64
+}
+
+// reuse returns rows [start, end) of column col from the pages an earlier
+// piece decoded, or nil when they do not hold them all.
+func (e *rgEntry) reuse(col int, start, end int64) arrow.Array {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p, ok := e.decoded[col]
+	if !ok || start < p.first || end > p.first+p.rows {
+		return nil
+	}
+	return array.NewSlice(p.a, start-p.first, end-p.first)
+}
+
+// keep records a, rows [first, first+rows) of column col, as the pages its
+// row group's next piece may reuse (in place of the ones kept before).
+func (e *rgEntry) keep(col int, a arrow.Array, first, rows int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.decoded == nil {
+		e.decoded = map[int]decodedPages{}
+	}
+	if old, ok := e.decoded[col]; ok {
+		old.a.Release()
+	}
+	a.Retain()
+	e.decoded[col] = decodedPages{a: a, first: first, rows: rows}
 }
 
 func (e *rgEntry) release() {
@@ -59,6 +97,10 @@ func (e *rgEntry) release() {
 		a.Release()
 	}
 	e.cols = nil
+	for _, p := range e.decoded {
+		p.a.Release()
+	}
+	e.decoded = nil
 	if e.rec != nil {
 		e.rec.Release()
 		e.rec = nil
@@ -297,7 +339,7 @@ func (d *parquetDecoder) decodeRange(ctx context.Context, ds *Dataset, rg int, s
 				return nil, err
 			}
 			if locs != nil {
-				if a, err = d.decodePages(ctx, ds, rg, c, locs, start, end, mem, stats); err != nil {
+				if a, err = d.decodePages(ctx, ds, rg, i, locs, start, end, mem, stats, e); err != nil {
 					return nil, err
 				}
 			}

@@ -505,10 +505,17 @@ func placed(locs []pageLoc, rows, lo, hi int64) bool {
 	return next == rows && len(locs) > 0
 }
 
-// decodePages decodes rows [start, end) of column c from the pages that hold
-// them, fetched alone, or returns nil (no error) when those pages do not
-// qualify for the fast path after all (the column is then decoded whole).
-func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c *colDecoder, locs []pageLoc, start, end int64, mem memory.Allocator, stats *ReadStats) (arrow.Array, error) {
+// decodePages decodes rows [start, end) of column col from the pages that
+// hold them, fetched alone, or returns nil (no error) when those pages do
+// not qualify for the fast path after all (the column is then decoded
+// whole). Where the entry's last piece decoded pages holding those rows, it
+// slices them instead (ReadStats.Reused).
+func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg, col int, locs []pageLoc, start, end int64, mem memory.Allocator, stats *ReadStats, e *rgEntry) (arrow.Array, error) {
+	c := &d.cols[col]
+	if a := e.reuse(col, start, end); a != nil {
+		stats.Reused.Add(1)
+		return a, nil
+	}
 	i, j := pageSpan(locs, c.slot(start), c.slot(end))
 	if i >= j {
 		return nil, fmt.Errorf("loader: %s row group %d column %q: no page holds rows [%d, %d): %w", d.f.Object.URI, rg, c.name, start, end, ErrCorrupt)
@@ -568,6 +575,7 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg int, c
 	if exact || first == start && rows == end-start {
 		return a, nil
 	}
+	e.keep(col, a, first, rows) // rows are slots: not a fixed_size_list here
 	defer a.Release()
 	return array.NewSlice(a, start-first, end-first), nil
 }

@@ -324,3 +324,44 @@ func TestArrowRowBytes(t *testing.T) {
 		t.Errorf("StreamedRowBytes = %v, %d: want every column streamed", perRow, whole)
 	}
 }
+
+// TestPiecesReuseTheirRowGroupsPages: consecutive pieces of a row group
+// whose rows lie in pages an earlier piece decoded slice those pages instead
+// of decoding them again: a narrow column's chunk is one page here, decoded
+// once for all its pieces, with the same values.
+func TestPiecesReuseTheirRowGroupsPages(t *testing.T) {
+	rec := fastRecord(0, 20000)
+	defer rec.Release()
+	dir := t.TempDir()
+	for _, c := range streamedCodecs {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(dir, c.name+".parquet")
+			writeFastFile(t, path, []arrow.RecordBatch{rec},
+				pq.WithCompression(c.codec),
+				pq.WithDictionaryDefault(false),
+				pq.WithMaxRowGroupLength(20000),
+				pq.WithDataPageSize(1<<20)) // id (160 KB) and label (80 KB): one page each
+			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+			defer mem.AssertSize(t, 0)
+			store := NewLocalStore()
+			defer store.Close()
+			ds, err := Open(context.Background(), store, []string{path}, WithColumns("id", "label"), WithFooterCache(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var refs []RowGroupRef
+			for s := int64(0); s < 20000; s += 1000 {
+				p := ds.RowGroups()[0]
+				p.Start, p.End = s, s+1000
+				refs = append(refs, p)
+			}
+			st := checkPieces(t, ds, refs, mem, WithReaderDecodeWorkers(1))
+			if got := st.Pieces.Load(); got != 20 {
+				t.Fatalf("%d pieces read, want 20", got)
+			}
+			if pages, reused := st.Pages.Load(), st.Reused.Load(); pages != 2 || reused != 2*19 {
+				t.Errorf("pages decoded %d, columns reused %d; want 2 (one page per column, once) and %d", pages, reused, 2*19)
+			}
+		})
+	}
+}

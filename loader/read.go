@@ -25,6 +25,10 @@ type ReadStats struct {
 	// Pages decoded by pieces from the pages of their rows alone (the
 	// streamed columns).
 	Pages atomic.Int64
+	// Reused counts a piece's columns served from the pages an earlier
+	// piece of its row group decoded (its rows lay inside them): no page
+	// decoded again.
+	Reused atomic.Int64
 	// Fetches is the number of ranged reads issued (after coalescing).
 	Fetches atomic.Int64
 	// FetchedBytes is the bytes those reads made available: read into
