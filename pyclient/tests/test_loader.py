@@ -311,6 +311,39 @@ def test_steps_come_out_ready(glob, monkeypatch, transport):
     assert [sorted(ids) for _, ids in waited] == steps, "the prefetch thread did not wait on each step's arrays"
 
 
+def test_wait_is_annotated_while_profiling(server, glob, monkeypatch):
+    """next() marks its wait as "meshfeed.next" in a profiler trace, and only
+    builds the annotation while a trace is on."""
+    made = []
+
+    class Annotation:
+        on = False
+
+        def __init__(self, name):
+            made.append(name)
+
+        @classmethod
+        def is_enabled(cls):
+            return cls.on
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(jax.profiler, "TraceAnnotation", Annotation)
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sharding((8,), ("data",), P("data")),
+                         server=server.address, columns=["id"]) as ld:
+        it = iter(ld)
+        next(it)
+        next(it)
+        assert made == [], "annotations built with no trace on"
+        Annotation.on = True
+        next(it)
+        assert made == ["meshfeed.next"]
+
+
 def test_state_from_the_previous_fingerprint_format_resumes(server, glob):
     """Checkpoints written before the fingerprint was derived from the request
     (flat seed, window, mask_key) still resume; a changed value is still refused."""

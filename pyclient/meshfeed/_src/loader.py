@@ -321,10 +321,14 @@ class Loader:
         pf: Prefetcher = self._box[0]
         if self._t0 is None:
             self._t0 = time.perf_counter()
-        with jax.profiler.TraceAnnotation("meshfeed.next"):
-            t = time.perf_counter()
+        t = time.perf_counter()
+        ta = jax.profiler.TraceAnnotation
+        if ta.is_enabled():  # a profiler trace is on: the wait shows in it
+            with ta("meshfeed.next"):
+                item = pf.get()
+        else:  # 10 us a step spared when none is
             item = pf.get()
-            wait = time.perf_counter() - t
+        wait = time.perf_counter() - t
         if item is END:
             pf.queue.put(END)  # keep answering StopIteration
             raise StopIteration
