@@ -494,7 +494,7 @@ func (c *colDecoder) decodeFastListRows(chunk []byte, codec format.CompressionCo
 	pos, nrows, more := 0, 0, false
 	for i := 0; i < len(pages) && !more; i++ {
 		p := &pages[i]
-		rep, vals, err := c.listPageParts(p, codec, &scratch)
+		rep, vals, err := c.listPageParts(p, codec, &scratch, nil)
 		if errors.Is(err, errFallback) {
 			return nil, false, nil
 		}
@@ -530,11 +530,18 @@ func (c *colDecoder) decodeFastListRows(chunk []byte, codec format.CompressionCo
 }
 
 // listPageParts returns the repetition levels and the value bytes of a list
-// page, decompressing it into *scratch if need be, after checking that its
+// page, decompressing it into *scratch if need be (or taking pre, what
+// decompressing it gave before, when not nil), after checking that its
 // definition levels are all at the max (no null or empty list, no null
 // element); errFallback if they are not.
-func (c *colDecoder) listPageParts(p *fastPage, codec format.CompressionCodec, scratch *[]byte) (rep, vals []byte, err error) {
+func (c *colDecoder) listPageParts(p *fastPage, codec format.CompressionCodec, scratch *[]byte, pre []byte) (rep, vals []byte, err error) {
 	decompress := func(src []byte, n int) ([]byte, error) {
+		if pre != nil {
+			if len(pre) != n {
+				return nil, fmt.Errorf("page decompressed before to %d bytes, want %d: %w", len(pre), n, ErrCorrupt)
+			}
+			return pre, nil
+		}
 		if cap(*scratch) < n {
 			if *scratch != nil {
 				putBuf(*scratch)

@@ -53,6 +53,42 @@ type rgEntry struct {
 	pin     int64                // bytes this entry holds pinned in the reader's budget
 	extra   int64                // bytes decoded whole that pieceCost did not foresee
 	decoded map[int]decodedPages // per streamed column: the pages its last piece decoded
+	edges   map[int]edgePage     // per streamed list column: the page its last piece ended in
+}
+
+// edgePage is a list page a piece decompressed whole and ended inside: the
+// next piece of its row group starts in it. Page is its index in the
+// column's pages; buf (pooled) what decompressing it gave.
+type edgePage struct {
+	page int
+	buf  []byte
+}
+
+// takeEdge hands over the decompressed page of column col with index page,
+// if the last piece kept it: the caller owns buf (putBuf when done).
+func (e *rgEntry) takeEdge(col, page int) []byte {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p, ok := e.edges[col]
+	if !ok || p.page != page {
+		return nil
+	}
+	delete(e.edges, col)
+	return p.buf
+}
+
+// keepEdge keeps buf, page page of column col decompressed, for the next
+// piece (returning the one kept before to the pool).
+func (e *rgEntry) keepEdge(col, page int, buf []byte) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.edges == nil {
+		e.edges = map[int]edgePage{}
+	}
+	if old, ok := e.edges[col]; ok {
+		putBuf(old.buf)
+	}
+	e.edges[col] = edgePage{page: page, buf: buf}
 }
 
 // decodedPages is a column's pages as a piece decoded them: rows [first,
@@ -101,6 +137,10 @@ func (e *rgEntry) release() {
 		p.a.Release()
 	}
 	e.decoded = nil
+	for _, p := range e.edges {
+		putBuf(p.buf)
+	}
+	e.edges = nil
 	if e.rec != nil {
 		e.rec.Release()
 		e.rec = nil

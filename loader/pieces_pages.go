@@ -558,7 +558,7 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg, col i
 	exact := false // a holds rows [start, end) alone
 	switch {
 	case c.kind == kindList:
-		a, exact, ok, err = fc.decodeListPiece(b, md.Codec, rows, start-first, end-first, locs[i].cont || t > j, mem, d.maxBytes)
+		a, exact, ok, err = fc.decodeListPiece(b, md.Codec, rows, start-first, end-first, locs[i].cont || t > j, mem, d.maxBytes, edges{e, col, i, stats})
 	default:
 		a, ok, err = fc.decodeFast(b, md, rows, mem, d.maxBytes)
 	}
@@ -580,6 +580,36 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg, col i
 	return array.NewSlice(a, start-first, end-first), nil
 }
 
+// edges lets decodeListPiece reuse the list page a piece of the same row
+// group ended in (rgEntry.takeEdge, keepEdge): the entry, the column, the
+// index of the first page given, and the stats that count the reuse. The
+// zero value keeps nothing.
+type edges struct {
+	e     *rgEntry
+	col   int
+	first int
+	stats *ReadStats
+}
+
+func (ed edges) take(page int) []byte {
+	if ed.e == nil {
+		return nil
+	}
+	b := ed.e.takeEdge(ed.col, page)
+	if b != nil && ed.stats != nil {
+		ed.stats.PagesReused.Add(1)
+	}
+	return b
+}
+
+func (ed edges) keep(page int, buf []byte) {
+	if ed.e == nil {
+		putBuf(buf)
+		return
+	}
+	ed.e.keepEdge(ed.col, page, buf)
+}
+
 // decodeListPiece decodes rows [lo, hi) of the rows that start in the list
 // pages b (rows of them; cut: b may begin inside a row and end past its
 // last row, see decodeFastListRows). Where the pages' repetition levels can
@@ -589,7 +619,7 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg, col i
 // (exact); else it decodes every value of the pages (decodeFastListRows),
 // for the caller to slice. ok is false when the pages do not qualify for
 // the fast path.
-func (c *colDecoder) decodeListPiece(b []byte, codec format.CompressionCodec, rows, lo, hi int64, cut bool, mem memory.Allocator, maxBytes int64) (a arrow.Array, exact, ok bool, err error) {
+func (c *colDecoder) decodeListPiece(b []byte, codec format.CompressionCodec, rows, lo, hi int64, cut bool, mem memory.Allocator, maxBytes int64, ed edges) (a arrow.Array, exact, ok bool, err error) {
 	pages, ok := c.fastPages(b, codec)
 	if !ok {
 		return nil, false, false, nil
@@ -669,7 +699,18 @@ func (c *colDecoder) decodeListPiece(b []byte, codec format.CompressionCodec, ro
 		p := &pages[i]
 		x, y := max(pos, int(from)), min(pos+p.nvals, int(to))
 		if x < y {
-			_, vals, err := c.listPageParts(p, codec, &scratch)
+			// The first page may be the one the piece before ended in;
+			// the last, where the next piece starts: kept decompressed.
+			var pre, own []byte
+			if i == 0 {
+				pre = ed.take(ed.first)
+			}
+			keep := y < pos+p.nvals && codec != format.Uncompressed
+			buf := &scratch
+			if keep && pre == nil {
+				buf = &own
+			}
+			_, vals, err := c.listPageParts(p, codec, buf, pre)
 			if errors.Is(err, errFallback) {
 				return nil, false, false, nil
 			}
@@ -680,6 +721,14 @@ func (c *colDecoder) decodeListPiece(b []byte, codec format.CompressionCodec, ro
 				return nil, false, true, fmt.Errorf("page %d: %w", i, err)
 			}
 			copy(dst[(x-int(from))*es:], vals[(x-pos)*es:(y-pos)*es])
+			switch {
+			case keep && pre != nil:
+				ed.keep(ed.first+i, pre)
+			case keep:
+				ed.keep(ed.first+i, own)
+			case pre != nil:
+				putBuf(pre)
+			}
 		}
 		pos += p.nvals
 	}
