@@ -344,6 +344,29 @@ def test_wait_is_annotated_while_profiling(server, glob, monkeypatch):
         assert made == ["meshfeed.next"]
 
 
+def test_wait_stats_keep_bounded_memory(server, glob, monkeypatch):
+    """stats() takes the wait percentiles of the most recent steps only (a
+    ring: memory does not grow with the run), and max and mean of all."""
+    from meshfeed._src import loader as loader_mod
+
+    monkeypatch.setattr(loader_mod, "WAITS_KEPT", 3)
+    with meshfeed.Loader(glob, global_batch_size=200, sharding=sharding((8,), ("data",), P("data")),
+                         server=server.address, columns=["id"], prefetch=4) as ld:
+        it = iter(ld)
+        t = time.perf_counter()
+        next(it)  # waits for the stream to open
+        first = (time.perf_counter() - t) * 1e3
+        time.sleep(0.2)  # the next steps are staged by then: their waits are short
+        for _ in range(4):
+            next(it)
+        st = ld.stats()
+        assert ld._waits.size == 3, "the waits kept grew with the steps"
+    w = st["wait_ms"]
+    assert st["steps"] == 5
+    assert w["max"] >= first * 0.5 and w["max"] > 5 * w["p99"], w  # the first step's wait, out of the ring
+    assert w["p50"] <= w["p90"] <= w["p99"] <= w["max"] and 0 < w["mean"] < w["max"], w
+
+
 def test_state_from_the_previous_fingerprint_format_resumes(server, glob):
     """Checkpoints written before the fingerprint was derived from the request
     (flat seed, window, mask_key) still resume; a changed value is still refused."""

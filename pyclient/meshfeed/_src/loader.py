@@ -28,6 +28,7 @@ from .server import LocalServer
 from .session import SHM_EXTRA_SLOTS, Session
 
 STATE_VERSION = 1
+WAITS_KEPT = 1 << 16  # steps whose waits stats() takes percentiles of: the most recent (memory stays bounded)
 
 
 def _pctl(xs: Sequence[float], q: float) -> float:
@@ -240,7 +241,9 @@ class Loader:
         self._rows = 0
         self._padded = 0
         self._bytes = 0
-        self._waits: list[float] = []
+        self._waits = np.zeros(WAITS_KEPT)  # ms, a ring of the most recent steps' waits
+        self._wait_sum = 0.0  # ms, over every step
+        self._wait_max = 0.0
         self._counts = {"host_copies": 0, "mask_unpacks": 0, "unaligned_transfers": 0}
         self._t0: float | None = None
 
@@ -340,7 +343,11 @@ class Loader:
         (ep, st, real, padded, nbytes, counts), batch = item
         for k, v in counts.items():
             self._counts[k] += v
-        self._waits.append(wait * 1e3)
+        w = wait * 1e3
+        self._waits[self._steps % len(self._waits)] = w
+        self._wait_sum += w
+        if w > self._wait_max:
+            self._wait_max = w
         self._steps += 1
         self._rows += real
         self._padded += padded
@@ -374,7 +381,7 @@ class Loader:
 
         ``steps``, ``rows`` (real rows received), ``padded_rows``, ``bytes``
         (Arrow record bytes), ``wait_ms`` (per-step wait of the consumer: p50,
-        p90, p99, max, mean), ``rows_per_s`` and ``bytes_per_s`` since the
+        p90 and p99 of the last 65,536 steps, max and mean of all), ``rows_per_s`` and ``bytes_per_s`` since the
         first step was requested, ``host_copies`` (copies meshfeed made: 0 on
         the standard path), ``mask_unpacks`` (mask bitmaps unpacked) and
         ``unaligned_transfers`` (per-device views not 64-byte aligned: XLA's
@@ -383,10 +390,11 @@ class Loader:
         ``transport`` (``"shm"`` or ``"flight"``: how the current stream travels).
         """
         el = time.perf_counter() - self._t0 if self._t0 is not None else 0.0
-        w = self._waits
-        return {"steps": self._steps, "rows": self._rows, "padded_rows": self._padded, "bytes": self._bytes,
+        n = self._steps
+        w = self._waits[:min(n, len(self._waits))]
+        return {"steps": n, "rows": self._rows, "padded_rows": self._padded, "bytes": self._bytes,
                 "wait_ms": {"p50": _pctl(w, 50), "p90": _pctl(w, 90), "p99": _pctl(w, 99),
-                            "max": max(w, default=0.0), "mean": float(np.mean(w)) if w else 0.0},
+                            "max": self._wait_max, "mean": self._wait_sum / n if n else 0.0},
                 "rows_per_s": self._rows / el if el > 0 else 0.0,
                 "bytes_per_s": self._bytes / el if el > 0 else 0.0,
                 "recoveries": self._session.recoveries, "transport": self._session.transport,
