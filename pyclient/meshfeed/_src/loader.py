@@ -23,7 +23,7 @@ from .config import Column, LoaderConfig, Shuffle
 from .elastic import resolve_switch
 from .errors import MeshfeedError, PlanError, StateMismatchError, recoverable
 from .layout import Materializer, layout_of, narrowed_columns
-from .prefetch import END, Failure, Prefetcher
+from .prefetch import END, TOTALS, Failure, Prefetcher
 from .server import LocalServer
 from .session import SHM_EXTRA_SLOTS, Session
 
@@ -238,13 +238,14 @@ class Loader:
 
     def _stats_init(self) -> None:
         self._steps = 0
-        self._rows = 0
-        self._padded = 0
-        self._bytes = 0
+        # Sums over the steps received: those of the prefetchers before the
+        # current one (recovery replaces it), plus the current one's totals
+        # as of its last step (prefetch.TOTALS).
+        self._totals_before = (0,) * len(TOTALS)
+        self._totals = (0,) * len(TOTALS)
         self._waits = np.zeros(WAITS_KEPT)  # ms, a ring of the most recent steps' waits
         self._wait_sum = 0.0  # ms, over every step
         self._wait_max = 0.0
-        self._counts = {"host_copies": 0, "mask_unpacks": 0, "unaligned_transfers": 0}
         self._t0: float | None = None
 
     # -- recovery ----------------------------------------------------------
@@ -258,6 +259,8 @@ class Loader:
         pf, self._box[0] = self._box[0], None
         if pf is not None:
             pf.stop()
+        self._totals_before = tuple(a + b for a, b in zip(self._totals_before, self._totals))
+        self._totals = (0,) * len(TOTALS)
         if self._recover_deadline is None:
             self._recover_deadline = time.monotonic() + self._cfg.recovery_timeout
         self._session.recover(cause, self._recover_deadline, f"epoch {self._pos[0]} step {self._pos[1]}",
@@ -312,18 +315,18 @@ class Loader:
                 self._recover(e)
 
     def _next_step(self) -> dict[str, Any]:
-        client = self._session.client
-        if client is None:
-            raise MeshfeedError("loader has no connection (an earlier recovery failed)")
-        if self._box[0] is None:
+        pf: Prefetcher | None = self._box[0]
+        if pf is None:  # a stream to open (first, after a recovery)
+            if self._session.client is None:
+                raise MeshfeedError("loader has no connection (an earlier recovery failed)")
             if self._finished():
                 raise StopIteration
             session, slots = self._session, self._cfg.prefetch + SHM_EXTRA_SLOTS
-            self._box[0] = Prefetcher(lambda t: session.open_stream(t, slots), json.dumps(self._request(self._pos)).encode(),
-                                      self._mat, self._layout, self._pos, self._spe, self._cfg.prefetch)
-        pf: Prefetcher = self._box[0]
-        if self._t0 is None:
-            self._t0 = time.perf_counter()
+            pf = self._box[0] = Prefetcher(lambda t: session.open_stream(t, slots),
+                                           json.dumps(self._request(self._pos)).encode(), self._mat,
+                                           self._layout, self._pos, self._spe, self._cfg.prefetch)
+            if self._t0 is None:
+                self._t0 = time.perf_counter()
         t = time.perf_counter()
         ta = jax.profiler.TraceAnnotation
         if ta.is_enabled():  # a profiler trace is on: the wait shows in it
@@ -340,18 +343,13 @@ class Loader:
                 raise item.exc  # __next__ recovers; a new prefetcher starts at self._pos
             pf.queue.put(item)
             raise item.exc
-        (ep, st, real, padded, nbytes, counts), batch = item
-        for k, v in counts.items():
-            self._counts[k] += v
+        (ep, st, self._totals), batch = item
         w = wait * 1e3
         self._waits[self._steps % len(self._waits)] = w
         self._wait_sum += w
         if w > self._wait_max:
             self._wait_max = w
         self._steps += 1
-        self._rows += real
-        self._padded += padded
-        self._bytes += nbytes
         self._pos = (ep + 1, 0) if st + 1 >= self._spe else (ep, st + 1)
         self._recover_deadline = None  # a step arrived: the next failure gets a fresh budget
         self._hand_back(batch)
@@ -392,13 +390,15 @@ class Loader:
         el = time.perf_counter() - self._t0 if self._t0 is not None else 0.0
         n = self._steps
         w = self._waits[:min(n, len(self._waits))]
-        return {"steps": n, "rows": self._rows, "padded_rows": self._padded, "bytes": self._bytes,
+        tot = dict(zip(TOTALS, (a + b for a, b in zip(self._totals_before, self._totals))))
+        return {"steps": n, "rows": tot["rows"], "padded_rows": tot["padded_rows"], "bytes": tot["bytes"],
                 "wait_ms": {"p50": _pctl(w, 50), "p90": _pctl(w, 90), "p99": _pctl(w, 99),
                             "max": self._wait_max, "mean": self._wait_sum / n if n else 0.0},
-                "rows_per_s": self._rows / el if el > 0 else 0.0,
-                "bytes_per_s": self._bytes / el if el > 0 else 0.0,
+                "rows_per_s": tot["rows"] / el if el > 0 else 0.0,
+                "bytes_per_s": tot["bytes"] / el if el > 0 else 0.0,
                 "recoveries": self._session.recoveries, "transport": self._session.transport,
-                **self._counts}
+                "host_copies": tot["host_copies"], "mask_unpacks": tot["mask_unpacks"],
+                "unaligned_transfers": tot["unaligned_transfers"]}
 
     def close(self) -> None:
         """Stops the prefetch thread, closes the connection and stops the local

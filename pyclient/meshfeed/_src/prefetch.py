@@ -32,6 +32,8 @@ from .errors import MeshfeedError, from_flight
 from .layout import Layout, Materializer
 
 END = object()  # queued after the last step: the stream ended with OK
+# What a step's totals sum, in order (see Prefetcher).
+TOTALS = ("rows", "padded_rows", "bytes", "host_copies", "mask_unpacks", "unaligned_transfers")
 
 
 class Failure:
@@ -47,9 +49,11 @@ class Prefetcher:
     and ``cancel``), on its own thread.
 
     ``queue`` holds ``(info, batch)`` per step, ``info`` being ``(epoch, step,
-    real rows, padded rows, record bytes, materializer counts)``, then END or
-    a Failure. Holds no reference to the Loader, so that the Loader's
-    finalizer can stop it."""
+    totals)``, ``totals`` the sums over this prefetcher's steps up to this one
+    (``TOTALS``: real rows, padded rows, record bytes, then the
+    materializer's counters), then END or a Failure: the consumer keeps the
+    last totals it received instead of adding up each step's. Holds no
+    reference to the Loader, so that the Loader's finalizer can stop it."""
 
     def __init__(self, open_stream: Callable[[bytes], Any], ticket: bytes, materialize: Materializer,
                  layout: Layout, first: tuple[int, int], steps_per_epoch: int, depth: int):
@@ -64,7 +68,6 @@ class Prefetcher:
         self._reader = None
         self._lock = threading.Lock()
         self._dropped: collections.deque = collections.deque()  # steps handed back by the consumer
-        self._drop_lock = threading.Lock()
         self._draining = True  # False once the thread no longer drains: drop() lets go at once
         self.thread = threading.Thread(target=self._run, name="meshfeed-prefetch", daemon=True)
         self.thread.start()
@@ -72,21 +75,24 @@ class Prefetcher:
     def drop(self, step: Any) -> None:
         """Hands back a reference to a step the consumer is done with: this
         thread lets go of it (at once, on the caller's thread, once it has
-        ended)."""
-        with self._drop_lock:
+        ended). No lock: the flag is read again after the append, so a step
+        appended as the thread ends is drained by one side or the other."""
+        if self._draining:
+            self._dropped.append(step)
             if self._draining:
-                self._dropped.append(step)
                 return
-        del step
+            self._drain()
 
     def _drain(self) -> None:
-        dq = self._dropped
-        while dq:
-            dq.popleft()
+        pop = self._dropped.popleft
+        try:
+            while True:
+                pop()
+        except IndexError:  # empty (another thread may drain at the same time)
+            pass
 
     def _end_draining(self) -> None:
-        with self._drop_lock:
-            self._draining = False
+        self._draining = False
         self._drain()
 
     def _put(self, item: Any) -> bool:
@@ -115,6 +121,7 @@ class Prefetcher:
                 reader.cancel()
                 return
             L = self._layout
+            totals = (0,) * len(TOTALS)
             while not self._stop.is_set():
                 self._drain()
                 try:
@@ -132,10 +139,13 @@ class Prefetcher:
                 # viewed without records); a Flight chunk as its record.
                 batch = self._mat(chunk if hasattr(chunk, "dense") else chunk.data)
                 jax.block_until_ready([v for v in batch.values() if isinstance(v, jax.Array)])
-                real = meta.get("real_rows") or [L.b] * len(L.slices)
+                real = int(sum(meta.get("real_rows") or [L.b] * len(L.slices)))
                 nbytes = chunk.nbytes if hasattr(chunk, "nbytes") else chunk.data.nbytes
-                info = (ep, st, int(sum(real)), len(L.slices) * L.b - int(sum(real)), nbytes,
-                        dict(self._mat.counts))
+                c = self._mat.counts
+                t = totals
+                totals = (t[0] + real, t[1] + len(L.slices) * L.b - real, t[2] + nbytes, t[3] + c["host_copies"],
+                          t[4] + c["mask_unpacks"], t[5] + c["unaligned_transfers"])
+                info = (ep, st, totals)
                 nxt = st + 1
                 self._expect = (ep + 1, 0) if nxt >= self._spe else (ep, nxt)
                 if not self._put((info, batch)):
