@@ -74,6 +74,10 @@ def test_local_server_killed_mid_epoch(glob, reference):
     _same(got, reference)
     assert stats["recoveries"] >= 1, stats
     assert new_pid != pid
+    # The counters cover every step received, before the kill and after it.
+    assert stats["steps"] == STEPS, stats
+    assert stats["rows"] == sum(int(m.sum()) for _, m in got), stats
+    assert stats["rows"] + stats["padded_rows"] == STEPS * B, stats
 
 
 def test_remote_server_comes_back(binary, dataset, glob, reference):
