@@ -168,15 +168,7 @@ func TestPiecesStreamV1Lists(t *testing.T) {
 					// Consecutive pieces, one at a time: where one ends
 					// inside a compressed page, the next takes that page
 					// decompressed instead of decompressing it again.
-					var seq []RowGroupRef
-					for _, ref := range ds.RowGroups() {
-						for s := int64(0); s < ref.Rows; s += 7 {
-							p := ref
-							p.Start, p.End = s, min(ref.Rows, s+7)
-							seq = append(seq, p)
-						}
-					}
-					sst := checkPieces(t, ds, seq, mem, WithReaderDecodeWorkers(1))
+					sst := checkPieces(t, ds, evenPieces(ds, 7), mem, WithReaderDecodeWorkers(1))
 					if n := sst.PagesReused.Load(); (n > 0) != (cd.name == "snappy") {
 						t.Errorf("%d list pages taken decompressed from the piece before; want some for snappy, none for %s (levels apart: snappy; whole pages: zstd, gzip; nothing to decompress: none)", n, cd.name)
 					}

@@ -582,8 +582,7 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg, col i
 
 // edges lets decodeListPiece reuse the list page a piece of the same row
 // group ended in (rgEntry.takeEdge, keepEdge): the entry, the column, the
-// index of the first page given, and the stats that count the reuse. The
-// zero value keeps nothing.
+// index of the first page given, and the stats that count the reuse.
 type edges struct {
 	e     *rgEntry
 	col   int
@@ -592,22 +591,11 @@ type edges struct {
 }
 
 func (ed edges) take(page int) []byte {
-	if ed.e == nil {
-		return nil
-	}
 	b := ed.e.takeEdge(ed.col, page)
-	if b != nil && ed.stats != nil {
+	if b != nil {
 		ed.stats.PagesReused.Add(1)
 	}
 	return b
-}
-
-func (ed edges) keep(page int, buf []byte) {
-	if ed.e == nil {
-		putBuf(buf)
-		return
-	}
-	ed.e.keepEdge(ed.col, page, buf)
 }
 
 // decodeListPiece decodes rows [lo, hi) of the rows that start in the list
@@ -723,9 +711,9 @@ func (c *colDecoder) decodeListPiece(b []byte, codec format.CompressionCodec, ro
 			copy(dst[(x-int(from))*es:], vals[(x-pos)*es:(y-pos)*es])
 			switch {
 			case keep && pre != nil:
-				ed.keep(ed.first+i, pre)
-			case keep:
-				ed.keep(ed.first+i, own)
+				ed.e.keepEdge(ed.col, ed.first+i, pre)
+			case keep && own != nil: // nil: the page's values were stored raw (v2)
+				ed.e.keepEdge(ed.col, ed.first+i, own)
 			case pre != nil:
 				putBuf(pre)
 			}

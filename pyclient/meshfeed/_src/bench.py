@@ -370,7 +370,6 @@ def plot_timeline(path: str, t_wait0: Sequence[float], waits: Sequence[float], c
 def run(a: argparse.Namespace) -> dict[str, Any]:
     """Runs the benchmark the arguments describe and returns its figures."""
     import jax
-    import numpy as np
 
     from .bench_step import make_step
     from .config import Column, Shuffle
