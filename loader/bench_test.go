@@ -510,3 +510,71 @@ func BenchmarkSnappyAlone(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPieces reads every row group of a wide dataset (id int64,
+// features float32[1024]: 4 KiB rows, 1 MiB pages of about 255 rows, row
+// groups of 4,096 rows) in pieces of 384 rows, as the server's slices read
+// row groups larger than their share of the read-ahead budget (feed
+// budget.go), with one decode worker, the pool allocator and the map cache:
+// what a piece costs beyond its own rows' bytes (pages at its edges that it
+// shares with the pieces beside it). MB/s counts the pieces' decoded bytes;
+// "whole" reads the same row groups whole, for reference. Dataset size:
+// MESHFEED_BENCH_ROWS / 16 rows.
+func BenchmarkPieces(b *testing.B) {
+	rows := max(benchRows(b)/16/4096*4096, 4096)
+	for _, codec := range []datagen.Compression{datagen.CompressionNone, datagen.CompressionSnappy} {
+		s := datagen.DefaultSpec()
+		s.Rows, s.Files, s.RowGroupRows, s.Features, s.Compression, s.Seed = rows, 1, 4096, 1024, codec, 1
+		dir := cachedDataset(b, s)
+		for _, piece := range []int64{384, 0} {
+			name := fmt.Sprintf("%s/piece=%d", codec, piece)
+			if piece == 0 {
+				name = codec.String() + "/whole"
+			}
+			b.Run(name, func(b *testing.B) { benchPieces(b, dir, rows, piece) })
+		}
+	}
+}
+
+func benchPieces(b *testing.B, dir string, rows, piece int64) {
+	ctx := context.Background()
+	warmPageCache(b, dir)
+	cols := []string{"id", "features"}
+	size := measureDecoded(b, dir, cols, rows)
+	store := loader.NewLocalStore(loader.WithMapCache(1 << 40))
+	defer store.Close()
+	ds, err := loader.Open(ctx, store, []string{dir}, loader.WithColumns(cols...), loader.WithDecodeWorkers(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var refs []loader.RowGroupRef
+	for _, ref := range ds.RowGroups() {
+		if piece == 0 {
+			refs = append(refs, ref)
+			continue
+		}
+		for s := int64(0); s < ref.Rows; s += piece {
+			p := ref
+			p.Start, p.End = s, min(ref.Rows, s+piece)
+			refs = append(refs, p)
+		}
+	}
+	mem := loader.NewPoolAllocator()
+	pass := func() {
+		r := ds.NewReader(ctx, refs, mem, loader.WithReaderDecodeWorkers(1))
+		got := drain(b, r)
+		r.Close()
+		if got != rows {
+			b.Fatalf("read %d rows, want %d", got, rows)
+		}
+	}
+	pass() // untimed: fills the pool, maps the file
+	b.SetBytes(size.Bytes)
+	b.ReportAllocs()
+	ops := 0
+	for b.Loop() {
+		pass()
+		ops++
+	}
+	reportRows(b, rows, ops)
+}

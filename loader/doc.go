@@ -43,12 +43,15 @@
 // pages (pyarrow's default, without an offset index) are placed by reading
 // their repetition levels, one page at a time, once per row group and
 // reader (of a SNAPPY page only its start is decompressed, of a ZSTD or
-// GZIP page all of it). The pages at a piece's edges are decoded whole: a
-// piece decodes at most one page more per streamed column at each end (for
-// a list whose v1 pages are cut inside rows, as arrow-go writes them, also
-// the pages ending its last row), and is charged for it; a list piece
-// keeps its own rows' values alone (but of ZSTD and GZIP v1 pages, whose
-// pages it keeps whole). Every other column
+// GZIP page all of it). A piece of a fixed-width column (values or
+// fixed-size lists) copies its own rows' values alone out of the pages at
+// its edges; a compressed page it shares with the next piece of its row
+// group is decompressed once, and handed over (ReadStats.PagesReused). A
+// piece still fetches and is charged for at most one page more per
+// streamed column at each end (for a list whose v1 pages are cut inside
+// rows, as arrow-go writes them, also the pages ending its last row); a
+// list piece keeps its own rows' values alone (but of ZSTD and GZIP v1
+// pages, whose pages it keeps whole). Every other column
 // (dictionary-encoded, nullable, booleans, strings, the types arrow-go
 // decodes, Arrow IPC batches) is decoded whole once per row group and
 // reader; its pieces are slices of it, and its whole size (compressed plus

@@ -89,19 +89,34 @@ func (c *colDecoder) fastEligible() bool {
 // ok is false when it does not (nothing was allocated: decode it with
 // decodeChunk); err is set, and ok true, when it qualifies but is corrupt.
 func (c *colDecoder) decodeFast(chunk []byte, md *format.ColumnMetaData, rows int64, mem memory.Allocator, maxBytes int64) (a arrow.Array, ok bool, err error) {
-	narrow := c.kind != kindList && c.narrowed()
-	if !(c.fastEligible() || narrow) || !fastCodec(md.Codec) || rows < 0 || rows > math.MaxInt32 {
-		return nil, false, nil
-	}
 	if c.kind == kindList {
+		if !c.fastEligible() || !fastCodec(md.Codec) || rows < 0 || rows > math.MaxInt32 {
+			return nil, false, nil
+		}
 		return c.decodeFastList(chunk, md.Codec, rows, mem, maxBytes)
+	}
+	return c.decodeFastRows(chunk, md, rows, 0, rows, mem, maxBytes, edges{})
+}
+
+// decodeFastRows is decodeFast for a column that is not a list, returning
+// rows [lo, hi) of the rows the pages in chunk hold: of a page holding
+// rows on both sides of lo or hi only those inside are written, the
+// others' values are not copied (a page outside is not decoded at all).
+// With ed set (a piece of a row group), a compressed page the window ends
+// inside is kept decompressed for the row group's next piece, which starts
+// in it, and the first page is taken from the piece before where it kept it.
+func (c *colDecoder) decodeFastRows(chunk []byte, md *format.ColumnMetaData, rows, lo, hi int64, mem memory.Allocator, maxBytes int64, ed edges) (a arrow.Array, ok bool, err error) {
+	narrow := c.narrowed()
+	if !(c.fastEligible() || narrow) || !fastCodec(md.Codec) || rows < 0 || rows > math.MaxInt32 || lo < 0 || lo > hi || hi > rows {
+		return nil, false, nil
 	}
 	per := int64(1)
 	if c.kind == kindFixedList {
 		per = int64(c.listSize)
 	}
 	want := rows * per // values
-	if want*int64(c.elemSize) > maxBytes || want > math.MaxInt32 {
+	vlo, vhi := lo*per, hi*per
+	if (vhi-vlo)*int64(c.elemSize) > maxBytes || want > math.MaxInt32 {
 		return nil, false, nil // decodeChunk reports the limit
 	}
 	pages, ok := c.fastPages(chunk, md.Codec)
@@ -115,8 +130,10 @@ func (c *colDecoder) decodeFast(chunk []byte, md *format.ColumnMetaData, rows in
 	if total != want {
 		return nil, true, fmt.Errorf("pages hold %d values, want %d rows x %d: %w", total, rows, per, ErrCorrupt)
 	}
-	// Every page writes its part, and the pages' values add up to want.
-	values := newValuesBuf(mem, int(want)*c.elemSize)
+	// Every page inside [vlo, vhi) writes its part, and so do the pages
+	// across its ends: together they write every value of the buffer.
+	es := int64(c.elemSize)
+	values := newValuesBuf(mem, int((vhi-vlo)*es))
 	defer values.Release() // the array holds its own reference
 	dst := values.Bytes()
 	var scratch []byte
@@ -129,16 +146,35 @@ func (c *colDecoder) decodeFast(chunk []byte, md *format.ColumnMetaData, rows in
 	// whole, levels first, into the end of the previous page's part of dst
 	// plus its own, which the previous page then overwrites, so its values
 	// land in place without a copy through a scratch buffer.
-	starts := make([]int, len(pages))
-	pos := 0
+	starts := make([]int64, len(pages)+1) // the first value of each page
 	for i := range pages {
-		starts[i] = pos
-		pos += pages[i].nvals * c.elemSize
+		starts[i+1] = starts[i] + int64(pages[i].nvals)
 	}
+	// The first page, decompressed by the piece before, if it kept it:
+	// taken before the last page may keep its own in its place.
+	var pre []byte
+	if ed.e != nil && md.Codec != format.Uncompressed && vlo > 0 {
+		pre = ed.take(ed.first)
+	}
+	defer func() {
+		if pre != nil { // not used after all
+			putBuf(pre)
+		}
+	}()
 	for i := len(pages) - 1; i >= 0; i-- {
 		p := &pages[i]
-		start, n := starts[i], p.nvals*c.elemSize
+		from, to := max(starts[i], vlo), min(starts[i+1], vhi)
+		if from > to || from == to && p.nvals > 0 {
+			continue // no value of the window
+		}
+		start, n := int((from-vlo)*es), int((to-from)*es)
 		switch {
+		case from != starts[i] || to != starts[i+1]: // the window ends inside the page
+			var first []byte
+			if i == 0 {
+				first, pre = pre, nil
+			}
+			err = c.edgePage(p, md.Codec, dst[start:start+n:start+n], int(from-starts[i]), &scratch, ed, i, to < starts[i+1], first)
 		case narrow:
 			err = c.fastPageNarrow(p, md.Codec, dst[start:start+n:start+n], &scratch)
 		case p.v2:
@@ -153,8 +189,8 @@ func (c *colDecoder) decodeFast(chunk []byte, md *format.ColumnMetaData, rows in
 			return nil, true, fmt.Errorf("page %d: %w", i, err)
 		}
 	}
-	st := &colState{c: c, mem: mem, values: values, nvals: int(want)}
-	a, err = st.finish(rows)
+	st := &colState{c: c, mem: mem, values: values, nvals: int(vhi - vlo)}
+	a, err = st.finish(hi - lo)
 	if err != nil {
 		return nil, true, err
 	}
@@ -294,6 +330,79 @@ func (c *colDecoder) fastPageV1(p *fastPage, codec format.CompressionCodec, dst 
 // levels hold no null. A compressed page is decompressed into *scratch first:
 // its values are wider than their place in out.
 func (c *colDecoder) fastPageNarrow(p *fastPage, codec format.CompressionCodec, out []byte, scratch *[]byte) error {
+	if len(out) != p.nvals*c.elemSize {
+		return fmt.Errorf("%d bytes for %d values: %w", len(out), p.nvals, ErrCorrupt)
+	}
+	return c.fastPagePart(p, codec, out, 0, scratch, nil)
+}
+
+// edgePage is fastPagePart for page i of a piece's pages, whose values the
+// piece's rows cover only in part: pre, when set, is the page decompressed
+// by the piece before (the caller owns it until this call, then this
+// function does); with ed set, the page is kept decompressed for the next
+// piece when more is set (the next piece starts inside it).
+func (c *colDecoder) edgePage(p *fastPage, codec format.CompressionCodec, out []byte, first int, scratch *[]byte, ed edges, i int, more bool, pre []byte) error {
+	if ed.e == nil || codec == format.Uncompressed {
+		return c.fastPagePart(p, codec, out, first, scratch, nil)
+	}
+	var own []byte
+	buf := scratch
+	if more && pre == nil {
+		buf = &own
+	}
+	err := c.fastPagePart(p, codec, out, first, buf, pre)
+	switch {
+	case err == nil && more && pre != nil:
+		ed.e.keepEdge(ed.col, ed.first+i, pre)
+	case err == nil && more && own != nil: // nil: the values were stored raw (v2)
+		ed.e.keepEdge(ed.col, ed.first+i, own)
+	default:
+		if pre != nil {
+			putBuf(pre)
+		}
+		if own != nil {
+			putBuf(own)
+		}
+	}
+	return err
+}
+
+// fastPagePart writes the page's values from its value first on into out
+// (as many as out holds, narrowed where c is), after checking that its
+// definition levels hold no null: the part of a page that a piece's rows
+// cover, at the piece's edges. The values of an uncompressed page are
+// copied from the page itself; a compressed page is decompressed into
+// *scratch first, unless pre holds it decompressed already.
+func (c *colDecoder) fastPagePart(p *fastPage, codec format.CompressionCodec, out []byte, first int, scratch *[]byte, pre []byte) error {
+	w := c.elemSize
+	if c.narrowed() {
+		w = 4 // INT32
+	}
+	page, err := c.pageValues(p, codec, scratch, pre)
+	if err != nil {
+		return err
+	}
+	if len(page) != w*p.nvals {
+		return fmt.Errorf("%d bytes of values for %d values of %d bytes: %w", len(page), p.nvals, w, ErrCorrupt)
+	}
+	n := len(out) / c.elemSize
+	if first < 0 || first+n > p.nvals || n*c.elemSize != len(out) {
+		return fmt.Errorf("values [%d, %d) of a page of %d: %w", first, first+n, p.nvals, ErrCorrupt)
+	}
+	part := page[first*w : (first+n)*w]
+	if c.narrowed() {
+		return convertInto(out, c.elem.ID(), part, parquet.Int32, n)
+	}
+	copy(out, part)
+	return nil
+}
+
+// pageValues returns the bytes of a page's values: the page's own bytes past
+// its levels when its values are stored uncompressed, else the page
+// decompressed into *scratch (from the fetch buffer pool), past its levels;
+// pre, when set, is the page decompressed before (what *scratch would hold).
+// A v1 page's definition levels are checked to hold no null (errFallback).
+func (c *colDecoder) pageValues(p *fastPage, codec format.CompressionCodec, scratch *[]byte, pre []byte) ([]byte, error) {
 	page := p.body
 	if p.v2 {
 		page = p.body[p.levels:]
@@ -302,39 +411,44 @@ func (c *colDecoder) fastPageNarrow(p *fastPage, codec format.CompressionCodec, 
 		if !p.v2 {
 			n = p.size
 		}
-		if cap(*scratch) < n {
-			if *scratch != nil {
-				putBuf(*scratch)
+		switch {
+		case pre != nil:
+			if len(pre) != n {
+				return nil, fmt.Errorf("page decompressed before to %d bytes, want %d: %w", len(pre), n, ErrCorrupt)
 			}
-			*scratch = getBuf(int64(n))
+			page = pre
+		default:
+			if cap(*scratch) < n {
+				if *scratch != nil {
+					putBuf(*scratch)
+				}
+				*scratch = getBuf(int64(n))
+			}
+			buf := (*scratch)[:n:n]
+			if err := decompressInto(codec, buf, page); err != nil {
+				return nil, err
+			}
+			page = buf
 		}
-		buf := (*scratch)[:n:n]
-		if err := decompressInto(codec, buf, page); err != nil {
-			return err
-		}
-		page = buf
 	}
 	if !p.v2 {
 		var err error
 		if c.kind == kindFixedList { // repetition levels: skipped
 			if _, page, err = levelSection(page); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		if c.maxDef > 0 {
 			var def []byte
 			if def, page, err = levelSection(page); err != nil {
-				return err
+				return nil, err
 			}
 			if !allRunsAt(def, c.maxDef, p.nvals) {
-				return errFallback
+				return nil, errFallback
 			}
 		}
 	}
-	if len(page) != 4*p.nvals || len(out) != p.nvals*c.elemSize {
-		return fmt.Errorf("%d bytes of values for %d INT32 values: %w", len(page), p.nvals, ErrCorrupt)
-	}
-	return convertInto(out, c.elem.ID(), page, parquet.Int32, p.nvals)
+	return page, nil
 }
 
 // levelSection splits a v1 page's level section (4-byte little-endian length,

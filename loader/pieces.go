@@ -26,12 +26,17 @@ import (
 // pages, whose headers count values, not rows, are placed by their
 // repetition levels, read one page at a time (for SNAPPY from the start of
 // the page alone; ZSTD and GZIP pages are decompressed into a pooled
-// buffer). The pages cutting the range's edges are decoded whole and
-// sliced: a piece decodes at most one page more per column at each end,
+// buffer). A piece fetches at most one page more per column at each end,
 // and for a list whose v1 pages are cut inside rows (as arrow-go writes
-// them) also the pages that end its last row. A piece of a list column
-// holds its rows' values alone where the levels can be read apart from the
-// values (uncompressed and SNAPPY v1 pages, v2 pages), not its pages'.
+// them) also the pages that end its last row. Of the pages cutting the
+// range's edges, a piece of a fixed-width column copies its own rows'
+// values alone, and a compressed page it ends inside is kept decompressed
+// for the row group's next piece, which starts there (edges); a compressed
+// primitive column's pages are decoded whole, and kept for the next piece
+// to slice where its rows lie inside them (decodedPages). A piece of a
+// list column holds its rows' values alone where the levels can be read
+// apart from the values (uncompressed and SNAPPY v1 pages, v2 pages), not
+// its pages'.
 //
 // Every other column (dictionary-encoded, nullable, booleans, strings,
 // arrow-go's fallback types, and Arrow IPC batches) is decoded whole, once
@@ -53,10 +58,10 @@ type rgEntry struct {
 	pin     int64                // bytes this entry holds pinned in the reader's budget
 	extra   int64                // bytes decoded whole that pieceCost did not foresee
 	decoded map[int]decodedPages // per streamed column: the pages its last piece decoded
-	edges   map[int]edgePage     // per streamed list column: the page its last piece ended in
+	edges   map[int]edgePage     // per streamed column of lists or fixed-size lists: the page its last piece ended in
 }
 
-// edgePage is a list page a piece decompressed whole and ended inside: the
+// edgePage is a page a piece decompressed whole and ended inside: the
 // next piece of its row group starts in it. Page is its index in the
 // column's pages; buf (pooled) what decompressing it gave.
 type edgePage struct {

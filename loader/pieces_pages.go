@@ -540,7 +540,7 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg, col i
 		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d: %w", d.f.Object.URI, rg, c.name, i, t-1, err)
 	}
 	if c.kind == kindFixedList {
-		a, err := c.decodeFixedListSlots(b, md, first, rows, start, end, mem, d.maxBytes)
+		a, err := c.decodeFixedListSlots(b, md, first, rows, start, end, mem, d.maxBytes, edges{e, col, i, stats})
 		if a == nil || err != nil {
 			if err != nil {
 				err = fmt.Errorf("loader: %s row group %d column %q pages %d..%d (values %d..%d): %w", d.f.Object.URI, rg, c.name, i, j-1, first, first+rows-1, err)
@@ -559,6 +559,11 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg, col i
 	switch {
 	case c.kind == kindList:
 		a, exact, ok, err = fc.decodeListPiece(b, md.Codec, rows, start-first, end-first, locs[i].cont || t > j, mem, d.maxBytes, edges{e, col, i, stats})
+	case md.Codec == format.Uncompressed:
+		// Copying the piece's rows alone costs no more than copying its
+		// pages whole, and holds less: nothing is kept for the next piece.
+		a, ok, err = fc.decodeFastRows(b, md, rows, start-first, end-first, mem, d.maxBytes, edges{})
+		exact = true
 	default:
 		a, ok, err = fc.decodeFast(b, md, rows, mem, d.maxBytes)
 	}
@@ -580,9 +585,10 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg, col i
 	return array.NewSlice(a, start-first, end-first), nil
 }
 
-// edges lets decodeListPiece reuse the list page a piece of the same row
-// group ended in (rgEntry.takeEdge, keepEdge): the entry, the column, the
-// index of the first page given, and the stats that count the reuse.
+// edges lets decodeListPiece and decodeFastRows reuse the page a piece of
+// the same row group ended in (rgEntry.takeEdge, keepEdge): the entry, the
+// column, the index of the first page given, and the stats that count the
+// reuse. The zero value reuses nothing (a whole column chunk).
 type edges struct {
 	e     *rgEntry
 	col   int
@@ -727,17 +733,20 @@ func (c *colDecoder) decodeListPiece(b []byte, codec format.CompressionCodec, ro
 	return a, true, true, nil
 }
 
-// decodeFixedListSlots decodes the pages in b, holding values [first,
-// first+n) of fixed_size_list column c (pages need not start at a row), and
-// returns rows [start, end) of the column; nil (no error) when the pages do
-// not qualify for the fast path.
-func (c *colDecoder) decodeFixedListSlots(b []byte, md *format.ColumnMetaData, first, n, start, end int64, mem memory.Allocator, maxBytes int64) (arrow.Array, error) {
+// decodeFixedListSlots decodes rows [start, end) of fixed_size_list column
+// c from the pages in b, holding values [first, first+n) of it (pages need
+// not start at a row): the pages at either end write only the values of
+// those rows; a compressed page it shares with the piece before or after it
+// is decompressed once for both (ed, see decodeFastRows). nil (no error)
+// when the pages do not qualify for the fast path.
+func (c *colDecoder) decodeFixedListSlots(b []byte, md *format.ColumnMetaData, first, n, start, end int64, mem memory.Allocator, maxBytes int64, ed edges) (arrow.Array, error) {
 	// Decode the values as a fixed_size_list[1] (the same page layout:
 	// repetition levels skipped, definition levels checked), then view them.
 	one := *c // narrowed on the fast path itself when c is
 	one.listSize = 1
 	one.field.Type = arrow.FixedSizeListOfNonNullable(1, one.elem)
-	a, ok, err := one.decodeFast(b, md, n, mem, maxBytes)
+	L := int64(c.listSize)
+	a, ok, err := one.decodeFastRows(b, md, n, start*L-first, end*L-first, mem, maxBytes, ed)
 	if !ok {
 		return nil, nil
 	}
@@ -746,11 +755,7 @@ func (c *colDecoder) decodeFixedListSlots(b []byte, md *format.ColumnMetaData, f
 	}
 	defer a.Release()
 	vals := a.(*array.FixedSizeList).ListValues()
-	L := int64(c.listSize)
-	lo, hi := start*L-first, end*L-first
-	child := array.NewSliceData(vals.Data(), lo, hi)
-	defer child.Release()
-	data := array.NewData(c.field.Type, int(end-start), []*memory.Buffer{nil}, []arrow.ArrayData{child}, 0, 0)
+	data := array.NewData(c.field.Type, int(end-start), []*memory.Buffer{nil}, []arrow.ArrayData{vals.Data()}, 0, 0)
 	defer data.Release()
 	return array.MakeFromData(data), nil
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"sort"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -13,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	pq "github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/file"
 )
 
 // Pieces (pieces.go): rows [a, b) of a row group read by themselves must be
@@ -342,7 +345,8 @@ func TestArrowRowBytes(t *testing.T) {
 // TestPiecesReuseTheirRowGroupsPages: consecutive pieces of a row group
 // whose rows lie in pages an earlier piece decoded slice those pages instead
 // of decoding them again: a narrow column's chunk is one page here, decoded
-// once for all its pieces, with the same values.
+// (decompressed) once for all its pieces, with the same values. Uncompressed
+// pages are not kept: each piece copies its own rows out of them.
 func TestPiecesReuseTheirRowGroupsPages(t *testing.T) {
 	rec := fastRecord(0, 20000)
 	defer rec.Release()
@@ -367,9 +371,178 @@ func TestPiecesReuseTheirRowGroupsPages(t *testing.T) {
 			if got := st.Pieces.Load(); got != 20 {
 				t.Fatalf("%d pieces read, want 20", got)
 			}
-			if pages, reused := st.Pages.Load(), st.Reused.Load(); pages != 2 || reused != 2*19 {
-				t.Errorf("pages decoded %d, columns reused %d; want 2 (one page per column, once) and %d", pages, reused, 2*19)
+			wantPages, wantReused := int64(2), int64(2*19) // one page per column, decoded once
+			if c.name == "none" {
+				// Uncompressed pieces copy their own rows out of the page
+				// (TestPiecesOfUncompressedPagesHoldTheirRowsAlone): nothing
+				// is kept to reuse.
+				wantPages, wantReused = 2*20, 0
+			}
+			if pages, reused := st.Pages.Load(), st.Reused.Load(); pages != wantPages || reused != wantReused {
+				t.Errorf("pages decoded %d, columns reused %d; want %d and %d", pages, reused, wantPages, wantReused)
 			}
 		})
+	}
+}
+
+// bufferBytes sums the lengths of every buffer of d and its children: the
+// memory an array holds, whatever part of it the array views.
+func bufferBytes(d arrow.ArrayData) int64 {
+	var n int64
+	for _, b := range d.Buffers() {
+		if b != nil {
+			n += int64(b.Len())
+		}
+	}
+	for _, c := range d.Children() {
+		n += bufferBytes(c)
+	}
+	return n
+}
+
+// A piece of uncompressed fixed-width columns (values, fixed-size lists,
+// narrowed 8-bit integers) copies its own rows' values out of the pages at
+// its edges, not the whole pages: its arrays hold exactly its rows' bytes.
+// Pages of 16 KiB, so that the 1,000-row pieces start and end inside pages.
+func TestPiecesOfUncompressedPagesHoldTheirRowsAlone(t *testing.T) {
+	rec := fastRecord(0, 20000)
+	defer rec.Release()
+	cols := []string{"id", "label", "features", "small", "pixels"}
+	width := map[string]int64{"id": 8, "label": 4, "features": 4 * fastListSize, "small": 1, "pixels": fastListSize}
+	for _, v := range []struct {
+		name string
+		ver  pq.DataPageVersion
+	}{{"v1", pq.DataPageV1}, {"v2", pq.DataPageV2}} {
+		t.Run(v.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "none.parquet")
+			writeFastFile(t, path, []arrow.RecordBatch{rec},
+				pq.WithCompression(compress.Codecs.Uncompressed),
+				pq.WithDictionaryDefault(false),
+				pq.WithDataPageVersion(v.ver),
+				pq.WithMaxRowGroupLength(10000),
+				pq.WithDataPageSize(16<<10))
+			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+			defer mem.AssertSize(t, 0)
+			store := NewLocalStore()
+			defer store.Close()
+			ds, err := Open(context.Background(), store, []string{path}, WithColumns(cols...), WithFooterCache(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			refs := evenPieces(ds, 1000)
+			st := checkPieces(t, ds, refs, mem, WithReaderDecodeWorkers(1))
+			if got := st.Pieces.Load(); got != int64(len(refs)) {
+				t.Fatalf("%d pieces read, want %d", got, len(refs))
+			}
+			rd := ds.NewReader(context.Background(), refs, mem, WithReaderDecodeWorkers(1))
+			defer rd.Close()
+			for range refs {
+				got, ref, err := rd.Next()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, name := range cols {
+					want := (ref.End - ref.Start) * width[name]
+					if n := bufferBytes(got.Column(i).Data()); n != want {
+						t.Errorf("row group %d rows [%d, %d) column %q holds %d bytes, want %d (its rows alone)", ref.Index, ref.Start, ref.End, name, n, want)
+					}
+				}
+				got.Release()
+			}
+		})
+	}
+}
+
+// pageValueStarts returns, per row group, the first value of every data
+// page of column leaf (values counted from the row group's first), read with
+// arrow-go's page reader.
+func pageValueStarts(t *testing.T, path string, leaf int) [][]int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pr, err := file.NewParquetReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]int64
+	for rg := 0; rg < pr.NumRowGroups(); rg++ {
+		pages, err := pr.RowGroup(rg).GetColumnPageReader(leaf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var starts []int64
+		var at int64
+		for pages.Next() {
+			p, ok := pages.Page().(file.DataPage)
+			if !ok {
+				continue // a dictionary page
+			}
+			starts = append(starts, at)
+			at += int64(p.NumValues())
+		}
+		if err := pages.Err(); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, append(starts, at))
+	}
+	return out
+}
+
+// A compressed page that two pieces of a row group share (the first piece
+// ends inside it, the next starts there) is decompressed once, by the first,
+// and handed to the next (ReadStats.PagesReused): fixed-size lists of
+// float32 and of uint8 stored as INT32 (narrowed), data pages v1 and v2,
+// every codec the fast path decompresses; values equal to whole row groups'.
+func TestPiecesShareTheirCompressedEdgePages(t *testing.T) {
+	rec := fastRecord(0, 20000)
+	defer rec.Release()
+	cols := []string{"features", "pixels"}
+	for _, c := range streamedCodecs[1:] {
+		for _, v := range []struct {
+			name string
+			ver  pq.DataPageVersion
+		}{{"v1", pq.DataPageV1}, {"v2", pq.DataPageV2}} {
+			t.Run(c.name+"/"+v.name, func(t *testing.T) {
+				path := filepath.Join(t.TempDir(), "f.parquet")
+				writeFastFile(t, path, []arrow.RecordBatch{rec},
+					pq.WithCompression(c.codec),
+					pq.WithDictionaryDefault(false),
+					pq.WithDataPageVersion(v.ver),
+					pq.WithMaxRowGroupLength(10000),
+					pq.WithDataPageSize(16<<10))
+				// Piece boundaries (every 1,000 rows) that fall inside a page
+				// of each column: each is one page handed over.
+				var want int64
+				for _, leaf := range []int{2, 9} { // features, pixels: one leaf per column before them
+					for _, starts := range pageValueStarts(t, path, leaf) {
+						for b := int64(1000); b < 10000; b += 1000 {
+							at := b * fastListSize
+							i := sort.Search(len(starts), func(i int) bool { return starts[i] >= at })
+							if i < len(starts) && starts[i] != at {
+								want++
+							}
+						}
+					}
+				}
+				if want == 0 {
+					t.Fatal("no piece boundary falls inside a page: the test checks nothing")
+				}
+				mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+				defer mem.AssertSize(t, 0)
+				store := NewLocalStore()
+				defer store.Close()
+				ds, err := Open(context.Background(), store, []string{path}, WithColumns(cols...), WithFooterCache(nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				st := checkPieces(t, ds, evenPieces(ds, 1000), mem, WithReaderDecodeWorkers(1))
+				if got := st.PagesReused.Load(); got != want {
+					t.Errorf("%d pages handed from one piece to the next, want %d (the boundaries inside pages)", got, want)
+				}
+			})
+		}
 	}
 }

@@ -29,8 +29,9 @@ type ReadStats struct {
 	// piece of its row group decoded (its rows lay inside them): no page
 	// decoded again.
 	Reused atomic.Int64
-	// PagesReused counts list pages a piece took decompressed from the
-	// piece of its row group before it (the page both pieces' rows are in).
+	// PagesReused counts compressed pages (of lists and fixed-size lists) a
+	// piece took decompressed from the piece of its row group before it
+	// (the page both pieces' rows are in).
 	PagesReused atomic.Int64
 	// Fetches is the number of ranged reads issued (after coalescing).
 	Fetches atomic.Int64
