@@ -511,35 +511,48 @@ func BenchmarkSnappyAlone(b *testing.B) {
 	}
 }
 
-// BenchmarkPieces reads every row group of a wide dataset (id int64,
-// features float32[1024]: 4 KiB rows, 1 MiB pages of about 255 rows, row
-// groups of 4,096 rows) in pieces of 384 rows, as the server's slices read
-// row groups larger than their share of the read-ahead budget (feed
-// budget.go), with one decode worker, the pool allocator and the map cache:
-// what a piece costs beyond its own rows' bytes (pages at its edges that it
-// shares with the pieces beside it). MB/s counts the pieces' decoded bytes;
-// "whole" reads the same row groups whole, for reference. Dataset size:
-// MESHFEED_BENCH_ROWS / 16 rows.
+// BenchmarkPieces reads every row group of a dataset in pieces, as the
+// server's slices read row groups larger than their share of the read-ahead
+// budget (feed budget.go), with one decode worker, the pool allocator and the
+// map cache: what a piece costs beyond its own rows' bytes (pages at its
+// edges that it shares with the pieces beside it). "whole" reads the same
+// row groups whole, for reference. MB/s counts the decoded bytes. Datasets:
+//
+//   - wide: id int64, features float32[1024] (4 KiB rows, 1 MiB pages of
+//     about 255 rows), row groups of 4,096 rows, pieces of 384 rows;
+//     MESHFEED_BENCH_ROWS / 16 rows.
+//   - images: id int64, image uint8[128, 128, 3] (stored as INT32: 196 KB
+//     per row, 1 MiB pages of about 5 rows), row groups of 256 rows, pieces
+//     of 32 rows; MESHFEED_BENCH_ROWS / 1,000 rows.
 func BenchmarkPieces(b *testing.B) {
-	rows := max(benchRows(b)/16/4096*4096, 4096)
-	for _, codec := range []datagen.Compression{datagen.CompressionNone, datagen.CompressionSnappy} {
-		s := datagen.DefaultSpec()
-		s.Rows, s.Files, s.RowGroupRows, s.Features, s.Compression, s.Seed = rows, 1, 4096, 1024, codec, 1
-		dir := cachedDataset(b, s)
-		for _, piece := range []int64{384, 0} {
-			name := fmt.Sprintf("%s/piece=%d", codec, piece)
-			if piece == 0 {
-				name = codec.String() + "/whole"
+	for _, w := range []struct {
+		name         string
+		rows, rg, pc int64
+		features     int
+		image        [3]int
+		cols         []string
+	}{
+		{"wide", max(benchRows(b)/16/4096*4096, 4096), 4096, 384, 1024, [3]int{}, []string{"id", "features"}},
+		{"images", max(benchRows(b)/1000/256*256, 256), 256, 32, 0, [3]int{128, 128, 3}, []string{"id", "image"}},
+	} {
+		for _, codec := range []datagen.Compression{datagen.CompressionNone, datagen.CompressionSnappy} {
+			s := datagen.DefaultSpec()
+			s.Rows, s.Files, s.RowGroupRows, s.Features, s.Image, s.Compression, s.Seed = w.rows, 1, w.rg, w.features, w.image, codec, 1
+			dir := cachedDataset(b, s)
+			for _, piece := range []int64{w.pc, 0} {
+				name := fmt.Sprintf("%s/%s/piece=%d", w.name, codec, piece)
+				if piece == 0 {
+					name = fmt.Sprintf("%s/%s/whole", w.name, codec)
+				}
+				b.Run(name, func(b *testing.B) { benchPieces(b, dir, w.cols, w.rows, piece) })
 			}
-			b.Run(name, func(b *testing.B) { benchPieces(b, dir, rows, piece) })
 		}
 	}
 }
 
-func benchPieces(b *testing.B, dir string, rows, piece int64) {
+func benchPieces(b *testing.B, dir string, cols []string, rows, piece int64) {
 	ctx := context.Background()
 	warmPageCache(b, dir)
-	cols := []string{"id", "features"}
 	size := measureDecoded(b, dir, cols, rows)
 	store := loader.NewLocalStore(loader.WithMapCache(1 << 40))
 	defer store.Close()

@@ -43,10 +43,12 @@
 // pages (pyarrow's default, without an offset index) are placed by reading
 // their repetition levels, one page at a time, once per row group and
 // reader (of a SNAPPY page only its start is decompressed, of a ZSTD or
-// GZIP page all of it). A piece of a fixed-width column (values or
-// fixed-size lists) copies its own rows' values alone out of the pages at
-// its edges; a compressed page it shares with the next piece of its row
-// group is decompressed once, and handed over (ReadStats.PagesReused). A
+// GZIP page all of it). A piece of a fixed-size list column copies its own
+// rows' values alone out of the pages at its edges; a compressed page it
+// shares with the next piece of its row group is decompressed once, and
+// handed over (ReadStats.PagesReused). Of a primitive column, a piece decodes
+// its pages whole and the next pieces inside them slice them
+// (ReadStats.Reused): they fetch nothing. A
 // piece still fetches and is charged for at most one page more per
 // streamed column at each end (for a list whose v1 pages are cut inside
 // rows, as arrow-go writes them, also the pages ending its last row); a

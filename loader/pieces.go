@@ -29,11 +29,12 @@ import (
 // buffer). A piece fetches at most one page more per column at each end,
 // and for a list whose v1 pages are cut inside rows (as arrow-go writes
 // them) also the pages that end its last row. Of the pages cutting the
-// range's edges, a piece of a fixed-width column copies its own rows'
+// range's edges, a piece of a fixed-size list column copies its own rows'
 // values alone, and a compressed page it ends inside is kept decompressed
-// for the row group's next piece, which starts there (edges); a compressed
-// primitive column's pages are decoded whole, and kept for the next piece
-// to slice where its rows lie inside them (decodedPages). A piece of a
+// for the row group's next piece, which starts there (edges); a primitive
+// column's pages are decoded whole, and kept for the next piece to slice
+// where its rows lie inside them (decodedPages: it then fetches nothing;
+// an int64 id of 65,536 rows is one page). A piece of a
 // list column holds its rows' values alone where the levels can be read
 // apart from the values (uncompressed and SNAPPY v1 pages, v2 pages), not
 // its pages'.

@@ -559,11 +559,6 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg, col i
 	switch {
 	case c.kind == kindList:
 		a, exact, ok, err = fc.decodeListPiece(b, md.Codec, rows, start-first, end-first, locs[i].cont || t > j, mem, d.maxBytes, edges{e, col, i, stats})
-	case md.Codec == format.Uncompressed:
-		// Copying the piece's rows alone costs no more than copying its
-		// pages whole, and holds less: nothing is kept for the next piece.
-		a, ok, err = fc.decodeFastRows(b, md, rows, start-first, end-first, mem, d.maxBytes, edges{})
-		exact = true
 	default:
 		a, ok, err = fc.decodeFast(b, md, rows, mem, d.maxBytes)
 	}
