@@ -46,14 +46,13 @@
 // GZIP page all of it). A piece of a fixed-size list column copies its own
 // rows' values alone out of the pages at its edges; a compressed page it
 // shares with the next piece of its row group is decompressed once, and
-// handed over (ReadStats.PagesReused). Of a primitive column, a piece decodes
-// its pages whole and the next pieces inside them slice them
-// (ReadStats.Reused): they fetch nothing. A
-// piece still fetches and is charged for at most one page more per
-// streamed column at each end (for a list whose v1 pages are cut inside
-// rows, as arrow-go writes them, also the pages ending its last row); a
-// list piece keeps its own rows' values alone (but of ZSTD and GZIP v1
-// pages, whose pages it keeps whole). Every other column
+// handed over (ReadStats.PagesReused). Of a primitive column, a piece
+// decodes its pages whole and the next pieces inside them slice them
+// (ReadStats.Reused): they fetch nothing. A piece fetches, and is charged
+// for, at most one page more per streamed column at each end (for a list
+// whose v1 pages are cut inside rows, as arrow-go writes them, also the
+// pages ending its last row); a list piece keeps its own rows' values alone
+// (but of ZSTD and GZIP v1 pages, whose pages it keeps whole). Every other column
 // (dictionary-encoded, nullable, booleans, strings, the types arrow-go
 // decodes, Arrow IPC batches) is decoded whole once per row group and
 // reader; its pieces are slices of it, and its whole size (compressed plus

@@ -34,10 +34,9 @@ import (
 // for the row group's next piece, which starts there (edges); a primitive
 // column's pages are decoded whole, and kept for the next piece to slice
 // where its rows lie inside them (decodedPages: it then fetches nothing;
-// an int64 id of 65,536 rows is one page). A piece of a
-// list column holds its rows' values alone where the levels can be read
-// apart from the values (uncompressed and SNAPPY v1 pages, v2 pages), not
-// its pages'.
+// an int64 id of 65,536 rows is one page). A piece of a list column holds
+// its rows' values alone where the levels can be read apart from the values
+// (uncompressed and SNAPPY v1 pages, v2 pages), not its pages'.
 //
 // Every other column (dictionary-encoded, nullable, booleans, strings,
 // arrow-go's fallback types, and Arrow IPC batches) is decoded whole, once
