@@ -75,7 +75,7 @@ func BenchmarkDecode(b *testing.B) {
 						{"pool,mapcache,workers=1", 1, true, true}, {"pool,mapcache,workers=all", all, true, true},
 					} {
 						b.Run(w.name, func(b *testing.B) {
-							benchDecode(b, dir, cs.cols, w.n, rows, w.pool, w.mapCache)
+							benchDecode(b, dir, cs.cols, w.n, rows, w.pool, w.mapCache, 0)
 						})
 					}
 				})
@@ -84,7 +84,9 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
-func benchDecode(b *testing.B, dir string, cols []string, workers int, rows int64, pool, mapCache bool) {
+// benchDecode reads every row group of dir, whole (piece 0) or in pieces of
+// piece rows.
+func benchDecode(b *testing.B, dir string, cols []string, workers int, rows int64, pool, mapCache bool, piece int64) {
 	ctx := context.Background()
 	warmPageCache(b, dir)
 	size := measureDecoded(b, dir, cols, rows)
@@ -103,6 +105,9 @@ func benchDecode(b *testing.B, dir string, cols []string, workers int, rows int6
 		b.Fatal(err)
 	}
 	refs := ds.RowGroups()
+	if piece > 0 {
+		refs = piecesOf(refs, piece)
+	}
 	var mem memory.Allocator = memory.DefaultAllocator
 	if pool {
 		mem = loader.NewPoolAllocator()
@@ -544,50 +549,22 @@ func BenchmarkPieces(b *testing.B) {
 				if piece == 0 {
 					name = fmt.Sprintf("%s/%s/whole", w.name, codec)
 				}
-				b.Run(name, func(b *testing.B) { benchPieces(b, dir, w.cols, w.rows, piece) })
+				b.Run(name, func(b *testing.B) { benchDecode(b, dir, w.cols, 1, w.rows, true, true, piece) })
 			}
 		}
 	}
 }
 
-func benchPieces(b *testing.B, dir string, cols []string, rows, piece int64) {
-	ctx := context.Background()
-	warmPageCache(b, dir)
-	size := measureDecoded(b, dir, cols, rows)
-	store := loader.NewLocalStore(loader.WithMapCache(1 << 40))
-	defer store.Close()
-	ds, err := loader.Open(ctx, store, []string{dir}, loader.WithColumns(cols...), loader.WithDecodeWorkers(1))
-	if err != nil {
-		b.Fatal(err)
-	}
-	var refs []loader.RowGroupRef
-	for _, ref := range ds.RowGroups() {
-		if piece == 0 {
-			refs = append(refs, ref)
-			continue
-		}
-		for s := int64(0); s < ref.Rows; s += piece {
+// piecesOf splits every ref into consecutive pieces of n rows (the last of
+// each row group holding the rest).
+func piecesOf(refs []loader.RowGroupRef, n int64) []loader.RowGroupRef {
+	var out []loader.RowGroupRef
+	for _, ref := range refs {
+		for s := int64(0); s < ref.Rows; s += n {
 			p := ref
-			p.Start, p.End = s, min(ref.Rows, s+piece)
-			refs = append(refs, p)
+			p.Start, p.End = s, min(ref.Rows, s+n)
+			out = append(out, p)
 		}
 	}
-	mem := loader.NewPoolAllocator()
-	pass := func() {
-		r := ds.NewReader(ctx, refs, mem, loader.WithReaderDecodeWorkers(1))
-		got := drain(b, r)
-		r.Close()
-		if got != rows {
-			b.Fatalf("read %d rows, want %d", got, rows)
-		}
-	}
-	pass() // untimed: fills the pool, maps the file
-	b.SetBytes(size.Bytes)
-	b.ReportAllocs()
-	ops := 0
-	for b.Loop() {
-		pass()
-		ops++
-	}
-	reportRows(b, rows, ops)
+	return out
 }

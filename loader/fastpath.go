@@ -374,8 +374,8 @@ func (c *colDecoder) edgePage(p *fastPage, codec format.CompressionCodec, out []
 // copied from the page itself; a compressed page is decompressed into
 // *scratch first, unless pre holds it decompressed already.
 func (c *colDecoder) fastPagePart(p *fastPage, codec format.CompressionCodec, out []byte, first int, scratch *[]byte, pre []byte) error {
-	w := c.elemSize
-	if c.narrowed() {
+	w, narrow := c.elemSize, c.narrowed()
+	if narrow {
 		w = 4 // INT32
 	}
 	page, err := c.pageValues(p, codec, scratch, pre)
@@ -390,7 +390,7 @@ func (c *colDecoder) fastPagePart(p *fastPage, codec format.CompressionCodec, ou
 		return fmt.Errorf("values [%d, %d) of a page of %d: %w", first, first+n, p.nvals, ErrCorrupt)
 	}
 	part := page[first*w : (first+n)*w]
-	if c.narrowed() {
+	if narrow {
 		return convertInto(out, c.elem.ID(), part, parquet.Int32, n)
 	}
 	copy(out, part)

@@ -132,6 +132,22 @@ var streamedCodecs = []pieceCodec{
 	{"gzip", compress.Codecs.Gzip},
 }
 
+// openChecked opens path (no footer cache) with opts on a local store that is
+// closed when t ends, and returns it with a checked allocator that t then
+// asserts holds nothing (after the store is closed).
+func openChecked(t *testing.T, path string, opts ...Option) (*Dataset, *memory.CheckedAllocator) {
+	t.Helper()
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	t.Cleanup(func() { mem.AssertSize(t, 0) })
+	store := NewLocalStore()
+	t.Cleanup(func() { store.Close() })
+	ds, err := Open(context.Background(), store, []string{path}, append(opts, WithFooterCache(nil))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds, mem
+}
+
 // drainReader reads rd to its end, releasing every record; an error fails t.
 func drainReader(t *testing.T, rd *RowGroupReader) {
 	t.Helper()
@@ -179,14 +195,7 @@ func TestPiecesMatchWholeRowGroups(t *testing.T) {
 							pq.WithDataPageSize(2<<10), // many pages per chunk: pieces cut through them
 							pq.WithPageIndexEnabled(index),
 						)
-						mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-						defer mem.AssertSize(t, 0)
-						store := NewLocalStore()
-						defer store.Close()
-						ds, err := Open(context.Background(), store, []string{path}, WithFill(map[string]float64{"maybe": -1}), WithFooterCache(nil))
-						if err != nil {
-							t.Fatal(err)
-						}
+						ds, mem := openChecked(t, path, WithFill(map[string]float64{"maybe": -1}))
 						// The variant is what it says: an offset index or none.
 						cc := ds.decoders[0].(*parquetDecoder).pf.Metadata().RowGroups[0].Columns[0]
 						if got := cc.OffsetIndexOffset > 0; got != index {
@@ -242,14 +251,7 @@ func TestPiecesStreamOnlyTheirPages(t *testing.T) {
 				pq.WithMaxRowGroupLength(20000),
 				pq.WithDataPageSize(8<<10),
 				pq.WithPageIndexEnabled(index))
-			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-			defer mem.AssertSize(t, 0)
-			store := NewLocalStore()
-			defer store.Close()
-			ds, err := Open(context.Background(), store, []string{path}, WithColumns("id", "features"), WithFooterCache(nil))
-			if err != nil {
-				t.Fatal(err)
-			}
+			ds, mem := openChecked(t, path, WithColumns("id", "features"))
 			ref := ds.RowGroups()[0]
 			full := ref.Bytes + ds.Files[0].RowGroups[0].DecodedBytes
 			budget := full / 8
@@ -287,14 +289,7 @@ func TestPiecesWholeColumnsPinned(t *testing.T) {
 	defer rec.Release()
 	path := filepath.Join(t.TempDir(), "f.parquet")
 	writeFastFile(t, path, []arrow.RecordBatch{rec}, pq.WithDictionaryDefault(false), pq.WithMaxRowGroupLength(5000), pq.WithDataPageSize(4<<10))
-	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-	defer mem.AssertSize(t, 0)
-	store := NewLocalStore()
-	defer store.Close()
-	ds, err := Open(context.Background(), store, []string{path}, WithColumns("id", "flag", "maybe"), WithNullsAsValidity(), WithFooterCache(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds, mem := openChecked(t, path, WithColumns("id", "flag", "maybe"), WithNullsAsValidity())
 	ref := ds.RowGroups()[0]
 	streamed, whole := ds.streamedCost(0, 0)
 	if streamed == 0 || whole == 0 {
@@ -359,14 +354,7 @@ func TestPiecesReuseTheirRowGroupsPages(t *testing.T) {
 				pq.WithDictionaryDefault(false),
 				pq.WithMaxRowGroupLength(20000),
 				pq.WithDataPageSize(1<<20)) // id (160 KB) and label (80 KB): one page each
-			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-			defer mem.AssertSize(t, 0)
-			store := NewLocalStore()
-			defer store.Close()
-			ds, err := Open(context.Background(), store, []string{path}, WithColumns("id", "label"), WithFooterCache(nil))
-			if err != nil {
-				t.Fatal(err)
-			}
+			ds, mem := openChecked(t, path, WithColumns("id", "label"))
 			st := checkPieces(t, ds, evenPieces(ds, 1000), mem, WithReaderDecodeWorkers(1))
 			if got := st.Pieces.Load(); got != 20 {
 				t.Fatalf("%d pieces read, want 20", got)
@@ -416,14 +404,7 @@ func TestPiecesOfUncompressedPagesHoldTheirRowsAlone(t *testing.T) {
 				pq.WithDataPageVersion(v.ver),
 				pq.WithMaxRowGroupLength(10000),
 				pq.WithDataPageSize(16<<10))
-			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-			defer mem.AssertSize(t, 0)
-			store := NewLocalStore()
-			defer store.Close()
-			ds, err := Open(context.Background(), store, []string{path}, WithColumns(cols...), WithFooterCache(nil))
-			if err != nil {
-				t.Fatal(err)
-			}
+			ds, mem := openChecked(t, path, WithColumns(cols...))
 			refs := evenPieces(ds, 1000)
 			st := checkPieces(t, ds, refs, mem, WithReaderDecodeWorkers(1))
 			if got := st.Pieces.Load(); got != int64(len(refs)) {
@@ -525,14 +506,7 @@ func TestPiecesShareTheirCompressedEdgePages(t *testing.T) {
 				if want == 0 {
 					t.Fatal("no piece boundary falls inside a page: the test checks nothing")
 				}
-				mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-				defer mem.AssertSize(t, 0)
-				store := NewLocalStore()
-				defer store.Close()
-				ds, err := Open(context.Background(), store, []string{path}, WithColumns(cols...), WithFooterCache(nil))
-				if err != nil {
-					t.Fatal(err)
-				}
+				ds, mem := openChecked(t, path, WithColumns(cols...))
 				st := checkPieces(t, ds, evenPieces(ds, 1000), mem, WithReaderDecodeWorkers(1))
 				if got := st.PagesReused.Load(); got != want {
 					t.Errorf("%d pages handed from one piece to the next, want %d (the boundaries inside pages)", got, want)
