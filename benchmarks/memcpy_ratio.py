@@ -15,7 +15,11 @@ decoding has to make), measured in the same run per workload: one pass over
 the dataset's files, read-only mapped from the page cache, copied in chunks of
 one step's size into a reused buffer (numpy.copyto, best of 3 passes).
 --map-cache BYTES starts the server with ``--map-cache`` (files kept mapped
-between epochs).
+between epochs). --compare-arena alternates each run with one of a server
+started with ``--shm-arena 0`` (every step copied into its slot instead of
+decoded into the arena and sent by reference), one table row each; the
+"in place" column is the share of delivered bytes that the server sent by
+reference.
 
 Datasets (written once with bin/meshfeed gen --compression none into
 CACHE/memcpy-WORKLOAD):
@@ -111,7 +115,8 @@ def run(data: str, spec: dict, epochs: int, server_args: list[str]) -> dict:
         stats = loader.stats()
     return {"steps": steps, "step_bytes": step_bytes, "seconds": el, "gbps": steps * step_bytes / el / 1e9,
             "client_cpu_s": cpu, "transport": stats.get("transport"), "host_copies": stats.get("host_copies"),
-            "unaligned_transfers": stats.get("unaligned_transfers")}
+            "unaligned_transfers": stats.get("unaligned_transfers"),
+            "in_place": stats.get("in_place_bytes", 0) / max(stats.get("bytes", 0), 1)}
 
 
 def main() -> None:
@@ -123,6 +128,8 @@ def main() -> None:
     ap.add_argument("--binary", default=os.path.join(ROOT, "bin", "meshfeed"))
     ap.add_argument("--json", default=None)
     ap.add_argument("--map-cache", type=int, default=0, help="start the server with --map-cache BYTES (0: off)")
+    ap.add_argument("--compare-arena", action="store_true",
+                    help="alternate every run with one of a server without the shared-memory arena (--shm-arena 0)")
     a = ap.parse_args()
     os.environ["JAX_PLATFORMS"] = "cpu"
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
@@ -142,9 +149,17 @@ def main() -> None:
                 while fh.read(1 << 24):
                     pass
         server_args = ["--map-cache", str(a.map_cache)] if a.map_cache else []
-        runs = [run(data, spec, a.epochs, server_args) for _ in range(a.repeats)]
-        out["workloads"][wl] = {"runs": runs, "median_gbps": statistics.median(r["gbps"] for r in runs),
-                                "one_copy_gbps": one_copy_gbps(data, runs[0]["step_bytes"])}
+        variants = {wl: server_args}
+        if a.compare_arena:
+            variants[f"{wl}, --shm-arena 0"] = server_args + ["--shm-arena", "0"]
+        runs: dict[str, list] = {k: [] for k in variants}
+        for _ in range(a.repeats):  # alternating
+            for k, args in variants.items():
+                runs[k].append(run(data, spec, a.epochs, args))
+        one = one_copy_gbps(data, runs[wl][0]["step_bytes"])
+        for k, rs in runs.items():
+            out["workloads"][k] = {"runs": rs, "median_gbps": statistics.median(r["gbps"] for r in rs),
+                                   "one_copy_gbps": one}
     out["memcpy_after_gbps"] = memcpy_gbps()
     mc = statistics.median([out["memcpy_before_gbps"], out["memcpy_after_gbps"]])
     print(f"memcpy (numpy.copyto of 256 MiB, best of 5): {out['memcpy_before_gbps']:.2f} GB/s before, "
@@ -152,16 +167,17 @@ def main() -> None:
     if a.map_cache:
         print(f"server started with --map-cache {a.map_cache}")
     print("| workload | step | runs | delivered GB/s (median; min-max) | vs memcpy | one copy from the page cache, "
-          "GB/s (vs memcpy) | delivered vs one copy | client CPU s per GB | transport | host_copies | "
+          "GB/s (vs memcpy) | delivered vs one copy | client CPU s per GB | transport | in place | host_copies | "
           "unaligned_transfers |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for wl, w in out["workloads"].items():
         g = [r["gbps"] for r in w["runs"]]
         r0 = w["runs"][0]
         cpu = statistics.median(r["client_cpu_s"] / (r["steps"] * r["step_bytes"] / 1e9) for r in w["runs"])
         print(f"| {wl} | {r0['step_bytes'] / 1e6:.2f} MB | {len(g)} | {w['median_gbps']:.2f}; {min(g):.2f}-{max(g):.2f} "
               f"| {100 * w['median_gbps'] / mc:.0f}% | {w['one_copy_gbps']:.2f} ({100 * w['one_copy_gbps'] / mc:.0f}%) "
-              f"| {100 * w['median_gbps'] / w['one_copy_gbps']:.0f}% | {cpu:.2f} | {r0['transport']} | {r0['host_copies']} "
+              f"| {100 * w['median_gbps'] / w['one_copy_gbps']:.0f}% | {cpu:.2f} | {r0['transport']} "
+              f"| {100 * r0['in_place']:.0f}% | {r0['host_copies']} "
               f"| {r0['unaligned_transfers']} |")
     if a.json:
         with open(a.json, "w") as f:

@@ -225,6 +225,14 @@ func (p *Pipeline) Info(ctx context.Context, req *transport.Request) (*transport
 // Open implements transport.Backend. Reading of the first step's row groups starts at
 // once, in the background.
 func (p *Pipeline) Open(ctx context.Context, req *transport.Request) (transport.Stream, error) {
+	return p.OpenWith(ctx, req, p.cfg.mem)
+}
+
+// OpenWith implements transport.AllocatingBackend: Open, with the stream's
+// decoded row groups, slices and step records allocated from mem (the
+// shared-memory wire's arena). Nothing the Pipeline keeps beyond the stream
+// (its dataset and footer caches) comes from mem.
+func (p *Pipeline) OpenWith(ctx context.Context, req *transport.Request, mem memory.Allocator) (transport.Stream, error) {
 	pl, err := p.planFor(ctx, req)
 	if err != nil {
 		return nil, err
@@ -239,7 +247,7 @@ func (p *Pipeline) Open(ctx context.Context, req *transport.Request) (transport.
 	s := &pipelineStream{
 		pl:     pl,
 		cfg:    &p.cfg,
-		mem:    p.cfg.mem,
+		mem:    mem,
 		ctx:    sctx,
 		cancel: cancel,
 		pos:    pl.cfg.start,

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"google.golang.org/grpc/codes"
 )
 
@@ -98,6 +99,19 @@ type Backend interface {
 	Info(ctx context.Context, req *Request) (*PlanInfo, error)
 	// Open starts the stream of a DoGet.
 	Open(ctx context.Context, req *Request) (Stream, error)
+}
+
+// AllocatingBackend is implemented by a Backend whose streams can take their
+// records' memory from an allocator the server hands them: the
+// shared-memory wire opens its streams with an allocator over a region the
+// client maps (an arena), so that the bytes a stream decodes or gathers there
+// reach the client without another copy. Records must hold only memory from
+// mem, the Backend's own caches excepted: the server may keep a step's
+// records until the client releases the step.
+type AllocatingBackend interface {
+	Backend
+	// OpenWith is Open with the stream's records allocated from mem.
+	OpenWith(ctx context.Context, req *Request, mem memory.Allocator) (Stream, error)
 }
 
 // ErrorCode maps every error that errors.Is Target to the gRPC status Code.

@@ -55,6 +55,7 @@ type Config struct {
 	zstd       bool
 	logger     *slog.Logger
 	mem        memory.Allocator
+	shmArena   int64
 	rules      []codeRule
 
 	// Loaded by Validate.
@@ -76,6 +77,7 @@ func NewConfig(opts ...Option) *Config {
 		maxMsg:     DefaultMaxMessageSize,
 		logger:     slog.Default(),
 		mem:        memory.DefaultAllocator,
+		shmArena:   DefaultShmArena,
 	}
 	for _, o := range opts {
 		o(c)
@@ -148,6 +150,15 @@ func WithLogger(l *slog.Logger) Option { return func(c *Config) { c.logger = l }
 // memory.DefaultAllocator).
 func WithAllocator(mem memory.Allocator) Option { return func(c *Config) { c.mem = mem } }
 
+// WithShmArena sets the bytes of each shared-memory stream's arena, the
+// region its backend (an AllocatingBackend) decodes and gathers into, so
+// that steps lying there are sent by reference instead of copied (default
+// DefaultShmArena; 0 turns it off: every step is copied into its slot; must
+// be >= 0). It is address space: the pages in use are the ones touched. An
+// allocation that finds no room comes from the server's allocator and is
+// copied.
+func WithShmArena(bytes int64) Option { return func(c *Config) { c.shmArena = bytes } }
+
 // WithErrorCode maps every error for which errors.Is(err, target) holds to
 // code. Rules are tried in the order given, before this package's own
 // sentinels; use it to register the backend's sentinels (for example
@@ -217,6 +228,9 @@ func (c *Config) Validate() error {
 	}
 	if c.prefetch < 0 {
 		p.add("prefetch depth %d must be >= 0", c.prefetch)
+	}
+	if c.shmArena < 0 {
+		p.add("shared-memory arena %d must be >= 0 (0 turns it off)", c.shmArena)
 	}
 	if c.budget < 0 {
 		p.add("memory budget %d must be >= 0 (0 means unbounded)", c.budget)

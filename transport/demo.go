@@ -109,7 +109,13 @@ func (d *DemoBackend) Info(_ context.Context, req *Request) (*PlanInfo, error) {
 }
 
 // Open implements Backend.
-func (d *DemoBackend) Open(_ context.Context, req *Request) (Stream, error) {
+func (d *DemoBackend) Open(ctx context.Context, req *Request) (Stream, error) {
+	return d.OpenWith(ctx, req, d.Mem)
+}
+
+// OpenWith implements AllocatingBackend: Open, with the records allocated
+// from mem (nil: memory.DefaultAllocator).
+func (d *DemoBackend) OpenWith(_ context.Context, req *Request, mem memory.Allocator) (Stream, error) {
 	pl, err := d.plan(req)
 	if err != nil {
 		return nil, err
@@ -117,7 +123,6 @@ func (d *DemoBackend) Open(_ context.Context, req *Request) (Stream, error) {
 	if int64(req.Start.Step) >= pl.steps {
 		return nil, fmt.Errorf("transport: demo: %w: start step %d is past the %d steps of an epoch", ErrFailedPrecondition, req.Start.Step, pl.steps)
 	}
-	mem := d.Mem
 	if mem == nil {
 		mem = memory.DefaultAllocator
 	}

@@ -25,6 +25,7 @@ type Metrics struct {
 	rows          atomic.Int64
 	bytes         atomic.Int64
 	queued        atomic.Int64
+	shmInPlace    atomic.Int64
 
 	// sendSeconds observes how long each step took to hand to gRPC; waitSeconds
 	// how long the send loop waited for each step from the backend.
@@ -52,6 +53,10 @@ type MetricsSnapshot struct {
 	// for the send loop, or handed to gRPC and not yet written), summed over
 	// streams.
 	QueuedSteps int64 `json:"queued_steps"`
+	// ShmInPlaceBytes counts the step bytes the shared-memory wire sent by
+	// reference to its arena, where the backend decoded or gathered them,
+	// instead of copying them into a slot.
+	ShmInPlaceBytes int64 `json:"shm_in_place_bytes"`
 	// Errors counts calls that ended in an error, by gRPC code name.
 	Errors map[string]int64 `json:"errors_by_code"`
 	// BudgetInUse is the bytes of records queued across streams now.
@@ -104,13 +109,14 @@ func (m *Metrics) countError(c codes.Code) {
 
 func (m *Metrics) snapshot() MetricsSnapshot {
 	s := MetricsSnapshot{
-		StreamsActive: m.streamsActive.Load(),
-		StreamsTotal:  m.streamsTotal.Load(),
-		Steps:         m.steps.Load(),
-		Rows:          m.rows.Load(),
-		Bytes:         m.bytes.Load(),
-		QueuedSteps:   m.queued.Load(),
-		Errors:        map[string]int64{},
+		StreamsActive:   m.streamsActive.Load(),
+		StreamsTotal:    m.streamsTotal.Load(),
+		Steps:           m.steps.Load(),
+		Rows:            m.rows.Load(),
+		Bytes:           m.bytes.Load(),
+		QueuedSteps:     m.queued.Load(),
+		ShmInPlaceBytes: m.shmInPlace.Load(),
+		Errors:          map[string]int64{},
 	}
 	m.mu.Lock()
 	for k, v := range m.errors {
@@ -135,6 +141,9 @@ var (
 	descQueue = prometheus.NewDesc("meshfeed_queue_steps",
 		"Steps read from the backend and not yet sent (queued for the send loop, or handed to gRPC and not yet "+
 			"written), summed over streams.", nil, nil)
+	descShmInPlace = prometheus.NewDesc("meshfeed_shm_in_place_bytes_total",
+		"Step bytes the shared-memory wire sent by reference to its arena (where the backend decoded or gathered "+
+			"them) instead of copying them into a slot.", nil, nil)
 	descBudget = prometheus.NewDesc("meshfeed_memory_budget_in_use_bytes",
 		"Bytes of step records queued across streams, held against the memory budget.", nil, nil)
 	descErrors = prometheus.NewDesc("meshfeed_errors_total",
@@ -159,7 +168,7 @@ type serverCollector struct{ s *Server }
 // Describe implements prometheus.Collector.
 func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descStreamsActive, descStreamsTotal, descSteps, descRows, descBytes,
-		descQueue, descBudget, descErrors, descStorageBytes, descStorageReads, descStorageRetries, descStorageResumes} {
+		descQueue, descShmInPlace, descBudget, descErrors, descStorageBytes, descStorageReads, descStorageRetries, descStorageResumes} {
 		ch <- d
 	}
 }
@@ -180,6 +189,7 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRows, m.Rows)
 	counter(descBytes, m.Bytes)
 	gauge(descQueue, m.QueuedSteps)
+	counter(descShmInPlace, m.ShmInPlaceBytes)
 	gauge(descBudget, s.budget.inUse())
 	for code, n := range m.Errors {
 		counter(descErrors, n, code)

@@ -246,9 +246,16 @@ func (it item) release() {
 func (s *Server) drop(it item) {
 	if it.rec != nil || it.slices != nil {
 		it.release()
-		s.budget.release(it.size)
-		s.metrics.queued.Add(-1)
+		s.unqueue(it)
 	}
+}
+
+// unqueue returns an item's share of the budget and takes it off the
+// queue-depth gauge, keeping its records (the shared-memory wire holds them
+// until the client releases the step).
+func (s *Server) unqueue(it item) {
+	s.budget.release(it.size)
+	s.metrics.queued.Add(-1)
 }
 
 // skipFirst drops the first skip messages written to it.

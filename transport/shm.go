@@ -35,9 +35,10 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// ShmVersion is the version of the shared-memory protocol; a hello with any
-// other version is refused.
-const ShmVersion = 1
+// ShmVersion is the version of the shared-memory protocol this server
+// speaks; it also serves hellos of version 1 (no arena: every step is copied
+// into its slot), and refuses any other.
+const ShmVersion = 2
 
 // Shared-memory defaults and bounds.
 const (
@@ -77,19 +78,24 @@ type shmRegion struct {
 	Bytes     int64 `json:"bytes"`
 	Slots     int   `json:"slots"`
 	SlotBytes int64 `json:"slot_bytes"`
+	// Arena marks the stream's arena (version 2): no slots; steps' buffers
+	// that the backend decoded or gathered there are sent by reference.
+	Arena bool `json:"arena,omitempty"`
 }
 
 // shmStep is one step's descriptor: its metadata, its slot, and for each of
 // its slices (in slice order, Rows rows each) the slice's buffers as
-// [offset, length] in the region, in the Arrow IPC body order of the schema
+// [offset, length] in the slot's region, or [offset, length, region] in the
+// arena region named (version 2), in the Arrow IPC body order of the schema
 // (depth first, a validity bitmap before each array's buffers; [0, 0] is an
-// absent validity bitmap: no nulls).
+// absent validity bitmap: no nulls). Releasing the slot releases the step's
+// arena buffers too.
 type shmStep struct {
 	StepMeta
-	Region  int          `json:"region"`
-	Slot    int          `json:"slot"`
-	Rows    int64        `json:"rows"` // rows of each slice
-	Buffers [][][2]int64 `json:"buffers"`
+	Region  int         `json:"region"`
+	Slot    int         `json:"slot"`
+	Rows    int64       `json:"rows"` // rows of each slice
+	Buffers [][][]int64 `json:"buffers"`
 }
 
 // shmError ends a stream: the status code's name, the message, and a
@@ -220,36 +226,38 @@ func (s *Server) serveShmConn(conn *net.UnixConn) {
 // shmStream runs the stream of one connection: hello, schema, steps.
 // readShmHello reads and checks a client's hello: its request (decoded and
 // checked against the roots, as a ticket) and its slots.
-func (s *Server) readShmHello(w *shmConn) (*Request, int, error) {
+func (s *Server) readShmHello(w *shmConn) (*Request, *shmHello, error) {
 	_ = w.conn.SetReadDeadline(time.Now().Add(shmHelloTimeout))
 	raw, err := w.read()
 	if err != nil {
-		return nil, 0, fmt.Errorf("transport: shm: %w: read hello: %v", ErrBadRequest, err)
+		return nil, nil, fmt.Errorf("transport: shm: %w: read hello: %v", ErrBadRequest, err)
 	}
 	_ = w.conn.SetReadDeadline(time.Time{})
 	var hello shmHello
 	if err := json.Unmarshal(raw, &hello); err != nil {
-		return nil, 0, fmt.Errorf("transport: shm: %w: hello: %v", ErrBadRequest, err)
+		return nil, nil, fmt.Errorf("transport: shm: %w: hello: %v", ErrBadRequest, err)
 	}
-	if hello.Version != ShmVersion {
-		return nil, 0, fmt.Errorf("transport: shm: %w: hello version %d, this server speaks %d", ErrBadRequest, hello.Version, ShmVersion)
+	if hello.Version < 1 || hello.Version > ShmVersion {
+		return nil, nil, fmt.Errorf("transport: shm: %w: hello version %d, this server speaks 1..%d", ErrBadRequest, hello.Version, ShmVersion)
 	}
 	slots := hello.Slots
 	if slots == 0 {
 		slots = DefaultShmSlots
 	}
 	if slots < 2 || slots > MaxShmSlots {
-		return nil, 0, fmt.Errorf("transport: shm: %w: slots %d: want 2..%d (0: %d)", ErrBadRequest, hello.Slots, MaxShmSlots, DefaultShmSlots)
+		return nil, nil, fmt.Errorf("transport: shm: %w: slots %d: want 2..%d (0: %d)", ErrBadRequest, hello.Slots, MaxShmSlots, DefaultShmSlots)
 	}
+	hello.Slots = slots
 	req, err := s.request(hello.Ticket)
-	return req, slots, err
+	return req, &hello, err
 }
 
 func (s *Server) shmStream(w *shmConn) error {
-	req, slots, err := s.readShmHello(w)
+	req, hello, err := s.readShmHello(w)
 	if err != nil {
 		return err
 	}
+	slots := hello.Slots
 	leave, err := s.admitStream()
 	if err != nil {
 		return err
@@ -258,7 +266,24 @@ func (s *Server) shmStream(w *shmConn) error {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := s.backend.Open(ctx, req)
+	// The arena (version 2, a backend that allocates from it): the stream
+	// decodes and gathers there. It is closed after the pool, which holds
+	// the records of steps the client has not released.
+	pool := &shmPool{changed: make(chan struct{}, 1), perRegion: slots}
+	ab, ok := s.backend.(AllocatingBackend)
+	if ok && hello.Version >= 2 && s.cfg.shmArena > 0 {
+		if pool.arena, err = newShmArena(s.cfg.shmArena, s.cfg.mem); err != nil {
+			return err
+		}
+		pool.regs = append(pool.regs, nil) // region 0 is the arena
+	}
+	defer pool.arena.close()
+	var st Stream
+	if pool.arena != nil {
+		st, err = ab.OpenWith(ctx, req, pool.arena)
+	} else {
+		st, err = s.backend.Open(ctx, req)
+	}
 	if err != nil {
 		return fmt.Errorf("open stream: %w", err)
 	}
@@ -272,10 +297,16 @@ func (s *Server) shmStream(w *shmConn) error {
 		st.Close()
 		return fmt.Errorf("transport: shm: send schema: %w", err)
 	}
+	if a := pool.arena; a != nil {
+		f := &shmRegion{Index: 0, Bytes: int64(a.size), Arena: true}
+		if err := w.send(shmFrame{Region: f}, unix.UnixRights(a.fd)); err != nil {
+			st.Close()
+			return fmt.Errorf("transport: shm: send the arena: %w", err)
+		}
+	}
 
 	// The client's frames: releases and acknowledgements, then EOF when it
 	// goes away, which ends the stream.
-	pool := &shmPool{changed: make(chan struct{}, 1), perRegion: slots}
 	go func() {
 		defer cancel()
 		pool.readClient(w)
@@ -329,9 +360,18 @@ func (s *Server) shmSend(ctx context.Context, w *shmConn, pool *shmPool, slots i
 		return true, fmt.Errorf("transport: shm: epoch %d step %d: %w", it.meta.Epoch, it.meta.Step, err)
 	}
 	reg := pool.regs[region]
-	desc := &shmStep{StepMeta: it.meta, Region: region, Slot: slot, Rows: it.slices[0].NumRows(), Buffers: reg.fill(slot, layouts)}
+	bufs, inPlace := reg.fill(slot, layouts, pool.arena)
+	desc := &shmStep{StepMeta: it.meta, Region: region, Slot: slot, Rows: it.slices[0].NumRows(), Buffers: bufs}
 	rows, size := it.rows(), it.size
-	s.drop(it) // the bytes are in the region now
+	if inPlace > 0 {
+		// Buffers sent by reference: the records stay until the client
+		// releases the slot.
+		pool.hold(region, slot, it.slices)
+		s.unqueue(it)
+	} else {
+		s.drop(it) // the bytes are in the region now
+	}
+	s.metrics.shmInPlace.Add(inPlace)
 	if fresh {
 		f := &shmRegion{Index: region, Bytes: int64(slots) * reg.slotBytes, Slots: slots, SlotBytes: reg.slotBytes}
 		if err := w.send(shmFrame{Region: f}, unix.UnixRights(reg.fd)); err != nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"golang.org/x/sys/unix"
 )
@@ -23,12 +24,15 @@ import (
 type shmPool struct {
 	mu        sync.Mutex
 	changed   chan struct{} // signalled on every release and acknowledgement
-	regs      []*shmMapping
-	free      [][2]int // (region, slot)
+	regs      []*shmMapping // nil at the arena's index
+	free      [][2]int      // (region, slot)
 	inUse     map[[2]int]bool
+	held      map[[2]int][]arrow.RecordBatch // records of steps sent by reference, until their release
+	slotBytes int64                          // of every region's slots (the first step's size)
 	perRegion int
 	sent      int64
 	acked     int64
+	arena     *shmArena // nil without one; set before the stream starts
 }
 
 // readClient applies the client's frames (acknowledgements, releases) until
@@ -66,16 +70,31 @@ func (p *shmPool) ack(n int) {
 	p.signal()
 }
 
-// release returns a slot; an unknown or free slot is ignored.
+// release returns a slot, and releases the records it held; an unknown or
+// free slot is ignored.
 func (p *shmPool) release(region, slot int) {
 	p.mu.Lock()
 	k := [2]int{region, slot}
+	var recs []arrow.RecordBatch
 	if p.inUse[k] {
 		delete(p.inUse, k)
 		p.free = append(p.free, k)
+		recs = p.held[k]
+		delete(p.held, k)
 	}
 	p.mu.Unlock()
+	Step{Slices: recs}.Release()
 	p.signal()
+}
+
+// hold keeps the records of the step in (region, slot) until its release.
+func (p *shmPool) hold(region, slot int, recs []arrow.RecordBatch) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held == nil {
+		p.held = map[[2]int][]arrow.RecordBatch{}
+	}
+	p.held[[2]int{region, slot}] = recs
 }
 
 // waitWindow waits until fewer than window steps are unread; false when ctx
@@ -104,18 +123,19 @@ func (p *shmPool) take(need int64) (region, slot int, fresh bool, err error) {
 	if p.inUse == nil {
 		p.inUse = map[[2]int]bool{}
 	}
-	if len(p.regs) > 0 && need > p.regs[0].slotBytes {
-		return 0, 0, false, fmt.Errorf("%d bytes, more than the %d of a slot (the first step's size)", need, p.regs[0].slotBytes)
+	if p.slotBytes > 0 && need > p.slotBytes {
+		return 0, 0, false, fmt.Errorf("%d bytes, more than the %d of a slot (the first step's size)", need, p.slotBytes)
 	}
 	if len(p.free) == 0 {
 		size := need
-		if len(p.regs) > 0 {
-			size = p.regs[0].slotBytes
+		if p.slotBytes > 0 {
+			size = p.slotBytes
 		}
 		m, err := newShmMapping(p.perRegion, size)
 		if err != nil {
 			return 0, 0, false, err
 		}
+		p.slotBytes = m.slotBytes
 		r := len(p.regs)
 		p.regs = append(p.regs, m)
 		for k := p.perRegion - 1; k >= 0; k-- {
@@ -130,9 +150,15 @@ func (p *shmPool) take(need int64) (region, slot int, fresh bool, err error) {
 	return k[0], k[1], fresh, nil
 }
 
+// close releases the records still held and unmaps the slot regions (the
+// arena is the stream's to close, after its records are gone).
 func (p *shmPool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	for k, recs := range p.held {
+		Step{Slices: recs}.Release()
+		delete(p.held, k)
+	}
 	for _, m := range p.regs {
 		m.close()
 	}
@@ -171,27 +197,40 @@ func newShmMapping(slots int, need int64) (*shmMapping, error) {
 // fill copies each slice's buffers into slot, each at a 64-byte aligned
 // offset, and returns their [offset, length] in the region, per slice
 // ([0, 0] for an absent validity bitmap). Every slice's rows start aligned,
-// so that each device's rows can be aliased, whatever b.
-func (m *shmMapping) fill(slot int, slices [][]shmBuf) [][][2]int64 {
-	out := make([][][2]int64, len(slices))
+// so that each device's rows can be aliased, whatever b. A buffer that
+// already lies in arena at a 64-byte aligned address is not copied: its
+// entry is [offset, length, 0] in the arena (region 0), and inPlace counts
+// its bytes. Its room in the slot stays reserved, so that any later step
+// fits a slot whatever the arena holds.
+func (m *shmMapping) fill(slot int, slices [][]shmBuf, arena *shmArena) (out [][][]int64, inPlace int64) {
+	out = make([][][]int64, len(slices))
 	at := int64(slot) * m.slotBytes
 	for k, bufs := range slices {
-		out[k] = make([][2]int64, len(bufs))
+		out[k] = make([][]int64, len(bufs))
 		for i, b := range bufs {
 			n := b.len()
 			if b.b == nil {
+				out[k][i] = []int64{0, 0}
 				continue
+			}
+			if arena != nil && b.bits == 0 {
+				if off, ok := arena.offset(b.b); ok && off%shmAlign == 0 {
+					out[k][i] = []int64{off, n, 0}
+					inPlace += n
+					at += alignUp(n, shmAlign)
+					continue
+				}
 			}
 			if b.bits > 0 {
 				bitutil.CopyBitmap(b.b, b.bitOff, b.bits, m.mem[at:at+n], 0)
 			} else {
 				copy(m.mem[at:at+n], b.b)
 			}
-			out[k][i] = [2]int64{at, n}
+			out[k][i] = []int64{at, n}
 			at += alignUp(n, shmAlign)
 		}
 	}
-	return out
+	return out, inPlace
 }
 
 func (m *shmMapping) close() {

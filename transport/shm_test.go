@@ -26,8 +26,26 @@ type shmClient struct {
 	conn *net.UnixConn
 	buf  bytes.Buffer
 	fds  []int
-	mems map[int][]byte // region index -> mapping
+	mems map[int][]byte // region index -> mapping (the arena's too)
 	mem  []byte         // the mapping of the step being decoded
+}
+
+// bytes returns the bytes of a descriptor's buffer entry: [offset, length]
+// in the step's slot region, or [offset, length, region] in another.
+func (c *shmClient) bytes(b []int64) []byte {
+	m := c.mem
+	if len(b) == 3 {
+		m = c.mems[int(b[2])]
+	}
+	return m[b[0] : b[0]+b[1]]
+}
+
+// slotRegions counts the slot regions mapped (the arena aside).
+func (c *shmClient) slotRegions(arena bool) int {
+	if arena {
+		return len(c.mems) - 1
+	}
+	return len(c.mems)
 }
 
 func dialShm(t testing.TB, path string, hello any) *shmClient {
@@ -157,11 +175,11 @@ func (c *shmClient) demoStep(s *shmStep) step {
 				c.t.Errorf("buffer %d at offset %d is not %d-byte aligned", i, b[0], shmAlign)
 			}
 		}
-		id := c.mem[bufs[1][0] : bufs[1][0]+bufs[1][1]]
+		id := c.bytes(bufs[1])
 		for r := range s.Rows {
 			out.ids = append(out.ids, int64(binary.LittleEndian.Uint64(id[8*r:])))
 		}
-		x := c.mem[bufs[4][0] : bufs[4][0]+bufs[4][1]]
+		x := c.bytes(bufs[4])
 		for r := range s.Rows {
 			var v [4]float32
 			for k := range 4 {
@@ -170,7 +188,7 @@ func (c *shmClient) demoStep(s *shmStep) step {
 			out.x = append(out.x, v)
 		}
 		if len(bufs) > 5 {
-			bits := c.mem[bufs[6][0] : bufs[6][0]+bufs[6][1]]
+			bits := c.bytes(bufs[6])
 			for r := range s.Rows {
 				out.mask = append(out.mask, bits[r/8]&(1<<(r%8)) != 0)
 			}
@@ -179,11 +197,11 @@ func (c *shmClient) demoStep(s *shmStep) step {
 	return out
 }
 
-// startShm runs a server over backend with its shared-memory wire on a
+// startShm runs a server over backend (and opts) with its shared-memory wire on a
 // socket in a temporary directory, and returns the socket's path.
-func startShm(t *testing.T, backend Backend) (*testServer, string) {
+func startShm(t *testing.T, backend Backend, opts ...Option) (*testServer, string) {
 	t.Helper()
-	ts := startServer(t, viaBufconn, backend, nil)
+	ts := startServer(t, viaBufconn, backend, opts)
 	path := filepath.Join(t.TempDir(), "shm.sock")
 	lis, err := ListenShm("unix://" + path)
 	if err != nil {
@@ -234,6 +252,12 @@ func TestShmSteps(t *testing.T) {
 			break
 		}
 		if f.Region != nil {
+			if f.Region.Arena {
+				if f.Region.Index != 0 || f.Region.Slots != 0 {
+					t.Errorf("arena %+v: want region 0, without slots", f.Region)
+				}
+				continue
+			}
 			if f.Region.Slots != 3 || f.Region.SlotBytes%int64(os.Getpagesize()) != 0 {
 				t.Errorf("region %+v: want 3 page-aligned slots", f.Region)
 			}
@@ -427,8 +451,8 @@ func TestShmHeldSteps(t *testing.T) {
 		c.mem = c.mems[st.Region]
 		ids = append(ids, c.demoStep(st).ids...)
 	}
-	if len(seen) != 25 || len(c.mems) != 13 {
-		t.Errorf("%d steps in %d regions, want 25 steps in 13 regions of 2 slots", len(seen), len(c.mems))
+	if len(seen) != 25 || c.slotRegions(true) != 13 {
+		t.Errorf("%d steps in %d regions, want 25 steps in 13 regions of 2 slots", len(seen), c.slotRegions(true))
 	}
 	for i, id := range ids {
 		if id != int64(i) {

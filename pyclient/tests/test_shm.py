@@ -357,6 +357,7 @@ def test_descriptor_outside_its_slot_is_refused():
 
     r = object.__new__(ShmReader)
     r._regions, r._closed, r._send_lock, r.released = {0: Region()}, True, threading.RLock(), 0
+    r._arena, r.in_place_bytes = None, 0
     r.schema = pa.schema([pa.field("id", pa.int64())])
     r._starts = [0, shm_mod._nbuffers(pa.int64())]
     step = {"region": 0, "slot": 1, "rows": 8, "epoch": 0, "step": 3, "slices": [0], "real_rows": [8]}
@@ -368,3 +369,23 @@ def test_descriptor_outside_its_slot_is_refused():
         r._step(dict(step, buffers=[[[0, 0], [2000, 64]]]))
     with pytest.raises(MeshfeedError, match="1 buffers in a slice, want 2"):
         r._step(dict(step, buffers=[[[1024, 64]]]))
+    # Arena entries ([offset, length, region]): only in the arena, and only
+    # when the server sent one.
+    with pytest.raises(MeshfeedError, match=r"buffer \[0, 64, 0\] outside the arena"):
+        r._step(dict(step, buffers=[[[0, 0], [0, 64, 0]]]))
+
+    class Arena:
+        mm = bytearray(4096)
+
+        def span(self, lo, hi):
+            return np.frombuffer(memoryview(self.mm)[lo:hi], np.uint8)
+
+    r._arena = r._regions[5] = Arena()
+    Arena.mm[72:80] = np.int64(7).tobytes()
+    got = r._step(dict(step, buffers=[[[0, 0], [64, 64, 5]]]))
+    assert got.in_place == 64 and r.in_place_bytes == 64
+    assert got.dense(0, np.dtype(np.int64), (8,))[0][0][1] == 7  # row 1 at arena byte 72
+    with pytest.raises(MeshfeedError, match=r"buffer \[4064, 64, 5\] outside the arena"):
+        r._step(dict(step, buffers=[[[0, 0], [4064, 64, 5]]]))
+    with pytest.raises(MeshfeedError, match=r"outside the arena"):
+        r._step(dict(step, buffers=[[[0, 0], [64, 64, 0]]]))  # region 0 is a slot region, not the arena

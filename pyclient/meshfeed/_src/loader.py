@@ -385,7 +385,10 @@ class Loader:
         ``unaligned_transfers`` (per-device views not 64-byte aligned: XLA's
         CPU client copies those instead of aliasing them), ``recoveries``
         (times the stream was resumed after the server went away),
-        ``transport`` (``"shm"`` or ``"flight"``: how the current stream travels).
+        ``transport`` (``"shm"`` or ``"flight"``: how the current stream travels),
+        ``in_place_bytes`` (of ``bytes``, those the server decoded or gathered
+        straight into shared memory and sent by reference: no copy between
+        decoding and the ``jax.Array``).
         """
         el = time.perf_counter() - self._t0 if self._t0 is not None else 0.0
         n = self._steps
@@ -398,7 +401,7 @@ class Loader:
                 "bytes_per_s": tot["bytes"] / el if el > 0 else 0.0,
                 "recoveries": self._session.recoveries, "transport": self._session.transport,
                 "host_copies": tot["host_copies"], "mask_unpacks": tot["mask_unpacks"],
-                "unaligned_transfers": tot["unaligned_transfers"]}
+                "unaligned_transfers": tot["unaligned_transfers"], "in_place_bytes": tot["in_place_bytes"]}
 
     def close(self) -> None:
         """Stops the prefetch thread, closes the connection and stops the local

@@ -33,7 +33,7 @@ from .layout import Layout, Materializer
 
 END = object()  # queued after the last step: the stream ended with OK
 # What a step's totals sum, in order (see Prefetcher).
-TOTALS = ("rows", "padded_rows", "bytes", "host_copies", "mask_unpacks", "unaligned_transfers")
+TOTALS = ("rows", "padded_rows", "bytes", "host_copies", "mask_unpacks", "unaligned_transfers", "in_place_bytes")
 
 
 class Failure:
@@ -50,8 +50,8 @@ class Prefetcher:
 
     ``queue`` holds ``(info, batch)`` per step, ``info`` being ``(epoch, step,
     totals)``, ``totals`` the sums over this prefetcher's steps up to this one
-    (``TOTALS``: real rows, padded rows, record bytes, then the
-    materializer's counters), then END or a Failure: the consumer keeps the
+    (``TOTALS``: real rows, padded rows, record bytes, the materializer's
+    counters, and the bytes shared memory sent by reference), then END or a Failure: the consumer keeps the
     last totals it received instead of adding up each step's. Holds no
     reference to the Loader, so that the Loader's finalizer can stop it."""
 
@@ -144,7 +144,7 @@ class Prefetcher:
                 c = self._mat.counts
                 t = totals
                 totals = (t[0] + real, t[1] + len(L.slices) * L.b - real, t[2] + nbytes, t[3] + c["host_copies"],
-                          t[4] + c["mask_unpacks"], t[5] + c["unaligned_transfers"])
+                          t[4] + c["mask_unpacks"], t[5] + c["unaligned_transfers"], t[6] + getattr(chunk, "in_place", 0))
                 info = (ep, st, totals)
                 nxt = st + 1
                 self._expect = (ep + 1, 0) if nxt >= self._spe else (ep, nxt)

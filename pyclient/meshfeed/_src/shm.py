@@ -1,13 +1,17 @@
 """The same-host shared-memory wire (docs/PROTOCOL.md, "Shared memory").
 
 A ``ShmReader`` connects to a server's shared-memory socket, sends the ticket,
-maps the region the server passes (a memfd, received with SCM_RIGHTS) once,
+maps the regions the server passes (memfds, received with SCM_RIGHTS) once,
 and yields each step as a ``pyarrow.RecordBatch`` whose buffers are views of
-that region: no byte is copied on the client. A slot of the region is handed
-back to the server (a release frame) only when every object made from the
-step (the record batch, NumPy views, ``jax.Array``s that alias them) is gone:
-the step's buffers all hang off one NumPy array of the slot, and a weakref
-finalizer on it sends the release.
+them: no byte is copied on the client. A step's buffers lie in a slot of a
+region (the server copied them there) or, with protocol version 2, in the
+stream's arena (the server decoded or gathered them there and sends them by
+reference). A slot is handed back to the server (a release frame) only when
+every object made from the step (the record batch, NumPy views,
+``jax.Array``s that alias them) is gone: the step's slot buffers hang off one
+NumPy array of the slot, whose weakref finalizer sends the release, and its
+arena buffers off one NumPy array of the arena, which keeps the slot's array
+alive until it goes itself.
 
 It reads like pyarrow's ``FlightStreamReader`` (``schema``, ``read_chunk()``
 raising ``StopIteration`` at the end, ``cancel()``), so the client's
@@ -31,7 +35,7 @@ import pyarrow as pa
 
 from .errors import MeshfeedError, PlanError, UnavailableError, from_code
 
-VERSION = 1
+VERSION = 2
 _HDR = struct.Struct("<I")
 _MAX_FRAME = 64 << 20
 _ACK = (lambda b: _HDR.pack(len(b)) + b)(b'{"ack": 1}')
@@ -49,27 +53,37 @@ class ShmChunk:
     of the slot, built on first use); ``dense`` gives a column's values as
     numpy views without building them."""
 
-    __slots__ = ("_hold", "_base", "_bufs", "_schema", "_starts", "_data", "_addr", "rows", "slices",
-                 "app_metadata", "nbytes")
+    __slots__ = ("_hold", "_base", "_ahold", "_abase", "_bufs", "_schema", "_starts", "_data", "_addr",
+                 "_aaddr", "rows", "slices", "app_metadata", "nbytes", "in_place")
 
     def __init__(self, hold: np.ndarray, base: int, bufs: list[list[list[int]]], schema: pa.Schema,
-                 starts: list[int], rows: int, app_metadata: pa.Buffer, nbytes: int):
+                 starts: list[int], rows: int, app_metadata: pa.Buffer, nbytes: int,
+                 ahold: np.ndarray | None = None, abase: int = 0, in_place: int = 0):
         self._hold, self._base, self._bufs, self._schema = hold, base, bufs, schema
+        self._ahold, self._abase = ahold, abase  # the arena's span of the step's buffers there
         self._starts = starts
         self.rows, self.slices = rows, len(bufs)  # rows per slice, slices
         self._data: list[pa.RecordBatch] | None = None
-        self._addr = 0  # the slot's address, once dense needs it
+        self._addr = self._aaddr = 0  # the slot's and the arena span's addresses, once dense needs them
         self.app_metadata = app_metadata
         self.nbytes = nbytes  # the step's buffer bytes (from the descriptor)
+        self.in_place = in_place  # of which in the arena (not copied by the server)
+
+    def _view(self, b: list[int]) -> np.ndarray:
+        """The bytes of a descriptor entry: [offset, length] in the slot,
+        [offset, length, region] in the arena."""
+        if len(b) == 3:
+            return self._ahold[b[0] - self._abase:b[0] - self._abase + b[1]]
+        return self._hold[b[0] - self._base:b[0] - self._base + b[1]]
 
     @property
     def data(self) -> list[pa.RecordBatch]:
-        """One record batch per slice, every buffer a view of the slot."""
+        """One record batch per slice, every buffer a view of the slot or
+        the arena."""
         if self._data is None:
-            hold, base, recs = self._hold, self._base, []
+            recs, view = [], self._view
             for slice_bufs in self._bufs:
-                it = iter([None if ln == 0 else pa.py_buffer(hold[off - base:off - base + ln])
-                           for off, ln in slice_bufs])
+                it = iter([None if b[1] == 0 else pa.py_buffer(view(b)) for b in slice_bufs])
                 cols = [_array(f.type, self.rows, it) for f in self._schema]
                 recs.append(pa.RecordBatch.from_arrays(cols, schema=self._schema))
             self._data = recs
@@ -77,33 +91,33 @@ class ShmChunk:
 
     def dense(self, i: int, dtype: np.dtype, shape: tuple[int, ...]) -> tuple[list[np.ndarray], list[int]] | None:
         """Field i's values in each slice as numpy arrays of ``shape`` (views
-        of the slot: they keep it from being released) and their addresses,
-        or None when a slice of it has a validity bitmap (nulls may be
-        there: use ``data``)."""
+        of the slot or the arena: they keep the slot from being released)
+        and their addresses, or None when a slice of it has a validity bitmap
+        (nulls may be there: use ``data``)."""
         j, k = self._starts[i], self._starts[i + 1] - 1  # validity buffers, then the values
-        hold, base = self._hold, self._base
         if not self._addr:
-            self._addr = hold.ctypes.data
-        out, addrs = [], []
+            self._addr = self._hold.ctypes.data
+            if self._ahold is not None:
+                self._aaddr = self._ahold.ctypes.data
+        out, addrs, view = [], [], self._view
         for slice_bufs in self._bufs:
-            for _, ln in slice_bufs[j:k]:
-                if ln:
+            for b in slice_bufs[j:k]:
+                if b[1]:
                     return None
-            off, ln = slice_bufs[k]
-            out.append(hold[off - base:off - base + ln].view(dtype).reshape(shape))
-            addrs.append(self._addr + off - base)
+            b = slice_bufs[k]
+            out.append(view(b).view(dtype).reshape(shape))
+            addrs.append(self._aaddr + b[0] - self._abase if len(b) == 3 else self._addr + b[0] - self._base)
         return out, addrs
 
     def bits(self, i: int) -> list[np.ndarray] | None:
         """Boolean field i unpacked from each slice's bitmap (copies), or
         None when a slice of it has a validity bitmap."""
         j = self._starts[i]
-        hold, base, n, out = self._hold, self._base, self.rows, []
+        n, out = self.rows, []
         for slice_bufs in self._bufs:
             if slice_bufs[j][1]:
                 return None
-            off, ln = slice_bufs[j + 1]
-            out.append(np.unpackbits(hold[off - base:off - base + ln], count=n, bitorder="little").view(np.bool_))
+            out.append(np.unpackbits(self._view(slice_bufs[j + 1]), count=n, bitorder="little").view(np.bool_))
         return out
 
 
@@ -125,7 +139,11 @@ class _Region:
         other slots) alive: NumPy stops collapsing a view's base at an array
         whose base is not an ndarray (here a memoryview)."""
         sb = self.slot_bytes
-        return np.frombuffer(memoryview(self.mm)[k * sb:(k + 1) * sb], dtype=np.uint8)
+        return self.span(k * sb, (k + 1) * sb)
+
+    def span(self, lo: int, hi: int) -> np.ndarray:
+        """A NumPy array over bytes [lo, hi) of the mapping (see slot)."""
+        return np.frombuffer(memoryview(self.mm)[lo:hi], dtype=np.uint8)
 
 
 class ShmReader:
@@ -153,7 +171,9 @@ class ShmReader:
         self._send_lock = threading.RLock()
         self._closed = False
         self._regions: dict[int, _Region] = {}
+        self._arena: _Region | None = None
         self.released = 0  # slots handed back (for tests)
+        self.in_place_bytes = 0  # step bytes read from the arena: the server copied none of them
         self._send({"version": VERSION, "ticket": json.loads(ticket), "slots": slots})
         first = self._frame()
         if "schema" not in first:
@@ -217,7 +237,10 @@ class ShmReader:
                 # can bring those of several region frames.
                 if not self._fds:
                     raise MeshfeedError("shared-memory region frame came without its descriptor")
-                self._regions[r["index"]] = _Region(self._fds.pop(0), r["bytes"], r["slots"], r["slot_bytes"])
+                reg = _Region(self._fds.pop(0), r["bytes"], r["slots"], r["slot_bytes"])
+                if r.get("arena"):
+                    self._arena = reg
+                self._regions[r["index"]] = reg
                 continue
             if "step" in f:
                 chunk = self._step(f["step"])
@@ -238,20 +261,37 @@ class ShmReader:
         weakref.finalize(hold, self._release, s["region"], slot)
         base = slot * reg.slot_bytes
         bufs = s["buffers"]
-        # Every buffer must lie in the slot, and each slice list all the schema's.
+        # Every buffer must lie in the slot or the arena, and each slice list
+        # all the schema's.
         lo, hi, want, nbytes = base, base + reg.slot_bytes, self._starts[-1], 0
+        arena, alo, ahi, in_place = self._arena, -1, 0, 0
         for slice_bufs in bufs:
             if len(slice_bufs) != want:
                 raise MeshfeedError(f"shared-memory step {s.get('step')}: {len(slice_bufs)} buffers in a slice, "
                                     f"want {want} for the schema")
-            for off, ln in slice_bufs:
-                if ln and (off < lo or off + ln > hi):
+            for b in slice_bufs:
+                off, ln = b[0], b[1]
+                if len(b) == 3:
+                    if arena is None or self._regions.get(b[2]) is not arena or off < 0 or off + ln > len(arena.mm):
+                        raise MeshfeedError(f"shared-memory step {s.get('step')}: buffer {b} outside the arena")
+                    alo = off if alo < 0 else min(alo, off)
+                    ahi = max(ahi, off + ln)
+                    in_place += ln
+                elif ln and (off < lo or off + ln > hi):
                     raise MeshfeedError(f"shared-memory step {s.get('step')}: buffer [{off}, {off + ln}) outside "
                                         f"its slot [{lo}, {hi})")
                 nbytes += ln
+        ahold = None
+        if alo >= 0:
+            # The arena's views keep `hold` alive (the finalizer holds it as
+            # an argument until they are gone), so the slot's release waits
+            # for every view of the step, in either mapping.
+            ahold = arena.span(alo, ahi)
+            weakref.finalize(ahold, _drop, hold)
+            self.in_place_bytes += in_place
         meta = {k: s[k] for k in ("epoch", "step", "slices", "real_rows")}
         return ShmChunk(hold, base, bufs, self.schema, self._starts, s["rows"],
-                        pa.py_buffer(json.dumps(meta).encode()), nbytes)
+                        pa.py_buffer(json.dumps(meta).encode()), nbytes, ahold, max(alo, 0), in_place)
 
     def _release(self, region: int, slot: int) -> None:
         # Runs on whichever thread drops a step's last array: the frame is
@@ -279,8 +319,13 @@ class ShmReader:
         self._fds.clear()
         # The mappings live on only as long as steps made from them do.
         self._regions.clear()
+        self._arena = None
 
     close = cancel
+
+
+def _drop(_: object) -> None:
+    """A finalizer's callback that only lets go of its argument."""
 
 
 def _array(t: pa.DataType, n: int, bufs) -> pa.Array:
