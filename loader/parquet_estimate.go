@@ -8,6 +8,7 @@ package loader
 // stores one small index per row and decodes to 100 bytes per row.
 
 import (
+	"bytes"
 	"math"
 	"math/bits"
 
@@ -75,7 +76,12 @@ func byteArrayBytes(cm *format.ColumnMetaData, n int64, levelBits int) int64 {
 	st := &cm.Statistics
 	longest := int64(max(len(st.MinValue), len(st.MaxValue), len(st.Min), len(st.Max)))
 	nonNull := n - min(max(st.NullCount, 0), n)
-	mean := dictionaryMean(cm, n, levelBits)
+	// Two different extremes: the dictionary has at least two entries.
+	atLeast := int64(1)
+	if lo, hi := statMin(st), statMax(st); lo != nil && hi != nil && !bytes.Equal(lo, hi) {
+		atLeast = 2
+	}
+	mean := dictionaryMean(cm, n, levelBits, atLeast)
 	if nonNull > 0 && max(longest, mean) > math.MaxInt32/nonNull {
 		return math.MaxInt32
 	}
@@ -89,9 +95,10 @@ func byteArrayBytes(cm *format.ColumnMetaData, n int64, levelBits int) int64 {
 // bits a dictionary of that many entries needs; b is estimated from the
 // stored data bytes per value less the levels' bits and one bit of margin
 // (headers, runs), and a dictionary that needs b bits has more than 2^(b-1)
-// entries. Runs of one index make the data pages smaller, which makes the
+// entries; it has at least atLeast (2 when the statistics' min and max
+// differ). Runs of one index make the data pages smaller, which makes the
 // bound larger, never smaller.
-func dictionaryMean(cm *format.ColumnMetaData, n int64, levelBits int) int64 {
+func dictionaryMean(cm *format.ColumnMetaData, n int64, levelBits int, atLeast int64) int64 {
 	dictStored := cm.TotalCompressedSize
 	if cm.DictionaryPageOffset > 0 && cm.DataPageOffset > cm.DictionaryPageOffset {
 		dictStored = min(dictStored, cm.DataPageOffset-cm.DictionaryPageOffset)
@@ -99,9 +106,9 @@ func dictionaryMean(cm *format.ColumnMetaData, n int64, levelBits int) int64 {
 	dataStored := max(cm.TotalCompressedSize-dictStored, 0)
 	dict := max(cm.TotalUncompressedSize-dataStored, dictStored, 0)
 	bits := dataStored*8/n - int64(levelBits) - 1
-	entries := int64(1)
+	entries := max(atLeast, 1)
 	if bits > 1 {
-		entries = int64(1)<<min(bits-1, 40) + 1
+		entries = max(entries, int64(1)<<min(bits-1, 40)+1)
 	}
 	return max(dict/entries-4, 0)
 }
@@ -155,4 +162,20 @@ func (p *parquetFooter) leafEstimate(leaf int, t arrow.DataType) leafEstimate {
 		repeated:   l.MaxRepetitionLevel > 0,
 		levelBits:  bits.Len(uint(l.MaxRepetitionLevel)) + bits.Len(uint(l.MaxDefinitionLevel)),
 	}
+}
+
+// statMin and statMax are a chunk's minimum and maximum statistics (the
+// current fields, else the deprecated ones), nil when absent.
+func statMin(st *format.Statistics) []byte {
+	if st.MinValue != nil {
+		return st.MinValue
+	}
+	return st.Min
+}
+
+func statMax(st *format.Statistics) []byte {
+	if st.MaxValue != nil {
+		return st.MaxValue
+	}
+	return st.Max
 }
