@@ -9,7 +9,10 @@
 // step's slices go on the wire (their virtual concatenation into one Flight
 // message, join.go and zerocopy.go) is private to this package, so a second
 // transport is a new package or file beside this one, not a fork of the
-// pipeline. Errors are mapped to status codes once, at the server's edge, by
+// pipeline. The shared-memory wire (shm.go) is the second: steps go through
+// memfd regions, by reference when the backend (an AllocatingBackend)
+// allocated their buffers from the stream's arena (shm_arena.go), copied into
+// a slot otherwise. Errors are mapped to status codes once, at the server's edge, by
 // this package's sentinels and the Backend's own table (ErrorCoder). docs/PROTOCOL.md specifies the wire (ticket JSON,
 // message sequence, app_metadata, status codes) for clients in any language.
 //
