@@ -389,3 +389,77 @@ def test_descriptor_outside_its_slot_is_refused():
         r._step(dict(step, buffers=[[[0, 0], [4064, 64, 5]]]))
     with pytest.raises(MeshfeedError, match=r"outside the arena"):
         r._step(dict(step, buffers=[[[0, 0], [64, 64, 0]]]))  # region 0 is a slot region, not the arena
+
+
+@pytest.fixture(scope="module")
+def wide_glob(tmp_path_factory, binary):
+    """8,192 rows of id and features float32[1024] in row groups of 1,024:
+    decoded pieces large enough for the server's arena."""
+    import subprocess
+    out = tmp_path_factory.mktemp("wide")
+    subprocess.run([binary, "gen", "--out", str(out), "--rows", "8192", "--files", "2", "--row-group-rows", "1024",
+                    "--features", "1024", "--compression", "none"], check=True, capture_output=True)
+    return str(out / "*.parquet")
+
+
+def _arena_ranges():
+    """This process's mappings of a meshfeed memfd, as (start, end)."""
+    out = []
+    for line in _region_maps():
+        lo, hi = line.split()[0].split("-")
+        out.append((int(lo, 16), int(hi, 16)))
+    return out
+
+
+def test_loader_decodes_into_the_arena(wide_glob):
+    """The Loader's server decodes features straight into the stream's arena
+    and sends them by reference (stats()["in_place_bytes"] counts every
+    features byte, no host copy, no unaligned transfer); each device's
+    jax.Array aliases the arena; a step held while 100 later steps stream
+    keeps its values (the server reuses arena bytes only after the release);
+    every step equals Flight's; and once the loader and its arrays are gone,
+    no mapping of a region or the arena is left."""
+    import meshfeed
+    kw = dict(global_batch_size=64, sharding=_mesh_sharding(), columns=["id", "features"], last_batch="drop")
+    # A read-ahead of 2 MiB: row groups are read in pieces, each freed (and
+    # its arena bytes reused) as soon as its last step is released.
+    with meshfeed.Loader(wide_glob, server_args=["--read-ahead", str(2 << 20)], **kw) as ld, \
+            meshfeed.Loader(wide_glob, transport="flight", **kw) as fl:
+        it, fit = iter(ld), iter(fl)
+        first, ffirst = next(it), next(fit)
+        held = first["features"]
+        expect = np.asarray(ffirst["features"])
+        np.testing.assert_array_equal(np.asarray(held), expect)
+        ptr = held.addressable_shards[3].data.unsafe_buffer_pointer()
+        assert any(lo <= ptr < hi for lo, hi in _arena_ranges()), "device 3's features are not a view of shared memory"
+        del first, ffirst
+        n = 1
+        for a, b in zip(it, fit):
+            for k in a:
+                np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]), err_msg=f"step {n} column {k}")
+            n += 1
+            if n == 101:
+                np.testing.assert_array_equal(np.asarray(held), expect, err_msg="a held step changed")
+        assert n == 8192 // 64 > 101
+        st = ld.stats()
+        features = n * 64 * 1024 * 4
+        assert st["transport"] == "shm" and st["host_copies"] == 0 and st["unaligned_transfers"] == 0, st
+        assert features <= st["in_place_bytes"] <= st["bytes"], st
+        np.testing.assert_array_equal(np.asarray(held), expect)
+    del held, a, b, it, fit, ld, fl
+    gc.collect()
+    assert not _region_maps(), "a mapping of a region or the arena outlived the loader and its arrays"
+
+
+def test_server_without_arena_copies(wide_glob):
+    """--shm-arena 0: the same steps, every byte copied into slots."""
+    import meshfeed
+    kw = dict(global_batch_size=64, sharding=_mesh_sharding(), columns=["id", "features"], last_batch="drop")
+    with meshfeed.Loader(wide_glob, server_args=["--shm-arena", "0"], **kw) as ld, \
+            meshfeed.Loader(wide_glob, **kw) as arena:
+        for n, (a, b) in enumerate(zip(ld, arena)):
+            for k in a:
+                np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]), err_msg=f"step {n} column {k}")
+        st = ld.stats()
+        assert st["transport"] == "shm" and st["in_place_bytes"] == 0 < st["bytes"], st
+        assert arena.stats()["in_place_bytes"] > 0
