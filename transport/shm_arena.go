@@ -120,11 +120,15 @@ func (a *shmArena) AllocateUninitialized(size int) []byte {
 
 // Allocate implements memory.Allocator: size bytes, cleared.
 func (a *shmArena) Allocate(size int) []byte {
-	b := a.AllocateUninitialized(size)
-	if _, ok := a.offset(b); ok {
-		clear(b)
+	if size >= shmArenaMin {
+		if b, ok := a.take(size); ok {
+			a.served.Add(1)
+			clear(b)
+			return b
+		}
+		a.spilled.Add(1)
 	}
-	return b
+	return a.fallback.Allocate(size) // cleared by the fallback, as Allocate must be
 }
 
 // Reallocate implements memory.Allocator.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/meshfeed/meshfeed/internal/testseed"
 )
 
@@ -330,4 +331,42 @@ func TestShmClientGoneReclaims(t *testing.T) {
 	c.close()
 	waitFor(t, "no stream active", func() bool { return ts.srv.Metrics().StreamsActive == 0 })
 	waitFor(t, "the regions and the arena unmapped", func() bool { return shmMappings(t) == before })
+}
+
+// dirtyMem is an allocator whose AllocateUninitialized returns dirty bytes,
+// as a pool that recycles buffers does.
+type dirtyMem struct{ memory.Allocator }
+
+func (d dirtyMem) AllocateUninitialized(size int) []byte {
+	b := d.Allocate(size)
+	for i := range b {
+		b[i] = 0xAA
+	}
+	return b
+}
+
+// TestShmArenaAllocateClears: Allocate returns cleared bytes whether the
+// arena or the fallback serves it, also when the fallback recycles dirty
+// memory (AllocateUninitialized is for callers that overwrite it whole).
+func TestShmArenaAllocateClears(t *testing.T) {
+	a, err := newShmArena(256<<10, dirtyMem{memory.NewGoAllocator()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	big := a.AllocateUninitialized(200 << 10) // in the arena, then dirtied and freed
+	for i := range big {
+		big[i] = 0xBB
+	}
+	a.Free(big)
+	for _, size := range []int{100, shmArenaMin, 200 << 10, 300 << 10} { // fallback, arena, arena, fallback (no room)
+		b := a.Allocate(size)
+		if i := slices.IndexFunc(b, func(v byte) bool { return v != 0 }); i >= 0 {
+			t.Errorf("Allocate(%d): byte %d is %#x, want 0", size, i, b[i])
+		}
+		a.Free(b)
+	}
+	if u := a.AllocateUninitialized(100); u[0] != 0xAA {
+		t.Errorf("AllocateUninitialized of the fallback: %#x, want its own bytes", u[0])
+	}
 }
