@@ -158,10 +158,11 @@ def test_server_killed(dataset, binary, glob):
 
 
 def test_client_killed(shm_server, glob, tmp_path):
-    """SIGKILL of a client mid-stream: the server closes its side of the
-    region (no descriptor left) and keeps serving."""
+    """SIGKILL of a client mid-stream, holding 5 steps: the server closes its
+    side of the regions and the arena (no descriptor and no mapping left: the
+    records it held for the client's steps are released) and keeps serving."""
     pid = shm_server.pid
-    base = _region_fds(pid)
+    base, base_maps = _region_fds(pid), len(_region_maps(pid))
     script = tmp_path / "client.py"
     script.write_text(textwrap.dedent(f"""
         import os, signal, sys
@@ -176,9 +177,10 @@ def test_client_killed(shm_server, glob, tmp_path):
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert "ready" in p.stdout, p.stderr
     deadline = time.monotonic() + 10
-    while _region_fds(pid) > base and time.monotonic() < deadline:
+    while (_region_fds(pid) > base or len(_region_maps(pid)) > base_maps) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _region_fds(pid) == base, "the server kept the killed client's region"
+    assert len(_region_maps(pid)) == base_maps, "the server kept a mapping of the killed client's region or arena"
     r = ShmReader(_shm_path(shm_server), _ticket(glob))
     assert sum(x.num_rows for x in r.read_chunk().data) == 40
     r.close()
