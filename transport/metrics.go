@@ -26,6 +26,7 @@ type Metrics struct {
 	bytes         atomic.Int64
 	queued        atomic.Int64
 	shmInPlace    atomic.Int64
+	shmSpills     atomic.Int64
 
 	// sendSeconds observes how long each step took to hand to gRPC; waitSeconds
 	// how long the send loop waited for each step from the backend.
@@ -57,6 +58,10 @@ type MetricsSnapshot struct {
 	// reference to its arena, where the backend decoded or gathered them,
 	// instead of copying them into a slot.
 	ShmInPlaceBytes int64 `json:"shm_in_place_bytes"`
+	// ShmArenaSpills counts buffers of 16 KiB and more that a shared-memory
+	// stream allocated outside its arena for want of room there (each is
+	// copied into a slot: raise --shm-arena).
+	ShmArenaSpills int64 `json:"shm_arena_spills"`
 	// Errors counts calls that ended in an error, by gRPC code name.
 	Errors map[string]int64 `json:"errors_by_code"`
 	// BudgetInUse is the bytes of records queued across streams now.
@@ -116,6 +121,7 @@ func (m *Metrics) snapshot() MetricsSnapshot {
 		Bytes:           m.bytes.Load(),
 		QueuedSteps:     m.queued.Load(),
 		ShmInPlaceBytes: m.shmInPlace.Load(),
+		ShmArenaSpills:  m.shmSpills.Load(),
 		Errors:          map[string]int64{},
 	}
 	m.mu.Lock()
@@ -144,6 +150,9 @@ var (
 	descShmInPlace = prometheus.NewDesc("meshfeed_shm_in_place_bytes_total",
 		"Step bytes the shared-memory wire sent by reference to its arena (where the backend decoded or gathered "+
 			"them) instead of copying them into a slot.", nil, nil)
+	descShmSpills = prometheus.NewDesc("meshfeed_shm_arena_spills_total",
+		"Buffers of 16 KiB and more that shared-memory streams allocated outside their arena for want of room "+
+			"there; each is copied into a slot instead of sent by reference (raise --shm-arena).", nil, nil)
 	descBudget = prometheus.NewDesc("meshfeed_memory_budget_in_use_bytes",
 		"Bytes of step records queued across streams, held against the memory budget.", nil, nil)
 	descErrors = prometheus.NewDesc("meshfeed_errors_total",
@@ -168,7 +177,7 @@ type serverCollector struct{ s *Server }
 // Describe implements prometheus.Collector.
 func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descStreamsActive, descStreamsTotal, descSteps, descRows, descBytes,
-		descQueue, descShmInPlace, descBudget, descErrors, descStorageBytes, descStorageReads, descStorageRetries, descStorageResumes} {
+		descQueue, descShmInPlace, descShmSpills, descBudget, descErrors, descStorageBytes, descStorageReads, descStorageRetries, descStorageResumes} {
 		ch <- d
 	}
 }
@@ -190,6 +199,7 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descBytes, m.Bytes)
 	gauge(descQueue, m.QueuedSteps)
 	counter(descShmInPlace, m.ShmInPlaceBytes)
+	counter(descShmSpills, m.ShmArenaSpills)
 	gauge(descBudget, s.budget.inUse())
 	for code, n := range m.Errors {
 		counter(descErrors, n, code)

@@ -272,7 +272,7 @@ func (s *Server) shmStream(w *shmConn) error {
 	pool := &shmPool{changed: make(chan struct{}, 1), perRegion: slots}
 	ab, ok := s.backend.(AllocatingBackend)
 	if ok && hello.Version >= 2 && s.cfg.shmArena > 0 {
-		if pool.arena, err = newShmArena(s.cfg.shmArena, s.cfg.mem); err != nil {
+		if pool.arena, err = newShmArena(s.cfg.shmArena, s.cfg.mem, &s.metrics.shmSpills); err != nil {
 			return err
 		}
 		pool.regs = append(pool.regs, nil) // region 0 is the arena

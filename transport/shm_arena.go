@@ -48,19 +48,20 @@ type shmArena struct {
 	live   map[int64]int64 // offset -> span bytes
 	closed bool
 
-	served, spilled atomic.Int64 // allocations served here, sent to fallback for want of room
+	spills *atomic.Int64 // counts allocations sent to the fallback for want of room (the server's metric)
 }
 
 type arenaSpan struct{ off, n int64 }
 
-// newShmArena maps an arena of size bytes (rounded up to pages).
-func newShmArena(size int64, fallback memory.Allocator) (*shmArena, error) {
+// newShmArena maps an arena of size bytes (rounded up to pages); spills
+// counts the allocations it sends to fallback for want of room.
+func newShmArena(size int64, fallback memory.Allocator, spills *atomic.Int64) (*shmArena, error) {
 	m, err := newShmMapping(1, size)
 	if err != nil {
 		return nil, err
 	}
 	return &shmArena{
-		fd: m.fd, mem: m.mem, base: uintptr(unsafe.Pointer(unsafe.SliceData(m.mem))), size: uintptr(len(m.mem)), fallback: fallback,
+		fd: m.fd, mem: m.mem, base: uintptr(unsafe.Pointer(unsafe.SliceData(m.mem))), size: uintptr(len(m.mem)), fallback: fallback, spills: spills,
 		free: []arenaSpan{{0, int64(len(m.mem))}}, live: map[int64]int64{},
 	}, nil
 }
@@ -107,10 +108,9 @@ func (a *shmArena) take(size int) ([]byte, bool) {
 func (a *shmArena) AllocateUninitialized(size int) []byte {
 	if size >= shmArenaMin {
 		if b, ok := a.take(size); ok {
-			a.served.Add(1)
 			return b
 		}
-		a.spilled.Add(1)
+		a.spills.Add(1)
 	}
 	if u, ok := a.fallback.(interface{ AllocateUninitialized(int) []byte }); ok {
 		return u.AllocateUninitialized(size)
@@ -122,11 +122,10 @@ func (a *shmArena) AllocateUninitialized(size int) []byte {
 func (a *shmArena) Allocate(size int) []byte {
 	if size >= shmArenaMin {
 		if b, ok := a.take(size); ok {
-			a.served.Add(1)
 			clear(b)
 			return b
 		}
-		a.spilled.Add(1)
+		a.spills.Add(1)
 	}
 	return a.fallback.Allocate(size) // cleared by the fallback, as Allocate must be
 }
@@ -137,7 +136,6 @@ func (a *shmArena) Reallocate(size int, b []byte) []byte {
 		// A builder's buffer that grows past the arena's minimum moves here.
 		if size >= shmArenaMin && size > len(b) {
 			if nb, ok := a.take(size); ok {
-				a.served.Add(1)
 				copy(nb, b)
 				clear(nb[len(b):])
 				if cap(b) > 0 {

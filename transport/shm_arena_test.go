@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -25,7 +26,8 @@ func TestShmArenaAllocator(t *testing.T) {
 	seed := testseed.Get(t, *arenaSeed, "transport.seed")
 	rng := rand.New(rand.NewPCG(seed, 1))
 	fb := checkedMem(t)
-	a, err := newShmArena(4<<20, fb)
+	var spills atomic.Int64
+	a, err := newShmArena(4<<20, fb, &spills)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,8 +96,8 @@ func TestShmArenaAllocator(t *testing.T) {
 			}
 		}
 	}
-	if served == 0 || spilled == 0 {
-		t.Errorf("%d allocations served by the arena, %d spilled for want of room: want both", served, spilled)
+	if served == 0 || spilled == 0 || spills.Load() < int64(spilled) {
+		t.Errorf("%d allocations served by the arena, %d spilled for want of room (%d counted): want both, all counted", served, spilled, spills.Load())
 	}
 	for _, l := range live {
 		check(l.b, l.fill, "live buffer")
@@ -109,7 +111,7 @@ func TestShmArenaAllocator(t *testing.T) {
 // TestShmArenaOutlivesClose: an arena closed while a record still views it
 // stays mapped until that record's buffer is freed, then goes.
 func TestShmArenaOutlivesClose(t *testing.T) {
-	a, err := newShmArena(1<<20, checkedMem(t))
+	a, err := newShmArena(1<<20, checkedMem(t), new(atomic.Int64))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,6 +212,9 @@ func TestShmInPlace(t *testing.T) {
 	if n := ts.srv.Metrics().ShmInPlaceBytes; n != refBytes || n == 0 {
 		t.Errorf("in-place bytes %d, want the %d the descriptors referenced", n, refBytes)
 	}
+	if n := ts.srv.Metrics().ShmArenaSpills; n != 0 {
+		t.Errorf("%d arena spills in a stream whose every step went by reference", n)
+	}
 	c.release(kept)
 }
 
@@ -288,6 +293,9 @@ func TestShmArenaFull(t *testing.T) {
 	if len(got) != len(want) || copied == 0 {
 		t.Fatalf("%d steps (Flight %d), %d buffers copied: want every step, some copied", len(got), len(want), copied)
 	}
+	if ts.srv.Metrics().ShmArenaSpills == 0 {
+		t.Error("a full arena counted no spill")
+	}
 	for i := range want {
 		if !slices.Equal(got[i].ids, want[i].ids) || !slices.Equal(got[i].x, want[i].x) {
 			t.Fatalf("step %d: shm and Flight differ", i)
@@ -349,7 +357,7 @@ func (d dirtyMem) AllocateUninitialized(size int) []byte {
 // arena or the fallback serves it, also when the fallback recycles dirty
 // memory (AllocateUninitialized is for callers that overwrite it whole).
 func TestShmArenaAllocateClears(t *testing.T) {
-	a, err := newShmArena(256<<10, dirtyMem{memory.NewGoAllocator()})
+	a, err := newShmArena(256<<10, dirtyMem{memory.NewGoAllocator()}, new(atomic.Int64))
 	if err != nil {
 		t.Fatal(err)
 	}
