@@ -91,6 +91,7 @@ func TestConfigValidate(t *testing.T) {
 			WithPrefetch(-1), WithMemoryBudget(-1), WithMaxMessageSize(100), WithLogger(nil),
 		}, []string{"listen address", "without a key file", "is empty", "no allowed roots", "max streams 0",
 			"prefetch depth -1", "memory budget -1", "max message size 100", "logger is nil", "9 problems"}},
+		{"negative arena", []Option{root, WithShmArena(-1)}, []string{"shared-memory arena -1 must be >= 0"}},
 		{"bad files", []Option{root, WithTLS(filepath.Join(dir, "nope.pem"), key), WithTokenFile(filepath.Join(dir, "nope"))},
 			[]string{"nope.pem", "token file"}},
 		{"bad roots", []Option{WithAllowedRoots("/data/../etc", "s3://x")}, []string{`"/data/../etc" has a ".." segment`, `scheme "s3"`}},
