@@ -50,6 +50,9 @@ def test_sleep_step_report(tmp_path, binary, glob):
     assert rep["peak_rss_client_bytes"] > 0 and rep["peak_rss_server_bytes"] > 0
     assert rep["peak_rss_bytes"] == rep["peak_rss_client_bytes"] + rep["peak_rss_server_bytes"]
     assert rep["cpu_seconds_per_gb"] > 0
+    # The server the bench starts serves shared memory; what it sent by
+    # reference is part of what was delivered.
+    assert rep["transport"] == "shm" and 0 <= rep["in_place_bytes"] <= rep["total_bytes"]
 
 
 def test_epoch_drops_remainder(tmp_path, binary, glob):

@@ -486,6 +486,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         "cpu_seconds_per_gb": cpu_total / (st["bytes"] / 1e9) if st["bytes"] else 0.0,
         "total_rows": int(st["rows"]), "total_bytes": int(st["bytes"]),
         "host_copies": st["host_copies"], "unaligned_transfers": st["unaligned_transfers"],
+        "transport": st["transport"], "in_place_bytes": int(st["in_place_bytes"]),
     }
     if a.plot:
         plot_timeline(a.plot, t_wait0, waits, computes,

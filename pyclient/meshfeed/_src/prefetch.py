@@ -51,8 +51,9 @@ class Prefetcher:
     ``queue`` holds ``(info, batch)`` per step, ``info`` being ``(epoch, step,
     totals)``, ``totals`` the sums over this prefetcher's steps up to this one
     (``TOTALS``: real rows, padded rows, record bytes, the materializer's
-    counters, and the bytes shared memory sent by reference), then END or a Failure: the consumer keeps the
-    last totals it received instead of adding up each step's. Holds no
+    counters, and the bytes shared memory sent by reference), then END or a
+    Failure: the consumer keeps the last totals it received instead of adding
+    up each step's. Holds no
     reference to the Loader, so that the Loader's finalizer can stop it."""
 
     def __init__(self, open_stream: Callable[[bytes], Any], ticket: bytes, materialize: Materializer,
