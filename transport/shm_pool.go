@@ -203,19 +203,33 @@ func newShmMapping(slots int, need int64) (*shmMapping, error) {
 // its bytes. Its room in the slot stays reserved, so that any later step
 // fits a slot whatever the arena holds.
 func (m *shmMapping) fill(slot int, slices [][]shmBuf, arena *shmArena) (out [][][]int64, inPlace int64) {
+	// Every entry is a window of one backing array: three allocations per
+	// step, not one per buffer.
+	total := 0
+	for _, bufs := range slices {
+		total += len(bufs)
+	}
+	flat := make([]int64, 3*total)
+	entry := func(v ...int64) []int64 {
+		e := flat[:len(v):len(v)]
+		copy(e, v)
+		flat = flat[3:]
+		return e
+	}
 	out = make([][][]int64, len(slices))
+	rows := make([][]int64, total)
 	at := int64(slot) * m.slotBytes
 	for k, bufs := range slices {
-		out[k] = make([][]int64, len(bufs))
+		out[k], rows = rows[:len(bufs):len(bufs)], rows[len(bufs):]
 		for i, b := range bufs {
 			n := b.len()
 			if b.b == nil {
-				out[k][i] = []int64{0, 0}
+				out[k][i] = entry(0, 0)
 				continue
 			}
 			if arena != nil && b.bits == 0 {
 				if off, ok := arena.offset(b.b); ok && off%shmAlign == 0 {
-					out[k][i] = []int64{off, n, 0}
+					out[k][i] = entry(off, n, 0)
 					inPlace += n
 					at += alignUp(n, shmAlign)
 					continue
@@ -226,7 +240,7 @@ func (m *shmMapping) fill(slot int, slices [][]shmBuf, arena *shmArena) (out [][
 			} else {
 				copy(m.mem[at:at+n], b.b)
 			}
-			out[k][i] = []int64{at, n}
+			out[k][i] = entry(at, n)
 			at += alignUp(n, shmAlign)
 		}
 	}

@@ -136,6 +136,55 @@ func (c *shmClient) frame() (shmFrame, error) {
 	return f, nil
 }
 
+// each reads frames until the end frame, failing the test on a broken
+// connection or an error frame, and hands every region frame to onRegion
+// (nil: ignored) and every step frame to onStep (c.mem is then its region).
+func (c *shmClient) each(onRegion func(*shmRegion), onStep func(*shmStep)) {
+	c.t.Helper()
+	for steps := 0; ; {
+		f, err := c.frame()
+		if err != nil || f.Error != nil {
+			c.t.Fatalf("after %d steps: %v %+v", steps, err, f.Error)
+		}
+		switch {
+		case f.End:
+			return
+		case f.Region != nil:
+			if onRegion != nil {
+				onRegion(f.Region)
+			}
+		case f.Step != nil:
+			steps++
+			onStep(f.Step)
+		}
+	}
+}
+
+// flightSteps reads req's steps over Flight: what the shared-memory wire
+// must deliver.
+func flightSteps(t *testing.T, ts *testServer, req *Request) []step {
+	t.Helper()
+	_, want, err := readAll(t, context.Background(), ts.client, ticket(t, req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return want
+}
+
+// sameSteps fails the test unless the shared-memory wire delivered exactly
+// Flight's steps (ids, x and mask).
+func sameSteps(t *testing.T, got, want []step) {
+	t.Helper()
+	if len(got) != len(want) || len(got) == 0 {
+		t.Fatalf("shm delivered %d steps, Flight %d", len(got), len(want))
+	}
+	for i := range want {
+		if !slices.Equal(got[i].ids, want[i].ids) || !slices.Equal(got[i].x, want[i].x) || !slices.Equal(got[i].mask, want[i].mask) {
+			t.Fatalf("step %d: shm %+v, Flight %+v", i, got[i], want[i])
+		}
+	}
+}
+
 // release tells the server a slot is free again, and ack that a step was
 // read. Both are best effort: after the last step the server may already
 // have closed the connection.
@@ -384,35 +433,16 @@ func TestShmSlices(t *testing.T) {
 	// Slices of 30 rows: the second slice's mask bits start mid-byte, and
 	// its ids at 240 bytes, not 64-aligned in a contiguous layout.
 	req.GlobalBatchSize, req.NumSlices, req.Slices, req.LastBatch, req.Epochs = 60, 2, []int{0, 1}, LastBatchPad, 1
-	_, want, err := readAll(t, context.Background(), ts.client, ticket(t, req))
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := flightSteps(t, ts, req)
 	raw, _ := req.Encode()
 	c := dialShm(t, path, shmHello{Version: ShmVersion, Ticket: raw})
 	var got []step
-	for {
-		f, err := c.frame()
-		if err != nil || f.Error != nil {
-			t.Fatalf("after %d steps: %v %+v", len(got), err, f.Error)
-		}
-		if f.End {
-			break
-		}
-		if f.Step != nil {
-			got = append(got, c.demoStep(f.Step))
-			c.ack()
-			c.release(f.Step)
-		}
-	}
-	if len(got) != len(want) || len(got) == 0 {
-		t.Fatalf("shm delivered %d steps, Flight %d", len(got), len(want))
-	}
-	for i := range want {
-		if !slices.Equal(got[i].ids, want[i].ids) || !slices.Equal(got[i].x, want[i].x) || !slices.Equal(got[i].mask, want[i].mask) {
-			t.Fatalf("step %d: shm %+v, Flight %+v", i, got[i], want[i])
-		}
-	}
+	c.each(nil, func(st *shmStep) {
+		got = append(got, c.demoStep(st))
+		c.ack()
+		c.release(st)
+	})
+	sameSteps(t, got, want)
 }
 
 // TestShmHeldSteps: a client that reads every step but releases none (a
@@ -426,25 +456,15 @@ func TestShmHeldSteps(t *testing.T) {
 	c := dialShm(t, path, shmHello{Version: ShmVersion, Ticket: raw, Slots: 2})
 	seen := map[[2]int]bool{}
 	var held []*shmStep
-	for {
-		f, err := c.frame()
-		if err != nil || f.Error != nil {
-			t.Fatalf("after %d steps: %v %+v", len(seen), err, f.Error)
-		}
-		if f.End {
-			break
-		}
-		if f.Step == nil {
-			continue
-		}
-		k := [2]int{f.Step.Region, f.Step.Slot}
+	c.each(nil, func(st *shmStep) {
+		k := [2]int{st.Region, st.Slot}
 		if seen[k] {
 			t.Fatalf("slot %v handed out twice while held", k)
 		}
 		seen[k] = true
-		held = append(held, f.Step)
+		held = append(held, st)
 		c.ack()
-	}
+	})
 	// Decoded only now: a slot overwritten while held would show.
 	var ids []int64
 	for _, st := range held {
