@@ -78,9 +78,8 @@ func gatherColumn(mem memory.Allocator, dt arrow.DataType, arrs []arrow.Array, r
 // gatherFixed is gatherColumn's memcpy path.
 func gatherFixed(mem memory.Allocator, dt arrow.DataType, elem, size int, isList bool, arrs []arrow.Array, runs []run, n int64) arrow.Array {
 	rowBytes := int64(elem * size)
-	vals := memory.NewResizableBuffer(mem)
+	vals := newOverwritten(mem, int(n*rowBytes)) // the runs below write every byte
 	defer vals.Release()
-	vals.Resize(int(n * rowBytes))
 	dst := vals.Bytes()
 	// Per source: its values bytes and the index of its row 0 in rows.
 	srcBytes := make([][]byte, len(arrs))
@@ -147,6 +146,25 @@ func gatherFixed(mem memory.Allocator, dt arrow.DataType, elem, size int, isList
 	}
 	defer data.Release()
 	return array.MakeFromData(data)
+}
+
+// uninitialized is implemented by allocators that can hand out memory
+// without clearing it first: the server's shared-memory arena and the
+// loader's pool.
+type uninitialized interface {
+	AllocateUninitialized(size int) []byte
+}
+
+// newOverwritten returns a buffer of n bytes that the caller overwrites
+// whole: not cleared first where mem can skip that (a gather of a step's
+// rows would otherwise write each byte twice).
+func newOverwritten(mem memory.Allocator, n int) *memory.Buffer {
+	if u, ok := mem.(uninitialized); ok && n > 0 {
+		return memory.NewBufferWithAllocator(u.AllocateUninitialized(n), mem)
+	}
+	b := memory.NewResizableBuffer(mem)
+	b.Resize(n)
+	return b
 }
 
 // padColumn returns col (nil for none) extended with zero values to n rows.
