@@ -246,12 +246,18 @@ class Materializer:
         # For the unaligned_transfers counter without a loop over devices:
         # how many devices hold local slice k.
         self._devs_per_slice = np.bincount([k for _, k in L.devices], minlength=len(L.slices))
+        self._devs_per_slice_list = [int(n) for n in self._devs_per_slice]
         self._slice_starts = np.arange(len(L.slices), dtype=np.int64)
         # Counters of the last call; for tests, its (numpy view, Arrow buffer)
         # pairs (buffer None for unpacked booleans).
         self.counts = {"host_copies": 0, "mask_unpacks": 0, "unaligned_transfers": 0}
         self._placed = False  # the first step checks the direct placement (place_slices)
         self.last_views: dict[str, tuple[np.ndarray, pa.Buffer | None]] = {}
+
+    def _unaligned_addrs(self, addrs: list[int]) -> int:
+        """Devices whose slice starts at an address of ``addrs`` (one per
+        local slice) that is not 64-byte aligned (plain Python: 8 numbers)."""
+        return sum(n for n, a in zip(self._devs_per_slice_list, addrs) if a % CPU_ALIAS_ALIGNMENT)
 
     def _unaligned(self, view: np.ndarray, slice_bytes: int) -> int:
         """Devices whose rows of ``view`` do not start 64-byte aligned."""
@@ -293,7 +299,7 @@ class Materializer:
                 if spec.name in self.narrowed:
                     copies += ndev
                 else:
-                    unaligned += int(self._devs_per_slice[np.array(addrs) % CPU_ALIAS_ALIGNMENT != 0].sum())
+                    unaligned += self._unaligned_addrs(addrs)
                 views[spec.name] = (vs[0], None)
                 placed.append((spec.name, (L.B, *spec.trailing), vs))
                 continue
@@ -333,7 +339,7 @@ class Materializer:
                 copies += ndev
             elif per_slice:
                 # devices whose slice's view is not 64-byte aligned (counted per slice)
-                unaligned += int(self._devs_per_slice[np.array(addrs) % CPU_ALIAS_ALIGNMENT != 0].sum())
+                unaligned += self._unaligned_addrs(addrs)
             else:
                 unaligned += self._unaligned(vs[0], L.b * vs[0][:1].nbytes)
             views[spec.name] = (vs[0], buf)

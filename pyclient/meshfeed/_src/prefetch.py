@@ -130,7 +130,9 @@ class Prefetcher:
                 except StopIteration:
                     break
                 self._drain()
-                meta = json.loads(chunk.app_metadata.to_pybytes()) if chunk.app_metadata is not None else {}
+                meta = getattr(chunk, "meta", None)  # a shared-memory step's, parsed already
+                if meta is None:
+                    meta = json.loads(chunk.app_metadata.to_pybytes()) if chunk.app_metadata is not None else {}
                 ep, st = meta.get("epoch"), meta.get("step")
                 if (ep, st) != self._expect or meta.get("slices") != list(L.slices):
                     raise MeshfeedError(

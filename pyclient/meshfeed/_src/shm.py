@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import mmap
 import os
 import socket
@@ -54,10 +55,10 @@ class ShmChunk:
     numpy views without building them."""
 
     __slots__ = ("_hold", "_base", "_ahold", "_abase", "_bufs", "_schema", "_starts", "_data", "_addr",
-                 "_aaddr", "rows", "slices", "app_metadata", "nbytes", "in_place")
+                 "_aaddr", "rows", "slices", "meta", "nbytes", "in_place")
 
     def __init__(self, hold: np.ndarray, base: int, bufs: list[list[list[int]]], schema: pa.Schema,
-                 starts: list[int], rows: int, app_metadata: pa.Buffer, nbytes: int,
+                 starts: list[int], rows: int, meta: dict, nbytes: int,
                  ahold: np.ndarray | None = None, abase: int = 0, in_place: int = 0):
         self._hold, self._base, self._bufs, self._schema = hold, base, bufs, schema
         self._ahold, self._abase = ahold, abase  # the arena's span of the step's buffers there
@@ -65,9 +66,14 @@ class ShmChunk:
         self.rows, self.slices = rows, len(bufs)  # rows per slice, slices
         self._data: list[pa.RecordBatch] | None = None
         self._addr = self._aaddr = 0  # the slot's and the arena span's addresses, once dense needs them
-        self.app_metadata = app_metadata
+        self.meta = meta  # epoch, step, slices, real_rows: what Flight's app_metadata holds, parsed
         self.nbytes = nbytes  # the step's buffer bytes (from the descriptor)
         self.in_place = in_place  # of which in the arena (not copied by the server)
+
+    @property
+    def app_metadata(self) -> pa.Buffer:
+        """``meta`` as Flight's app_metadata would carry it (JSON bytes)."""
+        return pa.py_buffer(json.dumps(self.meta).encode())
 
     def _view(self, b: list[int]) -> np.ndarray:
         """The bytes of a descriptor entry: [offset, length] in the slot,
@@ -99,14 +105,27 @@ class ShmChunk:
             self._addr = self._hold.ctypes.data
             if self._ahold is not None:
                 self._aaddr = self._ahold.ctypes.data
-        out, addrs, view = [], [], self._view
+        out, addrs = [], []
+        hold, base, addr = self._hold, self._base, self._addr
+        ahold, abase, aaddr = self._ahold, self._abase, self._aaddr
+        dtype = np.dtype(dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
         for slice_bufs in self._bufs:
             for b in slice_bufs[j:k]:
                 if b[1]:
                     return None
             b = slice_bufs[k]
-            out.append(view(b).view(dtype).reshape(shape))
-            addrs.append(self._aaddr + b[0] - self._abase if len(b) == 3 else self._addr + b[0] - self._base)
+            if b[1] != nbytes:
+                raise MeshfeedError(f"shared-memory step: field {i} holds {b[1]} bytes in a slice, "
+                                    f"want {nbytes} for {shape} of {dtype}")
+            # One constructor per view (not a slice, a view and a reshape):
+            # its base is the slot's or the arena span's array, as before.
+            if len(b) == 3:
+                out.append(np.ndarray(shape, dtype, ahold, b[0] - abase))
+                addrs.append(aaddr + b[0] - abase)
+            else:
+                out.append(np.ndarray(shape, dtype, hold, b[0] - base))
+                addrs.append(addr + b[0] - base)
         return out, addrs
 
     def bits(self, i: int) -> list[np.ndarray] | None:
@@ -290,8 +309,8 @@ class ShmReader:
             weakref.finalize(ahold, _drop, hold)
             self.in_place_bytes += in_place
         meta = {k: s[k] for k in ("epoch", "step", "slices", "real_rows")}
-        return ShmChunk(hold, base, bufs, self.schema, self._starts, s["rows"],
-                        pa.py_buffer(json.dumps(meta).encode()), nbytes, ahold, max(alo, 0), in_place)
+        return ShmChunk(hold, base, bufs, self.schema, self._starts, s["rows"], meta, nbytes, ahold,
+                        max(alo, 0), in_place)
 
     def _release(self, region: int, slot: int) -> None:
         # Runs on whichever thread drops a step's last array: the frame is
