@@ -374,7 +374,7 @@ def test_descriptor_outside_its_slot_is_refused():
     # A values buffer of another length than its rows need: refused by name
     # when it is viewed, not viewed short or long.
     for n in (56, 72):
-        with pytest.raises(MeshfeedError, match=f"field 0 holds {n} bytes in a slice, want 64 for \\(8,\\) of int64"):
+        with pytest.raises(MeshfeedError, match=f"column 'id' holds {n} bytes in a slice, want 64 for \\(8,\\) of int64"):
             r._step(dict(step, buffers=[[[0, 0], [1024, n]]])).dense(0, np.dtype(np.int64), (8,))
     assert ok.meta == {"epoch": 0, "step": 3, "slices": [0], "real_rows": [8]}
     assert json.loads(ok.app_metadata.to_pybytes()) == ok.meta  # what Flight's app_metadata carries

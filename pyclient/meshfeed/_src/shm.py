@@ -116,8 +116,9 @@ class ShmChunk:
                     return None
             b = slice_bufs[k]
             if b[1] != nbytes:
-                raise MeshfeedError(f"shared-memory step: field {i} holds {b[1]} bytes in a slice, "
-                                    f"want {nbytes} for {shape} of {dtype}")
+                raise MeshfeedError(f"shared-memory step: column {self._schema[i].name!r} holds {b[1]} bytes in a "
+                                    f"slice, want {nbytes} for {shape} of {dtype}: the server and this client "
+                                    "disagree on the step's layout (report it with both versions)")
             # One constructor per view (not a slice, a view and a reshape):
             # its base is the slot's or the arena span's array, as before.
             if len(b) == 3:
