@@ -18,6 +18,8 @@ from meshfeed._src import server as server_mod
 from meshfeed._src.errors import from_flight
 from meshfeed._src.layout import Materializer, layout_of
 
+from conftest import ROOT
+
 
 def named(shape, names, spec):
     return NamedSharding(jax.make_mesh(shape, names), spec)
@@ -193,7 +195,8 @@ def test_binary_not_found_lists_every_place(tmp_path, monkeypatch):
     assert str(tmp_path / "bin") not in msg and "repository bin/" not in msg, msg
     # and through the public API: server=None needs the binary
     with pytest.raises(meshfeed.BinaryNotFoundError):
-        meshfeed.Loader(str(tmp_path / "*.parquet"), global_batch_size=8, binary=tmp_path / "explicit",
+        meshfeed.Loader(str(tmp_path / "*.parquet"), global_batch_size=8,
+                        server_options=meshfeed.ServerOptions(binary=tmp_path / "explicit"),
                         sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]))
 
 
@@ -313,28 +316,101 @@ def test_config_is_keyword_only_and_frozen():
 
 def test_public_surface():
     assert set(meshfeed.__all__) == {
-        "Loader", "Shuffle", "Column", "MeshfeedError", "NotFoundError", "PermissionDeniedError",
+        "Loader", "LoaderConfig", "ServerOptions", "Shuffle", "Column", "LastBatch", "Transport",
+        "LOCAL_READ_AHEAD", "LOCAL_MEMORY_BUDGET", "MeshfeedError", "NotFoundError", "PermissionDeniedError",
         "InvalidRequestError", "PlanError", "UnavailableError", "ResourceExhaustedError",
         "BinaryNotFoundError", "StateMismatchError"}
     assert meshfeed.PlanError.__module__ == "meshfeed"
+    assert meshfeed.LoaderConfig.__module__ == meshfeed.ServerOptions.__module__ == "meshfeed"
     assert [n for n in dir(meshfeed) if not n.startswith("_")] == sorted(meshfeed.__all__)
 
 
 def test_loader_config_reports_every_problem_at_once():
-    from meshfeed._src.config import LoaderConfig
+    LoaderConfig = meshfeed.LoaderConfig
     with pytest.raises(meshfeed.InvalidRequestError) as e:
         LoaderConfig(data=[], global_batch_size=0, sharding="data", last_batch="keep", num_epochs=0,
-                     prefetch=True, mask_key="", recovery_timeout=-1, server="unix:///s", server_args=["--x"],
-                     columns={"id": "int32"}, shuffle=3)
+                     prefetch=True, mask_key="", recovery_timeout=-1, server="unix:///s",
+                     server_options=meshfeed.ServerOptions(extra_args=["--x"]), columns={"id": "int32"}, shuffle=3,
+                     transport="pipe")
     msg = str(e.value)
-    for want in ["11 problems", "data: name at least one dataset URI", "global_batch_size=0", "sharding='data'",
+    for want in ["12 problems", "data: name at least one dataset URI", "global_batch_size=0", "sharding='data'",
                  "last_batch='keep'", "num_epochs=0", "prefetch=True", "mask_key=''", "recovery_timeout=-1",
-                 "server_args: only for a local server", "columns['id']='int32'", "shuffle=3"]:
+                 "server_options: only for a local server", "columns['id']='int32'", "shuffle=3",
+                 "transport='pipe': want one of auto, shm, flight"]:
         assert want in msg, f"{want!r} not in {msg!r}"
 
 
+def test_server_options_validation_and_shape():
+    with pytest.raises(meshfeed.InvalidRequestError) as e:
+        meshfeed.ServerOptions(binary=3, read_ahead=-1, memory_budget=1.5, extra_args="--x")
+    msg = str(e.value)
+    for want in ["4 problems", "binary=3", "read_ahead=-1", "memory_budget=1.5", "extra_args='--x'"]:
+        assert want in msg, f"{want!r} not in {msg!r}"
+    with pytest.raises(TypeError):
+        meshfeed.ServerOptions("bin/meshfeed")  # noqa: keyword-only
+    o = meshfeed.ServerOptions(read_ahead=0, extra_args=["--map-cache", "1"])
+    assert o.extra_args == ("--map-cache", "1") and o.memory_budget is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.read_ahead = 1
+    hash(o)  # frozen and of tuples: usable as a key
+
+
+def test_config_literals_are_types():
+    """last_batch and transport are Literal types a type checker sees, and
+    the runtime check accepts exactly their values."""
+    import typing
+    for owner in (meshfeed.LoaderConfig, meshfeed.Loader.__init__):
+        hints = typing.get_type_hints(owner)
+        assert hints["last_batch"] == meshfeed.LastBatch, hints["last_batch"]
+        assert hints["transport"] == meshfeed.Transport, hints["transport"]
+        assert hints["server_options"] == meshfeed.ServerOptions | None
+    assert typing.get_args(meshfeed.LastBatch) == ("drop", "pad", "raise")
+    assert typing.get_args(meshfeed.Transport) == ("auto", "shm", "flight")
+    sh = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    for lb in typing.get_args(meshfeed.LastBatch):
+        assert meshfeed.LoaderConfig(data="/d", global_batch_size=8, sharding=sh, last_batch=lb).last_batch == lb
+    with pytest.raises(meshfeed.InvalidRequestError, match="last_batch='dorp': want one of drop, pad, raise"):
+        meshfeed.LoaderConfig(data="/d", global_batch_size=8, sharding=sh, last_batch="dorp")
+
+
+TYPO = """
+import jax
+import meshfeed
+
+sh = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+meshfeed.Loader("/d/*.parquet", global_batch_size=8, sharding=sh, last_batch="pad", transport="shm",
+                server_options=meshfeed.ServerOptions(read_ahead=1 << 20))
+meshfeed.Loader("/d/*.parquet", global_batch_size=8, sharding=sh, last_batch="dorp")
+meshfeed.LoaderConfig(data="/d", global_batch_size=8, sharding=sh, transport="pipe")
+meshfeed.ServerOptions(read_ahead="128M")
+"""
+
+
+def test_type_checker_flags_a_wrong_literal(tmp_path):
+    """mypy, on a snippet using the public API: each wrong value is flagged
+    on its line, the right ones are not."""
+    import subprocess
+    import sys
+    import time
+    pytest.importorskip("mypy")
+    (tmp_path / "snippet.py").write_text(TYPO)
+    t = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "mypy", "--follow-imports=silent", "--ignore-missing-imports",
+                        "--no-incremental", "--cache-dir", str(tmp_path / "cache"), "snippet.py"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                       env=dict(os.environ, MYPYPATH=str(ROOT / "pyclient")))
+    took = time.monotonic() - t
+    errors = [line for line in r.stdout.splitlines() if ": error:" in line]
+    lines = TYPO.splitlines()
+    flagged = {lines[int(e.split(":")[1]) - 1].split("(")[0] for e in errors}
+    assert r.returncode == 1 and len(errors) == 3, r.stdout + r.stderr
+    assert flagged == {"meshfeed.Loader", "meshfeed.LoaderConfig", "meshfeed.ServerOptions"}, r.stdout
+    assert "Literal['dorp']" in r.stdout and "Literal['pipe']" in r.stdout, r.stdout
+    print(f"mypy took {took:.1f} s")
+
+
 def test_loader_config_request_and_fingerprint_derive_from_one_config():
-    from meshfeed._src.config import LoaderConfig
+    LoaderConfig = meshfeed.LoaderConfig
     sh = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     cfg = LoaderConfig(data="rel/*.parquet", global_batch_size=8, sharding=sh, last_batch="pad",
                        shuffle=meshfeed.Shuffle(seed=5, window=3), num_epochs=None,

@@ -100,10 +100,19 @@ def allowed_root(uri: str) -> str:
     return str(full if full.is_dir() else full.parent)
 
 
-# Memory of a server started by a Loader: steps queued for sending, and each
-# stream's read-ahead (see `meshfeed serve -h`).
+# A server's memory (see `meshfeed serve -h`): steps queued for sending across
+# its streams (--memory-budget) and each stream's read-ahead (--read-ahead).
+# The local server a Loader starts feeds that one Loader (LocalServer: two
+# streams, as a reopen after a failure may overlap the old one); a server actor
+# of meshfeed.ray (rayservers.py) on a CPU node feeds many remote clients
+# (RAY_MAX_STREAMS streams), so it is given more of both.
 LOCAL_MEMORY_BUDGET = 256 << 20
+"""Bytes of steps a Loader's local server queues: ``ServerOptions(memory_budget=None)``."""
 LOCAL_READ_AHEAD = 128 << 20
+"""Bytes each stream of a Loader's local server reads ahead: ``ServerOptions(read_ahead=None)``."""
+RAY_MEMORY_BUDGET = 2 << 30
+RAY_READ_AHEAD = 256 << 20
+RAY_MAX_STREAMS = 64
 
 
 class LocalServer:
@@ -113,9 +122,12 @@ class LocalServer:
     def __init__(self, binary: str, roots: Sequence[str], *, backend: str = "pipeline",
                  extra_args: Sequence[str] = (), start_timeout: float = 30.0, stop_timeout: float = 10.0,
                  socket: str | os.PathLike | None = None, shm: bool = False, address: str | None = None,
-                 die_with_parent: bool = False):
+                 die_with_parent: bool = False, read_ahead: int | None = None, memory_budget: int | None = None):
         """Starts ``meshfeed serve`` allowed to read ``roots`` and waits until
-        it accepts calls. ``socket``: the Unix socket path to listen on
+        it accepts calls. ``read_ahead`` and ``memory_budget``: bytes
+        (``--read-ahead``, ``--memory-budget``); None: LOCAL_READ_AHEAD and
+        LOCAL_MEMORY_BUDGET. ``extra_args`` come after every other flag (a
+        flag given again wins). ``socket``: the Unix socket path to listen on
         (default: one in a new private temporary directory); a server
         restarted on the same path is reachable at the same address.
         ``shm``: also serve the shared-memory wire, on a socket beside it
@@ -133,8 +145,9 @@ class LocalServer:
         # failure may overlap the old one), bounded memory (queued steps plus
         # read-ahead, which serve also hands to the Go runtime as its limit).
         args = [binary, "serve", "--addr", listen, "--backend", backend, "--drain-timeout", "2s",
-                "--max-streams", "2", "--memory-budget", str(LOCAL_MEMORY_BUDGET),
-                "--read-ahead", str(LOCAL_READ_AHEAD)]
+                "--max-streams", "2",
+                "--memory-budget", str(LOCAL_MEMORY_BUDGET if memory_budget is None else memory_budget),
+                "--read-ahead", str(LOCAL_READ_AHEAD if read_ahead is None else read_ahead)]
         if shm:
             args += ["--shm", "unix://" + sock + ".shm"]
         for r in dict.fromkeys(roots):

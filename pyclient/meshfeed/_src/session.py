@@ -47,15 +47,16 @@ class Session:
             self.address = connect.resolve(self._server_fn)
         elif cfg.server is None:
             self._roots = [allowed_root(u) for u in cfg.datasets]
-            self._binary = find_binary(cfg.binary)
+            self._binary = find_binary(cfg.local_server.binary)
             self.server = self._start()
             self.address = self.server.address
         else:
             self.address = cfg.server
 
     def _start(self) -> LocalServer:
-        return LocalServer(self._binary, self._roots, extra_args=self._cfg.server_args,
-                           shm=self.transport == "shm" and shm.available())
+        opts = self._cfg.local_server
+        return LocalServer(self._binary, self._roots, read_ahead=opts.read_ahead, memory_budget=opts.memory_budget,
+                           extra_args=opts.extra_args, shm=self.transport == "shm" and shm.available())
 
     def open_stream(self, ticket: bytes, slots: int) -> Any:
         """Opens the stream of ``ticket`` on this session's transport: a
