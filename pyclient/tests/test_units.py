@@ -466,6 +466,38 @@ def rpc_status(code, message, retry_s=None, reason=None, metadata=None):
     return out
 
 
+@pytest.mark.parametrize("code,cls", [
+    ("INVALID_ARGUMENT", meshfeed.InvalidRequestError),
+    ("OUT_OF_RANGE", meshfeed.InvalidRequestError),
+    ("UNIMPLEMENTED", meshfeed.InvalidRequestError),
+    ("NOT_FOUND", meshfeed.NotFoundError),
+    ("PERMISSION_DENIED", meshfeed.PermissionDeniedError),
+    ("UNAUTHENTICATED", meshfeed.PermissionDeniedError),
+    ("FAILED_PRECONDITION", meshfeed.PlanError),
+    ("RESOURCE_EXHAUSTED", meshfeed.ResourceExhaustedError),
+    ("UNAVAILABLE", meshfeed.UnavailableError),
+    ("DEADLINE_EXCEEDED", meshfeed.UnavailableError),
+    ("INTERNAL", meshfeed.MeshfeedError),
+    ("CANCELLED", meshfeed.MeshfeedError),
+    (None, meshfeed.MeshfeedError),
+])
+def test_error_codes_map_to_one_class_on_every_path(code, cls):
+    """A code names the same exception whether it comes in a shared-memory
+    error frame (from_code) or as a Flight error's status detail
+    (from_flight), OUT_OF_RANGE and UNIMPLEMENTED included."""
+    from meshfeed._src.errors import GRPC_CODES, from_code
+    got = from_code(code, "boom")
+    assert type(got) is cls and got.code == code and got.server_message == "boom", \
+        f"from_code({code!r}) = {type(got).__name__}, want {cls.__name__}"
+    if code is None:
+        return
+    exc = flight.FlightInternalError("Flight returned internal error, with message: x",
+                                     rpc_status(GRPC_CODES.index(code), "boom"))
+    got = from_flight(exc)
+    assert type(got) is cls and got.code == code and got.server_message == "boom", \
+        f"from_flight({code!r} detail) = {type(got).__name__}, want {cls.__name__}"
+
+
 def test_status_detail_decodes_and_tolerates_absence():
     from meshfeed._src.errors import status_detail
     d = status_detail(rpc_status(14, "draining", retry_s=1.5, reason="SERVER_DRAINING", metadata={"step": "3"}))
