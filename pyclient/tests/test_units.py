@@ -44,6 +44,39 @@ def test_layout_of(shape, names, spec, B, b, D):
         assert L.slices[k] * b == start
 
 
+@pytest.mark.parametrize("N,B,policy,want", [
+    (1000, 64, "drop", 15), (1000, 64, "pad", 16), (1000, 64, "raise", 15),
+    (1024, 64, "drop", 16), (1024, 64, "pad", 16), (1024, 64, "raise", 16),
+    (10, 64, "drop", 0), (10, 64, "pad", 1), (0, 8, "pad", 0),
+])
+def test_steps_per_epoch(N, B, policy, want):
+    from meshfeed._src.plan import steps_per_epoch
+    got = steps_per_epoch(N, B, policy)
+    assert got == want, f"steps_per_epoch({N}, {B}, {policy!r}) = {got}, want {want}"
+
+
+def test_rows_per_slice():
+    from meshfeed._src.plan import rows_per_slice, steps_per_epoch
+    assert [rows_per_slice(64, D) for D in (1, 2, 8, 64)] == [64, 32, 8, 1]
+    for B, D in ((64, 3), (8, 0), (0, 1)):
+        with pytest.raises(ValueError, match="do not divide"):
+            rows_per_slice(B, D)
+    with pytest.raises(ValueError, match="last_batch='keep'"):
+        steps_per_epoch(10, 2, "keep")
+
+
+def test_server_memory_defaults_are_named_once():
+    """The local and the Ray servers' read-ahead and budget come from the
+    constants named side by side in server.py (no literal elsewhere)."""
+    from meshfeed._src import rayservers
+    a = list(rayservers.DEFAULT_SERVER_ARGS)
+    assert a[a.index("--read-ahead") + 1] == str(server_mod.RAY_READ_AHEAD)
+    assert a[a.index("--memory-budget") + 1] == str(server_mod.RAY_MEMORY_BUDGET)
+    assert a[a.index("--max-streams") + 1] == str(server_mod.RAY_MAX_STREAMS)
+    assert meshfeed.LOCAL_READ_AHEAD is server_mod.LOCAL_READ_AHEAD == 128 << 20
+    assert meshfeed.LOCAL_MEMORY_BUDGET is server_mod.LOCAL_MEMORY_BUDGET == 256 << 20
+
+
 def test_layout_of_other_sharding_kinds():
     devs = jax.devices()
     sd = jax.sharding.SingleDeviceSharding(devs[3])

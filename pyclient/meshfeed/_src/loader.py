@@ -25,6 +25,7 @@ from .config import Column, LastBatch, LoaderConfig, ServerOptions, Shuffle, Tra
 from .elastic import resolve_switch
 from .errors import InvalidRequestError, MeshfeedError, PlanError, StateMismatchError, recoverable
 from .layout import Materializer, layout_of, narrowed_columns
+from .plan import steps_per_epoch
 from .prefetch import END, TOTALS, Failure, Prefetcher
 from .server import LocalServer
 from .session import SHM_EXTRA_SLOTS, Session
@@ -255,7 +256,7 @@ class Loader:
         self._plan_info = plan
         self._num_rows, self._spe = plan["num_rows"], plan["steps_per_epoch"]
         N, B = self._num_rows, cfg.global_batch_size
-        mine = {"drop": N // B, "pad": -(-N // B), "raise": N // B}[cfg.last_batch]
+        mine = steps_per_epoch(N, B, cfg.last_batch)
         if self._spe != mine:
             raise PlanError(f"server plans {self._spe} steps per epoch for N={N} rows, B={B}, "
                             f"last_batch={cfg.last_batch}; the client computes {mine}")
