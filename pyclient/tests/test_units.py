@@ -267,6 +267,94 @@ def test_bundled_binary_comes_before_path(tmp_path, monkeypatch):
     assert server_mod.find_binary() == env  # $MESHFEED_BIN still wins
 
 
+def _fake_checkout(root, module="github.com/meshfeed/meshfeed"):
+    """A source checkout's shape: <root>/go.mod, <root>/pyclient/pyproject.toml
+    and the package in <root>/pyclient/meshfeed."""
+    (root / "pyclient" / "meshfeed").mkdir(parents=True)
+    (root / "pyclient" / "pyproject.toml").write_text("[project]\nname = 'meshfeed'\n")
+    (root / "go.mod").write_text(f"module {module}\n\ngo 1.26.0\n")
+    return root / "pyclient" / "meshfeed"
+
+
+def test_source_checkout_binary_comes_after_bundled_before_path(tmp_path, monkeypatch):
+    monkeypatch.delenv("MESHFEED_BIN", raising=False)
+    monkeypatch.setattr(server_mod, "_PKG_DIR", _fake_checkout(tmp_path / "repo"))
+    on_path = _exe(tmp_path / "path" / "meshfeed")
+    monkeypatch.setenv("PATH", str(tmp_path / "path"))
+    assert server_mod.source_checkout() == tmp_path / "repo"
+    assert server_mod.find_binary() == on_path  # nothing built yet: PATH
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(meshfeed.BinaryNotFoundError) as e:
+        server_mod.find_binary()
+    want = f"source checkout: {tmp_path / 'repo' / 'bin' / 'meshfeed'} (does not exist; `make build` writes it)"
+    assert want in str(e.value), str(e.value)
+    monkeypatch.setenv("PATH", str(tmp_path / "path"))
+    built = _exe(tmp_path / "repo" / "bin" / "meshfeed")
+    assert server_mod.find_binary() == built  # before PATH
+    bundled = _exe(tmp_path / "repo" / "pyclient" / "meshfeed" / "_bin" / "meshfeed")
+    assert server_mod.find_binary() == bundled  # the bundled binary keeps its priority
+    env = _exe(tmp_path / "env-bin")
+    monkeypatch.setenv("MESHFEED_BIN", env)
+    assert server_mod.find_binary() == env
+
+
+@pytest.mark.parametrize("layout", ["other module", "no pyproject", "site-packages"])
+def test_only_a_meshfeed_checkout_counts(tmp_path, monkeypatch, layout):
+    """A package that is not in meshfeed's own checkout never looks at a
+    bin/ around it."""
+    monkeypatch.delenv("MESHFEED_BIN", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    if layout == "site-packages":
+        pkg = tmp_path / "lib" / "site-packages" / "meshfeed"
+        pkg.mkdir(parents=True)
+        (tmp_path / "lib" / "go.mod").write_text("module github.com/meshfeed/meshfeed\n")
+        _exe(tmp_path / "lib" / "bin" / "meshfeed")
+    else:
+        pkg = _fake_checkout(tmp_path / "repo", "example.com/other" if layout == "other module"
+                             else "github.com/meshfeed/meshfeed")
+        if layout == "no pyproject":
+            (tmp_path / "repo" / "pyclient" / "pyproject.toml").unlink()
+        _exe(tmp_path / "repo" / "bin" / "meshfeed")
+    monkeypatch.setattr(server_mod, "_PKG_DIR", pkg)
+    assert server_mod.source_checkout() is None
+    with pytest.raises(meshfeed.BinaryNotFoundError, match="source checkout: none"):
+        server_mod.find_binary()
+
+
+def test_checkout_venv_finds_the_built_binary(dataset, tmp_path):
+    """In the checkout's own environment (make setup: an editable install),
+    with no $MESHFEED_BIN and no bin/ on PATH, `import meshfeed` finds the
+    binary `make build` wrote at <repo>/bin/meshfeed and a Loader starts it."""
+    import subprocess
+    import sys
+    built = ROOT / "bin" / "meshfeed"
+    if not built.exists():
+        pytest.skip(f"{built} not built (make build)")
+    if server_mod.bundled_binary().exists():
+        pytest.skip("this package bundles a binary, which comes first")
+    code = (
+        "import jax, meshfeed\n"
+        "from meshfeed._src.server import find_binary\n"
+        "print(meshfeed.__file__)\n"
+        "print(find_binary())\n"
+        f"with meshfeed.Loader({str(dataset / '*.parquet')!r}, global_batch_size=100, num_epochs=1,\n"
+        "                     sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0])) as ld:\n"
+        "    print(ld._server.args[0])\n"
+        "    print(sum(1 for _ in ld))\n")
+    env = {k: v for k, v in os.environ.items() if k != "MESHFEED_BIN"}
+    env.update(PATH=os.pathsep.join(p for p in ("/usr/local/bin", "/usr/bin", "/bin") if os.path.isdir(p)),
+               JAX_PLATFORMS="cpu")
+    env.pop("PYTHONPATH", None)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    pkg, found, started, steps = r.stdout.splitlines()[-4:]
+    if not pkg.startswith(str(ROOT / "pyclient")):
+        pytest.skip(f"meshfeed is not installed from this checkout here ({pkg})")
+    assert found == started == str(built), r.stdout
+    assert steps == "10", r.stdout
+
+
 CONSOLE_SCRIPT = """#!/venv/bin/python3
 # -*- coding: utf-8 -*-
 import re
@@ -310,7 +398,10 @@ def test_console_command_runs_the_binary(binary, tmp_path):
             assert f"  {c} " in r.stdout, f"{c!r} missing from --help:\n{r.stdout}"
     r = subprocess.run([sys.executable, "-m", "meshfeed", "version"], capture_output=True, text=True,
                        env=dict(env, MESHFEED_BIN=str(tmp_path / "missing"), PATH=str(tmp_path)))
-    if not server_mod.bundled_binary().exists():
+    checkout = server_mod.checkout_binary()
+    if server_mod.bundled_binary().exists() or (checkout is not None and checkout.exists()):
+        assert (r.returncode, r.stdout) == (0, f"meshfeed {meshfeed.__version__}\n"), r  # found all the same
+    else:
         assert r.returncode == 2 and "meshfeed binary not found" in r.stderr, r
 
 

@@ -48,35 +48,77 @@ def _on_path() -> str | None:
     return None
 
 
+# The Go module a source checkout's go.mod declares (the repository root).
+GO_MODULE = "github.com/meshfeed/meshfeed"
+
+
+def source_checkout() -> pathlib.Path | None:
+    """The repository root when this package runs from a source checkout (an
+    editable install, or ``pyclient`` on ``sys.path``): the package sits in
+    ``<root>/pyclient/meshfeed`` beside ``pyclient/pyproject.toml``, and
+    ``<root>/go.mod`` declares meshfeed's Go module. None for an installed
+    wheel, whose package sits in site-packages."""
+    pyclient = _PKG_DIR.parent
+    root = pyclient.parent
+    if pyclient.name != "pyclient" or not (pyclient / "pyproject.toml").is_file():
+        return None
+    try:
+        head = (root / "go.mod").read_text(errors="replace")[:4096]
+    except OSError:
+        return None
+    return root if any(line.strip() == f"module {GO_MODULE}" for line in head.splitlines()) else None
+
+
+def checkout_binary() -> pathlib.Path | None:
+    """Where ``make build`` writes the binary in the source checkout this
+    package runs from (``<root>/bin/meshfeed``); None outside one."""
+    root = source_checkout()
+    return root / "bin" / BIN_NAME if root is not None else None
+
+
 def _candidates(explicit: str | os.PathLike | None) -> list[tuple[str, str | None]]:
     """The places searched, in order: (description, path or None). Nothing
-    here climbs out of the installed package."""
+    here climbs out of the installed package, except to a source checkout's
+    ``bin/`` when the package itself lies in that checkout."""
+    checkout = checkout_binary()
     return [
         ("binary= argument", os.fspath(explicit) if explicit is not None else None),
         (f"${ENV_BIN}", os.environ.get(ENV_BIN) or None),
         ("bundled in the package", str(bundled_binary())),
+        ("source checkout", str(checkout) if checkout is not None else None),
         ("PATH", _on_path()),
     ]
 
 
+_NOT_SET = {
+    "PATH": f"PATH: no {BIN_NAME} binary on PATH (the meshfeed console script does not count)",
+    "source checkout": "source checkout: none (the package is installed, not run from a checkout)",
+}
+
+
 def find_binary(explicit: str | os.PathLike | None = None) -> str:
-    """Returns the meshfeed binary: the explicit path, $MESHFEED_BIN, the
-    binary bundled in the installed wheel (``meshfeed/_bin/meshfeed``), then
-    the first ``meshfeed`` on PATH (this package's console script does not
-    count). Raises BinaryNotFoundError listing every place tried."""
+    """Returns the meshfeed binary, the first of: the explicit path
+    (``ServerOptions(binary=)``), ``$MESHFEED_BIN``, the binary bundled in the
+    installed wheel (``meshfeed/_bin/meshfeed``), ``bin/meshfeed`` of the
+    source checkout this package runs from (an editable install: what
+    ``make build`` wrote), then the first ``meshfeed`` on PATH (this
+    package's console script does not count). Raises BinaryNotFoundError
+    listing every place tried."""
     tried = []
     for what, path in _candidates(explicit):
         if path is None:
-            tried.append(f"{what}: not set" if what != "PATH"
-                         else f"PATH: no {BIN_NAME} binary on PATH (the meshfeed console script does not count)")
+            tried.append(_NOT_SET.get(what, f"{what}: not set"))
             continue
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
-        tried.append(f"{what}: {path} ({'not executable' if os.path.exists(path) else 'does not exist'})")
+        state = "not executable" if os.path.exists(path) else "does not exist"
+        if what == "source checkout" and not os.path.exists(path):
+            state += "; `make build` writes it"
+        tried.append(f"{what}: {path} ({state})")
     raise BinaryNotFoundError(
         "meshfeed binary not found; tried, in order:\n  " + "\n  ".join(tried)
-        + "\n(install a meshfeed platform wheel, which carries the binary; in a checkout of the repository, "
-        f"`make build` and pass binary= or set ${ENV_BIN}=bin/meshfeed)")
+        + "\n(install a meshfeed platform wheel, which carries the binary; in a source checkout, "
+        f"`make build`, or pass ServerOptions(binary=...) or set ${ENV_BIN})")
 
 
 _GLOB_CHARS = set("*?[")
