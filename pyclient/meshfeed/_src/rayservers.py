@@ -94,7 +94,7 @@ class TLS:
 
 class ServerProcess:
     """The body of one server actor: ``meshfeed serve`` on this node's IP
-    with TLS and a token, killed with the actor (PR_SET_PDEATHSIG); if the
+    with TLS and a token, ending with the actor (``--parent-pid``); if the
     server process ends by itself, the actor exits so that Ray restarts it.
     Used through :func:`start_servers`; public for ``ray.remote`` options of
     one's own."""
@@ -112,7 +112,7 @@ class ServerProcess:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
         self._server = LocalServer(find_binary(binary), list(allow), address=f"{self._host}:{port}",
-                                   die_with_parent=True, start_timeout=start_timeout,
+                                   start_timeout=start_timeout,
                                    extra_args=[*DEFAULT_SERVER_ARGS, "--tls-cert", paths["cert.pem"],
                                                "--tls-key", paths["key.pem"], "--token-file", paths["token"],
                                                *server_args])
