@@ -62,7 +62,7 @@ def main() -> int:
     import meshfeed
     from meshfeed._src import layout as layout_mod
 
-    # Count the client's placement calls (one per step, issue 12): every
+    # Count the client's placement calls (one per step, the hot path): every
     # array of a step goes through one make_array_from_process_local_data
     # (Flight) or one place_slices of per-device views (shared memory).
     placements = []

@@ -328,7 +328,7 @@ def test_deprecated_server_args_and_binary_still_work(binary, glob):
 
 
 def test_one_placement_call_per_step_through_the_loader(server, glob, monkeypatch):
-    """The hot path places each step with one call (issue 12): no per-device
+    """The hot path places each step with one placement call: no per-device
     jax.device_put loop, whatever the mesh."""
     calls = []
     real = jax.make_array_from_process_local_data
