@@ -294,8 +294,8 @@ class LoaderConfig:
             bad("data: name at least one dataset URI")
         for u in uris or ():
             norm, problem = _normalize_uri(u)
-            if problem:
-                bad(problem)
+            if problem or norm is None:
+                bad(problem or f"data URI {u!r}")
             else:
                 datasets.append(norm)
         if not _int_at_least(self.global_batch_size, 1):

@@ -34,7 +34,7 @@ STATE_VERSION = 1
 WAITS_KEPT = 1 << 16  # steps whose waits stats() takes percentiles of: the most recent (memory stays bounded)
 
 
-def _pctl(xs: Sequence[float], q: float) -> float:
+def _pctl(xs: Sequence[float] | np.ndarray, q: float) -> float:
     return float(np.percentile(np.asarray(xs), q)) if len(xs) else 0.0
 
 

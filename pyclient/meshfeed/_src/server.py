@@ -135,7 +135,7 @@ def allowed_root(uri: str) -> str:
         return "gs://" + bucket
     path = uri[len("file://"):] if uri.startswith("file://") else uri
     parts = pathlib.PurePosixPath(path).parts
-    kept = []
+    kept: list[str] = []
     for p in parts:
         if _GLOB_CHARS & set(p):
             return str(pathlib.PurePosixPath(*kept)) if kept else "/"
