@@ -11,7 +11,8 @@ Environment:
   MESHFEED_WHEEL_ARCH=x86_64|aarch64  the Linux target (Go cross-compiles);
                                       default: this machine
   MESHFEED_BUILD_BINARY=0             no binary: a py3-none-any wheel whose
-                                      users set $MESHFEED_BIN or binary=
+                                      users set $MESHFEED_BIN or
+                                      ServerOptions(binary=)
   GO                                  the go command (default: go on PATH)
 
 The Go sources are the repository's (``..``) in a checkout, and ``go/`` in an
@@ -60,7 +61,7 @@ Do one of:
       pip install --only-binary meshfeed meshfeed
     (or the wheel that `make wheel` writes to dist/ in a checkout);
   - build without the server: MESHFEED_BUILD_BINARY=0 pip install ...; the
-    package then needs $MESHFEED_BIN (or binary=) naming a meshfeed binary.
+    package then needs $MESHFEED_BIN (or ServerOptions(binary=)) naming a meshfeed binary.
 """
 
 

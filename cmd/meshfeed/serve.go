@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -68,6 +69,7 @@ func runServe(ctx context.Context, args []string) error {
 	backend := fs.String("backend", "pipeline", "pipeline (loader+batching) or demo (synthetic rows, for tests)")
 	demoRows := fs.Int64("demo-rows", 1000, "rows of the demo backend's dataset")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	parentPID := fs.Int("parent-pid", 0, "stop (streams cancelled, no drain) once process PID is no longer this server's parent: the process that started it ended, even by SIGKILL; checked every 200ms; 0: off")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -79,6 +81,12 @@ func runServe(ctx context.Context, args []string) error {
 		return fmt.Errorf("--log-level %q: %v", *logLevel, err)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if *parentPID > 0 {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		go watchParent(ctx, *parentPID, os.Getppid, parentPoll, func() { cancel(errParentGone) })
+	}
 
 	var be transport.Backend
 	var beOpts []transport.Option
@@ -122,9 +130,38 @@ func runServe(ctx context.Context, args []string) error {
 	return serveUntilSignal(ctx, srv, *shmAddr, *drain, log)
 }
 
+// parentPoll is how often watchParent asks for the parent's pid.
+const parentPoll = 200 * time.Millisecond
+
+// errParentGone ends serve when the process of --parent-pid is gone.
+var errParentGone = errors.New("parent process gone")
+
+// watchParent calls gone once getppid no longer returns pid (the parent
+// ended and this process was handed to another), checking at once and then
+// every interval until ctx is done. Polling rather than Linux's
+// PR_SET_PDEATHSIG: that signal fires when the parent *thread* that started
+// this process ends, which in a threaded client (a JAX process) is not the
+// client ending; and polling works on every platform.
+func watchParent(ctx context.Context, pid int, getppid func() int, interval time.Duration, gone func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if getppid() != pid {
+			gone()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // serveUntilSignal binds srv's address (and the shared-memory socket shmAddr,
 // when set), prints the ready lines a client waits for, serves until ctx is
-// done (SIGTERM, SIGINT), then drains for at most drain.
+// done (SIGTERM, SIGINT), then drains for at most drain (not at all when the
+// parent is gone: errParentGone).
 func serveUntilSignal(ctx context.Context, srv *transport.Server, shmAddr string, drain time.Duration, log *slog.Logger) error {
 	lis, err := srv.Listen()
 	if err != nil {
@@ -157,7 +194,14 @@ func serveUntilSignal(ctx context.Context, srv *transport.Server, shmAddr string
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("signal received: draining", "timeout", drain.String())
+	if errors.Is(context.Cause(ctx), errParentGone) {
+		// No drain: the streams' reader went with the parent (or, for a
+		// meshfeed.ray actor's server, a new actor serves them now).
+		drain = 0
+		log.Info("parent process gone: stopping")
+	} else {
+		log.Info("signal received: draining", "timeout", drain.String())
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {

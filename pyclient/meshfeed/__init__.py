@@ -8,9 +8,13 @@ package turns them into sharded ``jax.Array``s without host copies::
                              sharding=NamedSharding(mesh, P("data")))
     for batch in loader:
         ...
+
+The configuration is typed and frozen: ``Loader``'s keyword arguments make a
+``LoaderConfig`` (``Shuffle``, ``Column`` and ``ServerOptions`` inside it),
+``last_batch`` is a ``LastBatch`` and ``transport`` a ``Transport`` literal.
 """
 
-from ._src.config import Column, Shuffle
+from ._src.config import Column, LastBatch, LoaderConfig, ServerOptions, Shuffle, Transport
 from ._src.errors import (
     BinaryNotFoundError,
     InvalidRequestError,
@@ -23,24 +27,31 @@ from ._src.errors import (
     UnavailableError,
 )
 from ._src.loader import Loader
+from ._src.server import LOCAL_MEMORY_BUDGET, LOCAL_READ_AHEAD
 from ._version import __version__
 
-for _obj in (Column, Shuffle, Loader, BinaryNotFoundError, InvalidRequestError, MeshfeedError, NotFoundError,
+for _obj in (Column, LoaderConfig, ServerOptions, Shuffle, Loader, BinaryNotFoundError, InvalidRequestError, MeshfeedError, NotFoundError,
              PermissionDeniedError, PlanError, ResourceExhaustedError, StateMismatchError, UnavailableError):
     _obj.__module__ = __name__  # public names print as meshfeed.X
 del _obj
 
 __all__ = [
+    "LOCAL_MEMORY_BUDGET",
+    "LOCAL_READ_AHEAD",
     "BinaryNotFoundError",
     "Column",
     "InvalidRequestError",
+    "LastBatch",
     "Loader",
+    "LoaderConfig",
     "MeshfeedError",
     "NotFoundError",
     "PermissionDeniedError",
     "PlanError",
     "ResourceExhaustedError",
+    "ServerOptions",
     "Shuffle",
     "StateMismatchError",
+    "Transport",
     "UnavailableError",
 ]

@@ -2,7 +2,8 @@
 
 The server's commands (serve, plan, gen, inspect, read, version) run the
 meshfeed binary: the one bundled in the installed wheel unless $MESHFEED_BIN
-names another; ``meshfeed COMMAND -h`` shows a command's flags.
+names another (in a source checkout: the bin/meshfeed that `make build`
+wrote); ``meshfeed COMMAND -h`` shows a command's flags.
 The Python client's own command:
   bench   accelerator utilization and loader throughput on your data
           (``meshfeed bench --help``; also the ``meshfeed-bench`` command)

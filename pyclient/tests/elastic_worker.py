@@ -59,7 +59,8 @@ def main() -> int:
         run = {"steps": []}
         with meshfeed.Loader(args.data, global_batch_size=args.batch_size, sharding=sharding,
                              columns=["id"], last_batch="pad", shuffle=meshfeed.Shuffle(seed=5, window=40),
-                             num_epochs=2, state=state, binary=args.binary) as loader:
+                             num_epochs=2, state=state,
+                             server_options=meshfeed.ServerOptions(binary=args.binary)) as loader:
             for i, batch in enumerate(loader):
                 shards = []
                 valid = {s.device: s for s in batch["valid"].addressable_shards}

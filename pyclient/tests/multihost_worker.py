@@ -62,7 +62,7 @@ def main() -> int:
     import meshfeed
     from meshfeed._src import layout as layout_mod
 
-    # Count the client's placement calls (one per step, issue 12): every
+    # Count the client's placement calls (one per step, the hot path): every
     # array of a step goes through one make_array_from_process_local_data
     # (Flight) or one place_slices of per-device views (shared memory).
     placements = []
@@ -102,7 +102,7 @@ def main() -> int:
         placements.clear()
         with meshfeed.Loader(args.data, global_batch_size=args.batch_size, sharding=sharding,
                              columns=["id", "label", "features"], last_batch="pad", shuffle=shuf,
-                             num_epochs=epochs, binary=args.binary) as loader:
+                             num_epochs=epochs, server_options=meshfeed.ServerOptions(binary=args.binary)) as loader:
             run["steps_per_epoch"] = loader.steps_per_epoch
             run["num_rows"] = loader.num_rows
             for batch in loader:

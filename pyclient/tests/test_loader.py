@@ -241,14 +241,20 @@ def test_shuffle_delivers_every_row_once_in_another_order(server, glob):
         [expected_ids(ROWS, 200, 8, s)[0] for s in range(5)])).any()
 
 
-def test_server_args_reach_the_local_server(dataset, glob):
-    """server_args are flags of the local server: with --map-cache the rows
-    are still the contract's, over two epochs (the second read through the
-    cached mappings); a bad flag fails at construction naming it."""
+def test_server_options_reach_the_local_server(dataset, glob):
+    """ServerOptions become flags of the local server: the read-ahead and
+    memory budget as typed values, extra_args after them; with --map-cache
+    the rows are still the contract's, over two epochs (the second read
+    through the cached mappings); a bad flag fails at construction naming it."""
     sh = sharding((8,), ("data",), P("data"))
-    with meshfeed.Loader(glob, global_batch_size=64, sharding=sh, num_epochs=2,
-                         server_args=["--map-cache", str(1 << 30)]) as ld:
-        assert ld._server.args[-2:] == ["--map-cache", str(1 << 30)]
+    opts = meshfeed.ServerOptions(read_ahead=64 << 20, memory_budget=96 << 20,
+                                  extra_args=["--map-cache", str(1 << 30)])
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sh, num_epochs=2, server_options=opts) as ld:
+        args = ld._server.args
+        assert args[-2:] == ["--map-cache", str(1 << 30)]
+        assert args[args.index("--read-ahead") + 1] == str(64 << 20), args
+        assert args[args.index("--memory-budget") + 1] == str(96 << 20), args
+        assert ld.config.server_options == opts
         got = [(np.asarray(b["id"]), np.asarray(b["label"])) for b in ld]
     per_epoch = steps_per_epoch(ROWS, 64, "drop")
     assert len(got) == 2 * per_epoch
@@ -257,13 +263,72 @@ def test_server_args_reach_the_local_server(dataset, glob):
         np.testing.assert_array_equal(ids, want, err_msg=f"step {i} ids")
         np.testing.assert_array_equal(labels, [label(int(x)) for x in want], err_msg=f"step {i} labels")
     with pytest.raises(meshfeed.MeshfeedError, match="no-such-flag"):
-        meshfeed.Loader(glob, global_batch_size=64, sharding=sh, server_args=["--no-such-flag"])
-    with pytest.raises(meshfeed.InvalidRequestError, match="server_args"):
+        meshfeed.Loader(glob, global_batch_size=64, sharding=sh,
+                        server_options=meshfeed.ServerOptions(extra_args=["--no-such-flag"]))
+    with pytest.raises(meshfeed.InvalidRequestError, match="server_options"):
+        meshfeed.Loader(glob, global_batch_size=64, sharding=sh, server="unix:///nonexistent",
+                        server_options=meshfeed.ServerOptions(extra_args=["--x"]))
+
+
+def test_local_server_defaults_are_the_named_constants(glob):
+    """Without ServerOptions the local server gets LOCAL_READ_AHEAD and
+    LOCAL_MEMORY_BUDGET (the values ServerOptions' None stands for)."""
+    sh = sharding((8,), ("data",), P("data"))
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sh) as ld:
+        args = ld._server.args
+        assert args[args.index("--read-ahead") + 1] == str(meshfeed.LOCAL_READ_AHEAD) == str(128 << 20), args
+        assert args[args.index("--memory-budget") + 1] == str(meshfeed.LOCAL_MEMORY_BUDGET), args
+        assert ld.config.server_options is None
+
+
+def test_loader_from_its_config(glob):
+    """A loader's frozen config builds another loader of the same stream;
+    a state of one resumes on the other."""
+    sh = sharding((8,), ("data",), P("data"))
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sh, last_batch="pad",
+                         shuffle=meshfeed.Shuffle(seed=3, window=40)) as ld:
+        cfg = ld.config
+        assert isinstance(cfg, meshfeed.LoaderConfig) and cfg.last_batch == "pad" and cfg.global_batch_size == 64
+        first = [np.asarray(b["id"]) for b in ld]
+    with meshfeed.Loader.from_config(cfg) as again:
+        assert again.config is cfg
+        it = iter(again)
+        np.testing.assert_array_equal(np.asarray(next(it)["id"]), first[0])
+        saved = again.state()
+    with meshfeed.Loader.from_config(cfg, state=saved) as resumed:
+        rest = [np.asarray(b["id"]) for b in resumed]
+    assert len(rest) == len(first) - 1
+    for i, (a, b) in enumerate(zip(rest, first[1:])):
+        np.testing.assert_array_equal(a, b, err_msg=f"step {i + 1}")
+    with pytest.raises(meshfeed.InvalidRequestError, match="want a meshfeed.LoaderConfig"):
+        meshfeed.Loader.from_config({"data": glob})
+
+
+def test_deprecated_server_args_and_binary_still_work(binary, glob):
+    """The names of the last release: server_args= and binary= still reach
+    the local server, each with a DeprecationWarning naming its new place;
+    server_args with a server address is still refused."""
+    sh = sharding((8,), ("data",), P("data"))
+    with pytest.warns(DeprecationWarning, match=r"server_args=.*server_options=meshfeed\.ServerOptions") as w:
+        ld = meshfeed.Loader(glob, global_batch_size=64, sharding=sh, server_args=["--map-cache", str(1 << 30)])
+    assert all(r.filename == __file__ for r in w), [r.filename for r in w]  # points at the caller
+    with ld:
+        assert ld._server.args[-2:] == ["--map-cache", str(1 << 30)]
+        assert ld.config.server_options == meshfeed.ServerOptions(extra_args=("--map-cache", str(1 << 30)))
+        assert sum(1 for _ in ld) == steps_per_epoch(ROWS, 64, "drop")
+    with pytest.warns(DeprecationWarning, match=r"binary=.*server_options=meshfeed\.ServerOptions\(binary="):
+        ld = meshfeed.Loader(glob, global_batch_size=64, sharding=sh, binary=binary)
+    with ld:
+        assert ld._server.args[0] == binary and ld.config.server_options.binary == binary
+    with pytest.warns(DeprecationWarning), pytest.raises(meshfeed.InvalidRequestError, match="server_options"):
         meshfeed.Loader(glob, global_batch_size=64, sharding=sh, server="unix:///nonexistent", server_args=["--x"])
+    with pytest.warns(DeprecationWarning), pytest.raises(meshfeed.InvalidRequestError, match="both given"):
+        meshfeed.Loader(glob, global_batch_size=64, sharding=sh, binary=binary,
+                        server_options=meshfeed.ServerOptions(binary=binary))
 
 
 def test_one_placement_call_per_step_through_the_loader(server, glob, monkeypatch):
-    """The hot path places each step with one call (issue 12): no per-device
+    """The hot path places each step with one placement call: no per-device
     jax.device_put loop, whatever the mesh."""
     calls = []
     real = jax.make_array_from_process_local_data

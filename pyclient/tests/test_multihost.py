@@ -213,7 +213,7 @@ def test_every_row_once_and_global_reduction(results, table, name):
         assert (run["num_rows"], run["steps_per_epoch"], len(run["steps"])) == (ROWS, spe, spe * epochs), \
             f"{name}: process {r['process_index']}"
         assert run["stats"]["host_copies"] == 0
-        # one placement call per step (issue 12): every step of the stream was materialized once
+        # one placement call per step (the hot path): every step of the stream was materialized once
         assert run["placements"] == spe * epochs, (name, run["placements"])
     delivered = []
     for s in range(spe):

@@ -1,6 +1,6 @@
 """jax_enable_x64 off (JAX's default): 64-bit columns are narrowed by the
 server before they leave it (int64 -> int32 with an overflow check, float64
--> float32), so the client makes no host copy (issue 12, item 3)."""
+-> float32), so the client makes no host copy for them."""
 
 import warnings
 

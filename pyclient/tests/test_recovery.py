@@ -1,9 +1,12 @@
 """The server killed mid-epoch, and the training process restarted from
 Loader.state(): the sequence of steps the loop sees equals an uninterrupted run."""
 
+import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -15,7 +18,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import meshfeed
-from meshfeed._src.server import LocalServer
+from meshfeed._src.server import LocalServer, runtime_dir
 
 B = 64
 STEPS = 480  # 30 epochs of 16 steps (1000 rows, pad): more than gRPC buffers ahead
@@ -149,3 +152,88 @@ def test_restart_from_state_at_random_step(server, glob):
         with meshfeed.Loader(glob, server=server.address, num_epochs=2, state=saved, **_kwargs()) as ld:
             tail = _take(ld, 10_000)
         _same(head + tail, full)
+
+
+# A training process: a Loader (its local server, shared memory from it, a
+# stream open), then it waits to be killed.
+CHILD = """
+import json, sys, time
+import jax, meshfeed
+ld = meshfeed.Loader(sys.argv[1], global_batch_size=100, num_epochs=None,
+                     sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]))
+it = iter(ld)
+next(it)
+srv = ld._server
+print(json.dumps({"pid": srv.pid, "address": srv.address, "shm": srv.shm_address,
+                  "transport": ld.stats()["transport"]}), flush=True)
+time.sleep(600)
+"""
+
+
+def _running(pid):
+    """Whether process ``pid`` runs (a zombie waiting to be reaped does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait_until(cond, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"{what} within {timeout}s"
+        time.sleep(0.05)
+
+
+def test_local_server_dies_with_a_killed_process(glob):
+    """The process that made a Loader is killed with SIGKILL mid-stream: its
+    local server exits by itself (it watches its parent), and leaves
+    nothing behind: no process, no socket file, no shared memory."""
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    child = subprocess.Popen([sys.executable, "-c", CHILD, glob], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        line = child.stdout.readline()
+        assert line, f"the child exited ({child.wait()}) before starting its loader"
+        info = json.loads(line)
+        sockets = [info["address"][len("unix://"):], info["shm"][len("unix://"):]]
+        assert info["transport"] == "shm" and all(os.path.exists(p) for p in sockets), info
+        assert _running(info["pid"])
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+    try:
+        _wait_until(lambda: not _running(info["pid"]), 15,
+                    f"server {info['pid']} still runs after its parent was killed")
+    finally:
+        if _running(info["pid"]):
+            os.kill(info["pid"], signal.SIGKILL)  # no server left behind by a failure
+    _wait_until(lambda: not any(os.path.exists(p) for p in sockets), 5, f"sockets {sockets} left")
+    left = [f for f in os.listdir(runtime_dir()) if f.startswith(f"{child.pid}-")]
+    assert not left, f"files of the killed process left in {runtime_dir()}: {left}"
+    shm_after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    assert not {f for f in shm_after - shm_before if "meshfeed" in f}, shm_after - shm_before
+
+
+def test_local_server_outlives_the_thread_that_started_it(glob):
+    """The server watches its parent process, not the thread that started
+    it (Linux's parent-death signal would fire when that thread ends): a
+    Loader made in a thread that has ended reads on, with the same server."""
+    made = []
+    t = threading.Thread(target=lambda: made.append(meshfeed.Loader(
+        glob, global_batch_size=100, num_epochs=3, sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]))))
+    t.start()
+    t.join()
+    with made[0] as ld:
+        pid = ld.server_pid
+        n = sum(1 for _ in ld)
+        assert n == 3 * ld.steps_per_epoch and ld.stats()["recoveries"] == 0 and ld.server_pid == pid

@@ -432,7 +432,7 @@ def test_loader_decodes_into_the_arena(wide_glob):
     kw = dict(global_batch_size=64, sharding=_mesh_sharding(), columns=["id", "features"], last_batch="drop")
     # A read-ahead of 2 MiB: row groups are read in pieces, each freed (and
     # its arena bytes reused) as soon as its last step is released.
-    with meshfeed.Loader(wide_glob, server_args=["--read-ahead", str(2 << 20)], **kw) as ld, \
+    with meshfeed.Loader(wide_glob, server_options=meshfeed.ServerOptions(read_ahead=2 << 20), **kw) as ld, \
             meshfeed.Loader(wide_glob, transport="flight", **kw) as fl:
         it, fit = iter(ld), iter(fl)
         first, ffirst = next(it), next(fit)
@@ -464,7 +464,7 @@ def test_server_without_arena_copies(wide_glob):
     """--shm-arena 0: the same steps, every byte copied into slots."""
     import meshfeed
     kw = dict(global_batch_size=64, sharding=_mesh_sharding(), columns=["id", "features"], last_batch="drop")
-    with meshfeed.Loader(wide_glob, server_args=["--shm-arena", "0"], **kw) as ld, \
+    with meshfeed.Loader(wide_glob, server_options=meshfeed.ServerOptions(extra_args=["--shm-arena", "0"]), **kw) as ld, \
             meshfeed.Loader(wide_glob, **kw) as arena:
         for n, (a, b) in enumerate(zip(ld, arena)):
             for k in a:

@@ -18,6 +18,8 @@ from meshfeed._src import server as server_mod
 from meshfeed._src.errors import from_flight
 from meshfeed._src.layout import Materializer, layout_of
 
+from conftest import ROOT
+
 
 def named(shape, names, spec):
     return NamedSharding(jax.make_mesh(shape, names), spec)
@@ -40,6 +42,39 @@ def test_layout_of(shape, names, spec, B, b, D):
     for dev, k in L.devices:
         start = sh.devices_indices_map((B,))[dev][0].start or 0
         assert L.slices[k] * b == start
+
+
+@pytest.mark.parametrize("N,B,policy,want", [
+    (1000, 64, "drop", 15), (1000, 64, "pad", 16), (1000, 64, "raise", 15),
+    (1024, 64, "drop", 16), (1024, 64, "pad", 16), (1024, 64, "raise", 16),
+    (10, 64, "drop", 0), (10, 64, "pad", 1), (0, 8, "pad", 0),
+])
+def test_steps_per_epoch(N, B, policy, want):
+    from meshfeed._src.plan import steps_per_epoch
+    got = steps_per_epoch(N, B, policy)
+    assert got == want, f"steps_per_epoch({N}, {B}, {policy!r}) = {got}, want {want}"
+
+
+def test_rows_per_slice():
+    from meshfeed._src.plan import rows_per_slice, steps_per_epoch
+    assert [rows_per_slice(64, D) for D in (1, 2, 8, 64)] == [64, 32, 8, 1]
+    for B, D in ((64, 3), (8, 0), (0, 1)):
+        with pytest.raises(ValueError, match="do not divide"):
+            rows_per_slice(B, D)
+    with pytest.raises(ValueError, match="last_batch='keep'"):
+        steps_per_epoch(10, 2, "keep")
+
+
+def test_server_memory_defaults_are_named_once():
+    """The local and the Ray servers' read-ahead and budget come from the
+    constants named side by side in server.py (no literal elsewhere)."""
+    from meshfeed._src import rayservers
+    a = list(rayservers.DEFAULT_SERVER_ARGS)
+    assert a[a.index("--read-ahead") + 1] == str(server_mod.RAY_READ_AHEAD)
+    assert a[a.index("--memory-budget") + 1] == str(server_mod.RAY_MEMORY_BUDGET)
+    assert a[a.index("--max-streams") + 1] == str(server_mod.RAY_MAX_STREAMS)
+    assert meshfeed.LOCAL_READ_AHEAD is server_mod.LOCAL_READ_AHEAD == 128 << 20
+    assert meshfeed.LOCAL_MEMORY_BUDGET is server_mod.LOCAL_MEMORY_BUDGET == 256 << 20
 
 
 def test_layout_of_other_sharding_kinds():
@@ -193,7 +228,8 @@ def test_binary_not_found_lists_every_place(tmp_path, monkeypatch):
     assert str(tmp_path / "bin") not in msg and "repository bin/" not in msg, msg
     # and through the public API: server=None needs the binary
     with pytest.raises(meshfeed.BinaryNotFoundError):
-        meshfeed.Loader(str(tmp_path / "*.parquet"), global_batch_size=8, binary=tmp_path / "explicit",
+        meshfeed.Loader(str(tmp_path / "*.parquet"), global_batch_size=8,
+                        server_options=meshfeed.ServerOptions(binary=tmp_path / "explicit"),
                         sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]))
 
 
@@ -229,6 +265,94 @@ def test_bundled_binary_comes_before_path(tmp_path, monkeypatch):
     env = _exe(tmp_path / "env-bin")
     monkeypatch.setenv("MESHFEED_BIN", env)
     assert server_mod.find_binary() == env  # $MESHFEED_BIN still wins
+
+
+def _fake_checkout(root, module="github.com/meshfeed/meshfeed"):
+    """A source checkout's shape: <root>/go.mod, <root>/pyclient/pyproject.toml
+    and the package in <root>/pyclient/meshfeed."""
+    (root / "pyclient" / "meshfeed").mkdir(parents=True)
+    (root / "pyclient" / "pyproject.toml").write_text("[project]\nname = 'meshfeed'\n")
+    (root / "go.mod").write_text(f"module {module}\n\ngo 1.26.0\n")
+    return root / "pyclient" / "meshfeed"
+
+
+def test_source_checkout_binary_comes_after_bundled_before_path(tmp_path, monkeypatch):
+    monkeypatch.delenv("MESHFEED_BIN", raising=False)
+    monkeypatch.setattr(server_mod, "_PKG_DIR", _fake_checkout(tmp_path / "repo"))
+    on_path = _exe(tmp_path / "path" / "meshfeed")
+    monkeypatch.setenv("PATH", str(tmp_path / "path"))
+    assert server_mod.source_checkout() == tmp_path / "repo"
+    assert server_mod.find_binary() == on_path  # nothing built yet: PATH
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(meshfeed.BinaryNotFoundError) as e:
+        server_mod.find_binary()
+    want = f"source checkout: {tmp_path / 'repo' / 'bin' / 'meshfeed'} (does not exist; `make build` writes it)"
+    assert want in str(e.value), str(e.value)
+    monkeypatch.setenv("PATH", str(tmp_path / "path"))
+    built = _exe(tmp_path / "repo" / "bin" / "meshfeed")
+    assert server_mod.find_binary() == built  # before PATH
+    bundled = _exe(tmp_path / "repo" / "pyclient" / "meshfeed" / "_bin" / "meshfeed")
+    assert server_mod.find_binary() == bundled  # the bundled binary keeps its priority
+    env = _exe(tmp_path / "env-bin")
+    monkeypatch.setenv("MESHFEED_BIN", env)
+    assert server_mod.find_binary() == env
+
+
+@pytest.mark.parametrize("layout", ["other module", "no pyproject", "site-packages"])
+def test_only_a_meshfeed_checkout_counts(tmp_path, monkeypatch, layout):
+    """A package that is not in meshfeed's own checkout never looks at a
+    bin/ around it."""
+    monkeypatch.delenv("MESHFEED_BIN", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    if layout == "site-packages":
+        pkg = tmp_path / "lib" / "site-packages" / "meshfeed"
+        pkg.mkdir(parents=True)
+        (tmp_path / "lib" / "go.mod").write_text("module github.com/meshfeed/meshfeed\n")
+        _exe(tmp_path / "lib" / "bin" / "meshfeed")
+    else:
+        pkg = _fake_checkout(tmp_path / "repo", "example.com/other" if layout == "other module"
+                             else "github.com/meshfeed/meshfeed")
+        if layout == "no pyproject":
+            (tmp_path / "repo" / "pyclient" / "pyproject.toml").unlink()
+        _exe(tmp_path / "repo" / "bin" / "meshfeed")
+    monkeypatch.setattr(server_mod, "_PKG_DIR", pkg)
+    assert server_mod.source_checkout() is None
+    with pytest.raises(meshfeed.BinaryNotFoundError, match="source checkout: none"):
+        server_mod.find_binary()
+
+
+def test_checkout_venv_finds_the_built_binary(dataset, tmp_path):
+    """In the checkout's own environment (make setup: an editable install),
+    with no $MESHFEED_BIN and no bin/ on PATH, `import meshfeed` finds the
+    binary `make build` wrote at <repo>/bin/meshfeed and a Loader starts it."""
+    import subprocess
+    import sys
+    built = ROOT / "bin" / "meshfeed"
+    if not built.exists():
+        pytest.skip(f"{built} not built (make build)")
+    if server_mod.bundled_binary().exists():
+        pytest.skip("this package bundles a binary, which comes first")
+    code = (
+        "import jax, meshfeed\n"
+        "from meshfeed._src.server import find_binary\n"
+        "print(meshfeed.__file__)\n"
+        "print(find_binary())\n"
+        f"with meshfeed.Loader({str(dataset / '*.parquet')!r}, global_batch_size=100, num_epochs=1,\n"
+        "                     sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0])) as ld:\n"
+        "    print(ld._server.args[0])\n"
+        "    print(sum(1 for _ in ld))\n")
+    env = {k: v for k, v in os.environ.items() if k != "MESHFEED_BIN"}
+    env.update(PATH=os.pathsep.join(p for p in ("/usr/local/bin", "/usr/bin", "/bin") if os.path.isdir(p)),
+               JAX_PLATFORMS="cpu")
+    env.pop("PYTHONPATH", None)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    pkg, found, started, steps = r.stdout.splitlines()[-4:]
+    if not pkg.startswith(str(ROOT / "pyclient")):
+        pytest.skip(f"meshfeed is not installed from this checkout here ({pkg})")
+    assert found == started == str(built), r.stdout
+    assert steps == "10", r.stdout
 
 
 CONSOLE_SCRIPT = """#!/venv/bin/python3
@@ -274,7 +398,10 @@ def test_console_command_runs_the_binary(binary, tmp_path):
             assert f"  {c} " in r.stdout, f"{c!r} missing from --help:\n{r.stdout}"
     r = subprocess.run([sys.executable, "-m", "meshfeed", "version"], capture_output=True, text=True,
                        env=dict(env, MESHFEED_BIN=str(tmp_path / "missing"), PATH=str(tmp_path)))
-    if not server_mod.bundled_binary().exists():
+    checkout = server_mod.checkout_binary()
+    if server_mod.bundled_binary().exists() or (checkout is not None and checkout.exists()):
+        assert (r.returncode, r.stdout) == (0, f"meshfeed {meshfeed.__version__}\n"), r  # found all the same
+    else:
         assert r.returncode == 2 and "meshfeed binary not found" in r.stderr, r
 
 
@@ -313,28 +440,101 @@ def test_config_is_keyword_only_and_frozen():
 
 def test_public_surface():
     assert set(meshfeed.__all__) == {
-        "Loader", "Shuffle", "Column", "MeshfeedError", "NotFoundError", "PermissionDeniedError",
+        "Loader", "LoaderConfig", "ServerOptions", "Shuffle", "Column", "LastBatch", "Transport",
+        "LOCAL_READ_AHEAD", "LOCAL_MEMORY_BUDGET", "MeshfeedError", "NotFoundError", "PermissionDeniedError",
         "InvalidRequestError", "PlanError", "UnavailableError", "ResourceExhaustedError",
         "BinaryNotFoundError", "StateMismatchError"}
     assert meshfeed.PlanError.__module__ == "meshfeed"
+    assert meshfeed.LoaderConfig.__module__ == meshfeed.ServerOptions.__module__ == "meshfeed"
     assert [n for n in dir(meshfeed) if not n.startswith("_")] == sorted(meshfeed.__all__)
 
 
 def test_loader_config_reports_every_problem_at_once():
-    from meshfeed._src.config import LoaderConfig
+    LoaderConfig = meshfeed.LoaderConfig
     with pytest.raises(meshfeed.InvalidRequestError) as e:
         LoaderConfig(data=[], global_batch_size=0, sharding="data", last_batch="keep", num_epochs=0,
-                     prefetch=True, mask_key="", recovery_timeout=-1, server="unix:///s", server_args=["--x"],
-                     columns={"id": "int32"}, shuffle=3)
+                     prefetch=True, mask_key="", recovery_timeout=-1, server="unix:///s",
+                     server_options=meshfeed.ServerOptions(extra_args=["--x"]), columns={"id": "int32"}, shuffle=3,
+                     transport="pipe")
     msg = str(e.value)
-    for want in ["11 problems", "data: name at least one dataset URI", "global_batch_size=0", "sharding='data'",
+    for want in ["12 problems", "data: name at least one dataset URI", "global_batch_size=0", "sharding='data'",
                  "last_batch='keep'", "num_epochs=0", "prefetch=True", "mask_key=''", "recovery_timeout=-1",
-                 "server_args: only for a local server", "columns['id']='int32'", "shuffle=3"]:
+                 "server_options: only for a local server", "columns['id']='int32'", "shuffle=3",
+                 "transport='pipe': want one of auto, shm, flight"]:
         assert want in msg, f"{want!r} not in {msg!r}"
 
 
+def test_server_options_validation_and_shape():
+    with pytest.raises(meshfeed.InvalidRequestError) as e:
+        meshfeed.ServerOptions(binary=3, read_ahead=-1, memory_budget=1.5, extra_args="--x")
+    msg = str(e.value)
+    for want in ["4 problems", "binary=3", "read_ahead=-1", "memory_budget=1.5", "extra_args='--x'"]:
+        assert want in msg, f"{want!r} not in {msg!r}"
+    with pytest.raises(TypeError):
+        meshfeed.ServerOptions("bin/meshfeed")  # noqa: keyword-only
+    o = meshfeed.ServerOptions(read_ahead=0, extra_args=["--map-cache", "1"])
+    assert o.extra_args == ("--map-cache", "1") and o.memory_budget is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.read_ahead = 1
+    hash(o)  # frozen and of tuples: usable as a key
+
+
+def test_config_literals_are_types():
+    """last_batch and transport are Literal types a type checker sees, and
+    the runtime check accepts exactly their values."""
+    import typing
+    for owner in (meshfeed.LoaderConfig, meshfeed.Loader.__init__):
+        hints = typing.get_type_hints(owner)
+        assert hints["last_batch"] == meshfeed.LastBatch, hints["last_batch"]
+        assert hints["transport"] == meshfeed.Transport, hints["transport"]
+        assert hints["server_options"] == meshfeed.ServerOptions | None
+    assert typing.get_args(meshfeed.LastBatch) == ("drop", "pad", "raise")
+    assert typing.get_args(meshfeed.Transport) == ("auto", "shm", "flight")
+    sh = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    for lb in typing.get_args(meshfeed.LastBatch):
+        assert meshfeed.LoaderConfig(data="/d", global_batch_size=8, sharding=sh, last_batch=lb).last_batch == lb
+    with pytest.raises(meshfeed.InvalidRequestError, match="last_batch='dorp': want one of drop, pad, raise"):
+        meshfeed.LoaderConfig(data="/d", global_batch_size=8, sharding=sh, last_batch="dorp")
+
+
+TYPO = """
+import jax
+import meshfeed
+
+sh = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+meshfeed.Loader("/d/*.parquet", global_batch_size=8, sharding=sh, last_batch="pad", transport="shm",
+                server_options=meshfeed.ServerOptions(read_ahead=1 << 20))
+meshfeed.Loader("/d/*.parquet", global_batch_size=8, sharding=sh, last_batch="dorp")
+meshfeed.LoaderConfig(data="/d", global_batch_size=8, sharding=sh, transport="pipe")
+meshfeed.ServerOptions(read_ahead="128M")
+"""
+
+
+def test_type_checker_flags_a_wrong_literal(tmp_path):
+    """mypy, on a snippet using the public API: each wrong value is flagged
+    on its line, the right ones are not."""
+    import subprocess
+    import sys
+    import time
+    pytest.importorskip("mypy")
+    (tmp_path / "snippet.py").write_text(TYPO)
+    t = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "mypy", "--follow-imports=silent", "--ignore-missing-imports",
+                        "--no-incremental", "--cache-dir", str(tmp_path / "cache"), "snippet.py"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                       env=dict(os.environ, MYPYPATH=str(ROOT / "pyclient")))
+    took = time.monotonic() - t
+    errors = [line for line in r.stdout.splitlines() if ": error:" in line]
+    lines = TYPO.splitlines()
+    flagged = {lines[int(e.split(":")[1]) - 1].split("(")[0] for e in errors}
+    assert r.returncode == 1 and len(errors) == 3, r.stdout + r.stderr
+    assert flagged == {"meshfeed.Loader", "meshfeed.LoaderConfig", "meshfeed.ServerOptions"}, r.stdout
+    assert "Literal['dorp']" in r.stdout and "Literal['pipe']" in r.stdout, r.stdout
+    print(f"mypy took {took:.1f} s")
+
+
 def test_loader_config_request_and_fingerprint_derive_from_one_config():
-    from meshfeed._src.config import LoaderConfig
+    LoaderConfig = meshfeed.LoaderConfig
     sh = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     cfg = LoaderConfig(data="rel/*.parquet", global_batch_size=8, sharding=sh, last_batch="pad",
                        shuffle=meshfeed.Shuffle(seed=5, window=3), num_epochs=None,
@@ -388,6 +588,38 @@ def rpc_status(code, message, retry_s=None, reason=None, metadata=None):
             _pb(3, _pb(1, k) + _pb(2, v)) for k, v in (metadata or {}).items())
         out += _pb(3, _pb(1, "type.googleapis.com/google.rpc.ErrorInfo") + _pb(2, info))
     return out
+
+
+@pytest.mark.parametrize("code,cls", [
+    ("INVALID_ARGUMENT", meshfeed.InvalidRequestError),
+    ("OUT_OF_RANGE", meshfeed.InvalidRequestError),
+    ("UNIMPLEMENTED", meshfeed.InvalidRequestError),
+    ("NOT_FOUND", meshfeed.NotFoundError),
+    ("PERMISSION_DENIED", meshfeed.PermissionDeniedError),
+    ("UNAUTHENTICATED", meshfeed.PermissionDeniedError),
+    ("FAILED_PRECONDITION", meshfeed.PlanError),
+    ("RESOURCE_EXHAUSTED", meshfeed.ResourceExhaustedError),
+    ("UNAVAILABLE", meshfeed.UnavailableError),
+    ("DEADLINE_EXCEEDED", meshfeed.UnavailableError),
+    ("INTERNAL", meshfeed.MeshfeedError),
+    ("CANCELLED", meshfeed.MeshfeedError),
+    (None, meshfeed.MeshfeedError),
+])
+def test_error_codes_map_to_one_class_on_every_path(code, cls):
+    """A code names the same exception whether it comes in a shared-memory
+    error frame (from_code) or as a Flight error's status detail
+    (from_flight), OUT_OF_RANGE and UNIMPLEMENTED included."""
+    from meshfeed._src.errors import GRPC_CODES, from_code
+    got = from_code(code, "boom")
+    assert type(got) is cls and got.code == code and got.server_message == "boom", \
+        f"from_code({code!r}) = {type(got).__name__}, want {cls.__name__}"
+    if code is None:
+        return
+    exc = flight.FlightInternalError("Flight returned internal error, with message: x",
+                                     rpc_status(GRPC_CODES.index(code), "boom"))
+    got = from_flight(exc)
+    assert type(got) is cls and got.code == code and got.server_message == "boom", \
+        f"from_flight({code!r} detail) = {type(got).__name__}, want {cls.__name__}"
 
 
 def test_status_detail_decodes_and_tolerates_absence():

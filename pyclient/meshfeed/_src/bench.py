@@ -372,7 +372,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     import jax
 
     from .bench_step import make_step
-    from .config import Column, Shuffle
+    from .config import Column, ServerOptions, Shuffle
     from .loader import Loader
 
     if a.x64:
@@ -397,7 +397,8 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         loader = Loader(uris, global_batch_size=a.global_batch_size, sharding=sharding, columns=columns,
                         last_batch=a.last_batch, shuffle=shuffle,
                         num_epochs=None if a.steps is not None else a.epochs, prefetch=a.prefetch,
-                        server=a.server, binary=a.binary)
+                        server=a.server,
+                        server_options=ServerOptions(binary=a.binary) if a.server is None else None)
         with loader:
             total = a.steps if a.steps is not None else loader.steps_per_epoch * a.epochs
             progress = Progress(total, enabled=not a.no_progress)

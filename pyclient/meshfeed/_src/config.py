@@ -1,12 +1,16 @@
-"""The configuration: the public Shuffle and Column, and the Loader's own
-LoaderConfig, from which the wire request and the state fingerprint derive."""
+"""The configuration: the public, frozen, keyword-only dataclasses a Loader is
+built from (Shuffle, Column, ServerOptions and LoaderConfig, which holds them
+all) and the literal types of its choices (LastBatch, Transport). The wire
+request and the state fingerprint derive from a LoaderConfig.
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: the public classes print as
+``meshfeed.X``, so ``typing.get_type_hints`` would evaluate string annotations
+in the ``meshfeed`` namespace; evaluated ones need nothing evaluated."""
 
 import dataclasses
 import math
 import os
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence, get_args
 
 import jax
 
@@ -18,6 +22,10 @@ _MAX_U64 = (1 << 64) - 1
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _int_at_least(v: Any, lo: int) -> bool:
+    return _is_int(v) and v >= lo
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -116,13 +124,73 @@ class Column:
         return out
 
 
-LAST_BATCH = ("drop", "pad", "raise")
+LastBatch = Literal["drop", "pad", "raise"]
+"""What a Loader does with the rows after the last full step of an epoch:
+``"drop"`` them, ``"pad"`` a last step (with a boolean mask, ``mask_key``), or
+``"raise"`` a PlanError at construction unless the steps divide the rows."""
+
+Transport = Literal["auto", "shm", "flight"]
+"""How steps travel from the server: ``"auto"`` (shared memory from a local
+server, falling back to Flight with a warning; Flight to a ``server=``
+address), ``"shm"`` (shared memory or an error), ``"flight"`` (always Flight)."""
+
+LAST_BATCH: tuple[str, ...] = get_args(LastBatch)
+TRANSPORTS: tuple[str, ...] = get_args(Transport)
+
 # Request fields that say which rows this process takes or where it starts, not
 # which stream it reads: a state taken by one process (or at one position, or
 # with another number of epochs) resumes on any other. Every other field of the
 # request is the stream's identity (LoaderConfig.fingerprint).
 _NOT_IDENTITY = ("version", "slices", "start", "epochs")
 WIRE_VERSION = 1
+
+
+def _problems(owner: str, problems: list[str]) -> str:
+    head = f"{owner}: " + (f"{len(problems)} problems:\n  " if len(problems) > 1 else "")
+    return head + "\n  ".join(problems)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ServerOptions:
+    """How a Loader starts its local ``meshfeed serve`` (``server=None`` only;
+    see ``meshfeed serve -h``). Every field is optional.
+
+    Args:
+        binary: path of the meshfeed binary; None searches ``$MESHFEED_BIN``,
+            the binary bundled in the wheel, a source checkout's ``bin/``, then
+            ``PATH`` (BinaryNotFoundError lists every place tried).
+        read_ahead: bytes of row groups each stream reads ahead, compressed
+            plus decoded (``--read-ahead``); None: :data:`LOCAL_READ_AHEAD`
+            (128 MiB); 0: one whole row group per slice at a time.
+        memory_budget: bytes of steps queued for sending across the server's
+            streams (``--memory-budget``); None: :data:`LOCAL_MEMORY_BUDGET`
+            (256 MiB); 0: unbounded.
+        extra_args: more ``meshfeed serve`` flags, after those above (a flag
+            given again wins), e.g. ``("--map-cache", str(8 << 30))`` to keep
+            local files mapped between epochs, or ``("--allow", DIR)``.
+
+    Bad values raise one InvalidRequestError (a ValueError) naming each.
+    """
+
+    binary: str | os.PathLike[str] | None = None
+    read_ahead: int | None = None
+    memory_budget: int | None = None
+    extra_args: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        if self.binary is not None and not isinstance(self.binary, (str, os.PathLike)):
+            problems.append(f"binary={self.binary!r}: want a path or None")
+        for name in ("read_ahead", "memory_budget"):
+            v = getattr(self, name)
+            if v is not None and not _int_at_least(v, 0):
+                problems.append(f"{name}={v!r}: want an int of bytes >= 0, or None for the default")
+        ea = self.extra_args
+        if isinstance(ea, str) or not isinstance(ea, Sequence) or not all(isinstance(a, str) for a in ea):
+            problems.append(f"extra_args={ea!r}: want a sequence of strings")
+        if problems:
+            raise InvalidRequestError(_problems("meshfeed.ServerOptions", problems))
+        object.__setattr__(self, "extra_args", tuple(ea))
 
 
 def _normalize_uri(uri: Any) -> tuple[str | None, str | None]:
@@ -175,45 +243,42 @@ def _wire_columns(columns: Any, bad: Any) -> tuple[dict[str, Any], ...] | None:
     return tuple(out)
 
 
-def _int_at_least(v: Any, lo: int) -> bool:
-    return _is_int(v) and v >= lo
-
-
-# How steps travel: "auto" (shared memory from a local server, else Flight),
-# "shm" (shared memory, never Flight), "flight" (always Flight).
-TRANSPORTS = ("auto", "shm", "flight")
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LoaderConfig:
-    """Everything a Loader is asked for, checked once: the arguments of
-    :class:`meshfeed.Loader` as given, validated in ``__post_init__``, which
-    reports every problem at once (one InvalidRequestError naming each bad
-    value). ``datasets`` and ``wire_columns`` hold the normalized forms
-    (absolute paths, the request's column objects).
+    """What a :class:`meshfeed.Loader` reads and how: its arguments (bar
+    ``state`` and ``elastic``, which say where to resume), typed, frozen and
+    checked once. ``__post_init__`` reports every problem at once (one
+    InvalidRequestError naming each bad value). ``Loader.config`` is the
+    loader's; :meth:`Loader.from_config` builds a loader from one.
 
-    The wire request (:meth:`request`) and the state fingerprint
-    (:meth:`fingerprint`) both derive from it; which value the server accepts
-    for a column's shaping is the server's to say (the Loader asks it at
-    construction)."""
+    ``datasets`` and ``wire_columns`` are derived (absolute paths, the
+    request's column objects); ``tls_root_certs`` given as a path holds the
+    file's PEM bytes. The wire request (:meth:`request`) and the state
+    fingerprint (:meth:`fingerprint`) both derive from it; which value the
+    server accepts for a column's shaping is the server's to say (the Loader
+    asks it at construction).
 
-    data: Any
-    global_batch_size: Any
-    sharding: Any
-    columns: Any = None
-    last_batch: Any = "drop"
-    shuffle: Any = None
-    num_epochs: Any = 1
-    prefetch: Any = 2
-    server: Any = None
-    mask_key: Any = "valid"
-    binary: Any = None
-    recovery_timeout: Any = 60.0
-    server_args: Any = ()
-    transport: Any = "auto"
-    tls_root_certs: Any = None
-    tls_server_name: Any = None
-    token: Any = None
+    The fields are the Loader's arguments of the same names (see
+    :class:`meshfeed.Loader`); ``server_options`` (a :class:`ServerOptions`)
+    applies to the local server only (``server=None``).
+    """
+
+    data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+    global_batch_size: int
+    sharding: jax.sharding.Sharding
+    columns: Sequence[str] | Mapping[str, Column | None] | None = None
+    last_batch: LastBatch = "drop"
+    shuffle: Shuffle | None = None
+    num_epochs: int | None = 1
+    prefetch: int = 2
+    server: str | Callable[[], str] | None = None
+    server_options: ServerOptions | None = None
+    mask_key: str = "valid"
+    recovery_timeout: float = 60.0
+    transport: Transport = "auto"
+    tls_root_certs: bytes | str | os.PathLike[str] | None = None
+    tls_server_name: str | None = None
+    token: str | None = None
     datasets: tuple[str, ...] = dataclasses.field(init=False)
     wire_columns: tuple[dict[str, Any], ...] | None = dataclasses.field(init=False)
 
@@ -229,8 +294,8 @@ class LoaderConfig:
             bad("data: name at least one dataset URI")
         for u in uris or ():
             norm, problem = _normalize_uri(u)
-            if problem:
-                bad(problem)
+            if problem or norm is None:
+                bad(problem or f"data URI {u!r}")
             else:
                 datasets.append(norm)
         if not _int_at_least(self.global_batch_size, 1):
@@ -254,28 +319,27 @@ class LoaderConfig:
             bad(f"server={self.server!r}: want 'unix:///path', 'host:port', a callable returning one, "
                 "or None (start a local server)")
         pem = connect.check_options(bad, self.server, self.tls_root_certs, self.tls_server_name, self.token)
-        sa = self.server_args
-        if isinstance(sa, str) or not isinstance(sa, Sequence) or not all(isinstance(a, str) for a in sa):
-            bad(f"server_args={sa!r}: want a sequence of strings")
-        elif self.server is not None and sa:
-            bad("server_args: only for a local server (server=None); "
+        if self.server_options is not None and not isinstance(self.server_options, ServerOptions):
+            bad(f"server_options={self.server_options!r}: want a meshfeed.ServerOptions or None")
+        elif self.server_options is not None and self.server is not None:
+            bad("server_options: only for a local server (server=None); "
                 "pass flags to the running server where it was started")
         if self.transport not in TRANSPORTS:
             bad(f"transport={self.transport!r}: want one of {', '.join(TRANSPORTS)}")
         elif self.transport == "shm" and self.server is not None:
             bad("transport='shm': only for a local server (server=None); a server given by address is read over Flight")
-        if self.binary is not None and not isinstance(self.binary, (str, os.PathLike)):
-            bad(f"binary={self.binary!r}: want a path or None")
         cols = _wire_columns(self.columns, bad)
         if problems:
-            head = "meshfeed.Loader: " + (f"{len(problems)} problems:\n  " if len(problems) > 1 else "")
-            raise InvalidRequestError(head + "\n  ".join(problems))
+            raise InvalidRequestError(_problems("meshfeed.Loader", problems))
         object.__setattr__(self, "datasets", tuple(datasets))
         object.__setattr__(self, "wire_columns", cols)
-        object.__setattr__(self, "server_args", tuple(sa))
         object.__setattr__(self, "recovery_timeout", float(rt))
         object.__setattr__(self, "tls_root_certs", pem)
 
+    @property
+    def local_server(self) -> ServerOptions:
+        """The local server's options (``server_options`` or the defaults)."""
+        return self.server_options if self.server_options is not None else ServerOptions()
     @property
     def pad_mask(self) -> str | None:
         """The mask column's name with ``last_batch="pad"``, else None."""

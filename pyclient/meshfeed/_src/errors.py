@@ -66,11 +66,15 @@ class StateMismatchError(MeshfeedError, ValueError):
     """A checkpoint state was taken from a loader with another configuration."""
 
 
-# gRPC status codes by number (grpc/status.proto), and the exception of each.
+# gRPC status codes by number (grpc/status.proto).
 GRPC_CODES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
               "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
               "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")
-_CLASS_OF_CODE: dict[str, type[MeshfeedError]] = {
+# The one table of status code names onto exceptions, for every path an error
+# arrives by: a Flight error (from_flight: the server's detail, or the code
+# pyarrow's exception type or message names) and the shared-memory wire's
+# error frames (from_code). A code not in it is a plain MeshfeedError.
+CLASS_OF_CODE: dict[str, type[MeshfeedError]] = {
     "INVALID_ARGUMENT": InvalidRequestError, "OUT_OF_RANGE": InvalidRequestError,
     "UNIMPLEMENTED": InvalidRequestError, "NOT_FOUND": NotFoundError, "PERMISSION_DENIED": PermissionDeniedError,
     "UNAUTHENTICATED": PermissionDeniedError, "FAILED_PRECONDITION": PlanError,
@@ -202,11 +206,23 @@ def recoverable(exc: BaseException) -> bool:
 # into ArrowInvalid; its message names the code ("... precondition failed
 # error, with message: ..."), see docs/PROTOCOL.md.
 _CODE_WORDS = [
-    ("precondition failed", "FAILED_PRECONDITION", PlanError),
-    ("resource exhausted", "RESOURCE_EXHAUSTED", ResourceExhaustedError),
-    ("invalid argument", "INVALID_ARGUMENT", InvalidRequestError),
-    ("not found", "NOT_FOUND", NotFoundError),
-    ("unavailable", "UNAVAILABLE", UnavailableError),
+    ("precondition failed", "FAILED_PRECONDITION"),
+    ("resource exhausted", "RESOURCE_EXHAUSTED"),
+    ("invalid argument", "INVALID_ARGUMENT"),
+    ("not found", "NOT_FOUND"),
+    ("unavailable", "UNAVAILABLE"),
+]
+# The code each pyarrow Flight error type stands for (pyarrow collapses several
+# codes into some of them: the first that matches decides).
+_CODE_OF_TYPE: list[tuple[type[BaseException], str]] = [
+    (flight.FlightUnavailableError, "UNAVAILABLE"),
+    (flight.FlightUnauthorizedError, "PERMISSION_DENIED"),
+    (flight.FlightUnauthenticatedError, "UNAUTHENTICATED"),
+    (flight.FlightTimedOutError, "DEADLINE_EXCEEDED"),
+    (flight.FlightCancelledError, "CANCELLED"),
+    (flight.FlightInternalError, "INTERNAL"),
+    (pa.ArrowKeyError, "NOT_FOUND"),
+    (pa.ArrowNotImplementedError, "UNIMPLEMENTED"),
 ]
 
 _PREFIX = re.compile(r"^(?:Flight|gRPC) returned (?P<what>[a-z ]+?) error, with message: ", re.S)
@@ -231,63 +247,31 @@ def from_flight(exc: BaseException) -> BaseException:
         return exc
     text = str(exc)
     words, server_msg = _server_message(text)
-    cls: type[MeshfeedError] = MeshfeedError
     code: str | None = None
     detail = status_detail(getattr(exc, "extra_info", None))
     if detail is not None:
         # The server's own status: its code is exact (pyarrow raises
         # FlightInternalError for any code that carries a detail).
         code = detail.code
-        cls = _CLASS_OF_CODE.get(code, MeshfeedError)
         server_msg = detail.message or server_msg
-    elif isinstance(exc, flight.FlightUnavailableError):
-        cls, code = UnavailableError, "UNAVAILABLE"
-    elif isinstance(exc, flight.FlightUnauthorizedError):
-        cls, code = PermissionDeniedError, "PERMISSION_DENIED"
-    elif isinstance(exc, flight.FlightUnauthenticatedError):
-        cls, code = PermissionDeniedError, "UNAUTHENTICATED"
-    elif isinstance(exc, flight.FlightTimedOutError):
-        cls, code = UnavailableError, "DEADLINE_EXCEEDED"
-    elif isinstance(exc, flight.FlightCancelledError):
-        cls, code = MeshfeedError, "CANCELLED"
-    elif isinstance(exc, flight.FlightInternalError):
-        cls, code = MeshfeedError, "INTERNAL"
-    elif isinstance(exc, pa.ArrowKeyError):
-        cls, code = NotFoundError, "NOT_FOUND"
-    elif isinstance(exc, pa.ArrowNotImplementedError):
-        cls, code = InvalidRequestError, "UNIMPLEMENTED"
     else:
-        if isinstance(exc, pa.ArrowInvalid):
-            cls, code = InvalidRequestError, "INVALID_ARGUMENT"
-        # pyarrow collapses several codes into one exception type; the code
-        # word in the server's message (docs/PROTOCOL.md) tells them apart.
-        for w, c, k in _CODE_WORDS:
-            if words is not None and w in words:
-                cls, code = k, c
-                break
+        code = next((c for t, c in _CODE_OF_TYPE if isinstance(exc, t)), None)
+        if code is None:
+            if isinstance(exc, pa.ArrowInvalid):
+                code = "INVALID_ARGUMENT"
+            # pyarrow collapses several codes into one exception type; the code
+            # word in the server's message (docs/PROTOCOL.md) tells them apart.
+            code = next((c for w, c in _CODE_WORDS if words is not None and w in words), code)
+    cls = CLASS_OF_CODE.get(code or "", MeshfeedError)
     label = f" ({code})" if code else ""
     err = cls(f"meshfeed server{label}: {server_msg}", code=code, server_message=server_msg, detail=detail)
     err.__cause__ = exc
     return err
 
 
-# Status code names (as gRPC spells them) onto the exceptions, for errors that
-# arrive with their code (the shared-memory wire's error frames).
-_BY_CODE: dict[str, type[MeshfeedError]] = {
-    "INVALID_ARGUMENT": InvalidRequestError,
-    "NOT_FOUND": NotFoundError,
-    "PERMISSION_DENIED": PermissionDeniedError,
-    "UNAUTHENTICATED": PermissionDeniedError,
-    "FAILED_PRECONDITION": PlanError,
-    "UNAVAILABLE": UnavailableError,
-    "DEADLINE_EXCEEDED": UnavailableError,
-    "RESOURCE_EXHAUSTED": ResourceExhaustedError,
-}
-
-
 def from_code(code: str | None, message: str) -> MeshfeedError:
     """Returns the meshfeed exception for a server error given by its status
-    code's name (``"FAILED_PRECONDITION"``) and message."""
-    cls = _BY_CODE.get(code or "", MeshfeedError)
+    code's name (``"FAILED_PRECONDITION"``) and message (CLASS_OF_CODE)."""
+    cls = CLASS_OF_CODE.get(code or "", MeshfeedError)
     label = f" ({code})" if code else ""
     return cls(f"meshfeed server{label}: {message}", code=code, server_message=message)

@@ -16,6 +16,7 @@ import pyarrow as pa
 from .arrowtypes import check_batch_nulls, check_nulls_at_construction, fill_and_mask, flatten_batch, flatten_schema, \
     has_structs, jax_integer_view
 from .errors import InvalidRequestError, MeshfeedError
+from .plan import rows_per_slice
 
 # XLA's CPU client aliases host memory passed to device_put (no copy) only
 # when it is aligned to this many bytes; otherwise it copies.
@@ -51,19 +52,22 @@ def layout_of(sharding: jax.sharding.Sharding, B: int) -> Layout:
             f"sharding {sharding} cannot lay out a batch dimension of {B} rows ({type(e).__name__}: {e}); "
             "the sharding must describe dimension 0 only, e.g. PartitionSpec('data'), and divide B") from e
     starts: dict[Any, int] = {}
-    b = None
+    sizes: dict[Any, int] = {}
     for dev, index in idx.items():
         start, stop, step = index[0].indices(B)
         if step != 1:
             raise InvalidRequestError(f"sharding {sharding}: device {dev} holds rows {index[0]} with a step")
-        n = stop - start
-        if b is None:
-            b = n
-        elif n != b:
-            raise InvalidRequestError(f"sharding {sharding}: devices hold batch slices of different sizes ({b} and {n} rows of {B})")
-        starts[dev] = start
-    if not b or B % b:
-        raise InvalidRequestError(f"sharding {sharding}: slices of {b} rows do not divide the global batch of {B}")
+        starts[dev], sizes[dev] = start, stop - start
+    # D: the distinct slices the devices hold; every one has b = B / D rows.
+    D = len(set(starts.values()))
+    try:
+        b = rows_per_slice(B, D)
+    except ValueError as e:
+        raise InvalidRequestError(f"sharding {sharding}: {e}") from e
+    for dev, n in sizes.items():
+        if n != b:
+            raise InvalidRequestError(f"sharding {sharding}: devices hold batch slices of different sizes "
+                                      f"({b} and {n} rows of {B})")
     for dev, start in starts.items():
         if start % b:
             raise InvalidRequestError(f"sharding {sharding}: device {dev} starts at row {start}, not a multiple of {b}")
@@ -73,7 +77,7 @@ def layout_of(sharding: jax.sharding.Sharding, B: int) -> Layout:
         raise InvalidRequestError(f"sharding {sharding} has no device of this process (process_index {me})")
     slices = tuple(sorted({d for _, d in local}))
     pos = {d: k for k, d in enumerate(slices)}
-    return Layout(B=B, b=b, D=B // b, slices=slices, devices=tuple((dev, pos[d]) for dev, d in local))
+    return Layout(B=B, b=b, D=D, slices=slices, devices=tuple((dev, pos[d]) for dev, d in local))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,20 +9,23 @@ state and the counters."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
+import warnings
 import weakref
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import jax
 import numpy as np
 
 from .arrowtypes import masked_columns
-from .config import Column, LoaderConfig, Shuffle
+from .config import Column, LastBatch, LoaderConfig, ServerOptions, Shuffle, Transport
 from .elastic import resolve_switch
-from .errors import MeshfeedError, PlanError, StateMismatchError, recoverable
+from .errors import InvalidRequestError, MeshfeedError, PlanError, StateMismatchError, recoverable
 from .layout import Materializer, layout_of, narrowed_columns
+from .plan import steps_per_epoch
 from .prefetch import END, TOTALS, Failure, Prefetcher
 from .server import LocalServer
 from .session import SHM_EXTRA_SLOTS, Session
@@ -31,7 +34,7 @@ STATE_VERSION = 1
 WAITS_KEPT = 1 << 16  # steps whose waits stats() takes percentiles of: the most recent (memory stays bounded)
 
 
-def _pctl(xs: Sequence[float], q: float) -> float:
+def _pctl(xs: Sequence[float] | np.ndarray, q: float) -> float:
     return float(np.percentile(np.asarray(xs), q)) if len(xs) else 0.0
 
 
@@ -47,6 +50,37 @@ def _upgrade_fingerprint(fp: Mapping[str, Any]) -> Mapping[str, Any]:
     if mask is not None:
         out["mask_column"] = mask
     return out
+
+
+def _server_options(server_options: ServerOptions | None, server: Any, binary: Any,
+                    server_args: Any) -> ServerOptions | None:
+    """``server_options`` with the deprecated ``binary=`` and ``server_args=``
+    of the Loader folded in, each with a DeprecationWarning naming its new
+    place. As before, ``binary`` is ignored when ``server`` names a server."""
+    fields: dict[str, Any] = {}
+    if binary is not None:
+        warnings.warn("meshfeed.Loader(binary=...) is deprecated: pass "
+                      "server_options=meshfeed.ServerOptions(binary=...)", DeprecationWarning, stacklevel=3)
+        if server is None:
+            fields["binary"] = binary
+    if server_args is not None:
+        warnings.warn("meshfeed.Loader(server_args=...) is deprecated: pass server_options=meshfeed.ServerOptions("
+                      "read_ahead=..., memory_budget=..., extra_args=[...])", DeprecationWarning, stacklevel=3)
+        if server is None or (not isinstance(server_args, Sequence) or len(server_args)):
+            fields["extra_args"] = server_args  # a server given and flags too: refused (LoaderConfig)
+    if not fields:
+        return server_options
+    if server_options is None:
+        return ServerOptions(**fields)
+    if not isinstance(server_options, ServerOptions):
+        return server_options  # LoaderConfig names it
+    default = ServerOptions()
+    clash = [k for k in fields if getattr(server_options, k) != getattr(default, k)]
+    if clash:
+        old = {"binary": "binary", "extra_args": "server_args"}
+        raise InvalidRequestError("meshfeed.Loader: " + "; ".join(
+            f"{old[k]}= and server_options.{k} both given: pass server_options alone" for k in clash))
+    return dataclasses.replace(server_options, **fields)
 
 
 def _close_all(prefetcher_box: list, session_box: list) -> None:
@@ -116,10 +150,16 @@ class Loader:
             against, when it is not the address's host.
         token: bearer token sent with every call (``server=`` only).
         mask_key: name of the mask with ``last_batch="pad"``.
-        binary: path of the meshfeed binary (searched first).
-        server_args: extra ``meshfeed serve`` flags for the local server
-            (``server=None`` only), e.g. ``["--map-cache", str(8 << 30)]`` to
-            keep local files mapped between epochs (see ``meshfeed serve -h``).
+        server_options: how the local server is started (``server=None``
+            only): a :class:`ServerOptions` with its binary, read-ahead,
+            memory budget and more ``meshfeed serve`` flags, e.g.
+            ``ServerOptions(read_ahead=256 << 20, extra_args=["--map-cache",
+            str(8 << 30)])``; None: the defaults. The server exits when this
+            process ends, even by SIGKILL.
+        binary: deprecated, use ``server_options=ServerOptions(binary=...)``.
+        server_args: deprecated, use ``server_options=ServerOptions(...)``:
+            its ``read_ahead`` and ``memory_budget`` for those flags,
+            ``extra_args`` for the others.
         recovery_timeout: seconds the loader keeps trying to get its stream
             back when the server goes away mid-epoch (killed, restarted, or
             UNAVAILABLE): a local server (``server=None``) that died is
@@ -137,20 +177,42 @@ class Loader:
             step's buffers to jax without a copy: XLA's CPU client aliases
             them. ``stats()["transport"]`` says which one served.
 
-    Bad arguments raise one InvalidRequestError listing every problem.
-    Iterating yields the steps from the start (or ``state``) position through
+    The arguments but ``state`` and ``elastic`` make a frozen
+    :class:`LoaderConfig` (``loader.config``); :meth:`from_config` builds a
+    loader from one. Bad arguments raise one InvalidRequestError listing
+    every problem. Iterating yields the steps from the start (or ``state``) position through
     the last epoch, once; the loader is also a context manager.
     """
 
-    def __init__(self, data: str | Sequence[str], *, global_batch_size: int,
+    def __init__(self, data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, global_batch_size: int,
                  sharding: jax.sharding.Sharding, columns: Sequence[str] | Mapping[str, Column | None] | None = None,
-                 last_batch: str = "drop", shuffle: Shuffle | None = None, num_epochs: int | None = 1,
-                 state: Mapping[str, Any] | None = None, prefetch: int = 2, server: str | None = None,
-                 mask_key: str = "valid", binary: str | os.PathLike | None = None,
-                 recovery_timeout: float = 60.0, server_args: Sequence[str] = (), transport: str = "auto",
-                 elastic: bool = False,
-                 tls_root_certs: bytes | str | os.PathLike | None = None, tls_server_name: str | None = None,
-                 token: str | None = None):
+                 last_batch: LastBatch = "drop", shuffle: Shuffle | None = None, num_epochs: int | None = 1,
+                 state: Mapping[str, Any] | None = None, prefetch: int = 2,
+                 server: str | Callable[[], str] | None = None, server_options: ServerOptions | None = None,
+                 mask_key: str = "valid", recovery_timeout: float = 60.0, transport: Transport = "auto",
+                 elastic: bool = False, tls_root_certs: bytes | str | os.PathLike[str] | None = None,
+                 tls_server_name: str | None = None, token: str | None = None,
+                 binary: str | os.PathLike[str] | None = None, server_args: Sequence[str] | None = None):
+        cfg = LoaderConfig(
+            data=data, global_batch_size=global_batch_size, sharding=sharding, columns=columns,
+            last_batch=last_batch, shuffle=shuffle, num_epochs=num_epochs, prefetch=prefetch, server=server,
+            server_options=_server_options(server_options, server, binary, server_args), mask_key=mask_key,
+            recovery_timeout=recovery_timeout, transport=transport, tls_root_certs=tls_root_certs,
+            tls_server_name=tls_server_name, token=token)
+        self._start(cfg, state, elastic)
+
+    @classmethod
+    def from_config(cls, config: LoaderConfig, *, state: Mapping[str, Any] | None = None,
+                    elastic: bool = False) -> "Loader":
+        """A loader of ``config`` (a :class:`LoaderConfig`), resuming at
+        ``state`` (see ``state`` and ``elastic`` above)."""
+        if not isinstance(config, LoaderConfig):
+            raise InvalidRequestError(f"config={config!r}: want a meshfeed.LoaderConfig")
+        self = cls.__new__(cls)
+        self._start(config, state, elastic)
+        return self
+
+    def _start(self, cfg: LoaderConfig, state: Mapping[str, Any] | None, elastic: bool) -> None:
         self._box: list = [None]  # [prefetcher]: what the finalizer stops
         self._sbox: list = [None]  # [session]: what the finalizer closes
         self._handed: Any = None  # the step returned last, until the next is asked for (prefetch.py)
@@ -158,12 +220,8 @@ class Loader:
         self._elastic_ok = bool(elastic)
         self._switch: dict[str, int] | None = None  # elastic switch named in tickets (elastic.py)
         self._recover_deadline: float | None = None
-        self._cfg = cfg = LoaderConfig(
-            data=data, global_batch_size=global_batch_size, sharding=sharding, columns=columns,
-            last_batch=last_batch, shuffle=shuffle, num_epochs=num_epochs, prefetch=prefetch, server=server,
-            mask_key=mask_key, binary=binary, recovery_timeout=recovery_timeout, server_args=server_args,
-            transport=transport, tls_root_certs=tls_root_certs, tls_server_name=tls_server_name, token=token)
-        self._layout = layout_of(sharding, global_batch_size)
+        self._cfg = cfg
+        self._layout = layout_of(cfg.sharding, cfg.global_batch_size)
         self._session = self._sbox[0] = Session(cfg)
         self._finalizer = weakref.finalize(self, _close_all, self._box, self._sbox)
         try:
@@ -198,7 +256,7 @@ class Loader:
         self._plan_info = plan
         self._num_rows, self._spe = plan["num_rows"], plan["steps_per_epoch"]
         N, B = self._num_rows, cfg.global_batch_size
-        mine = {"drop": N // B, "pad": -(-N // B), "raise": N // B}[cfg.last_batch]
+        mine = steps_per_epoch(N, B, cfg.last_batch)
         if self._spe != mine:
             raise PlanError(f"server plans {self._spe} steps per epoch for N={N} rows, B={B}, "
                             f"last_batch={cfg.last_batch}; the client computes {mine}")
@@ -267,6 +325,11 @@ class Loader:
                               self._check_plan, self._request((0, 0)))
 
     # -- public surface --------------------------------------------------
+
+    @property
+    def config(self) -> LoaderConfig:
+        """The configuration this loader reads with (frozen)."""
+        return self._cfg
 
     @property
     def steps_per_epoch(self) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .errors import InvalidRequestError, MeshfeedError, UnavailableError
-from .server import LocalServer, find_binary
+from .server import RAY_MAX_STREAMS, RAY_MEMORY_BUDGET, RAY_READ_AHEAD, LocalServer, find_binary
 
 SERVER_NAME = "meshfeed-server"
 """The name generated certificates are issued to; clients check it
@@ -26,9 +26,10 @@ SERVER_NAME = "meshfeed-server"
 certificate is made and changes when a server comes back on another node."""
 
 # A server on a CPU node feeds many clients: more streams and memory than the
-# one a Loader starts for itself (see `meshfeed serve -h`).
-DEFAULT_SERVER_ARGS = ("--max-streams", "64", "--memory-budget", str(2 << 30), "--read-ahead", str(256 << 20),
-                       "--drain-timeout", "5s")
+# one a Loader starts for itself (server.py says both, side by side; see
+# `meshfeed serve -h`).
+DEFAULT_SERVER_ARGS = ("--max-streams", str(RAY_MAX_STREAMS), "--memory-budget", str(RAY_MEMORY_BUDGET),
+                       "--read-ahead", str(RAY_READ_AHEAD), "--drain-timeout", "5s")
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ class TLS:
 
 class ServerProcess:
     """The body of one server actor: ``meshfeed serve`` on this node's IP
-    with TLS and a token, killed with the actor (PR_SET_PDEATHSIG); if the
+    with TLS and a token, ending with the actor (``--parent-pid``); if the
     server process ends by itself, the actor exits so that Ray restarts it.
     Used through :func:`start_servers`; public for ``ray.remote`` options of
     one's own."""
@@ -111,7 +112,7 @@ class ServerProcess:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
         self._server = LocalServer(find_binary(binary), list(allow), address=f"{self._host}:{port}",
-                                   die_with_parent=True, start_timeout=start_timeout,
+                                   start_timeout=start_timeout,
                                    extra_args=[*DEFAULT_SERVER_ARGS, "--tls-cert", paths["cert.pem"],
                                                "--tls-key", paths["key.pem"], "--token-file", paths["token"],
                                                *server_args])

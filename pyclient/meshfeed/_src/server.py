@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import os
 import pathlib
+import secrets
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
 import weakref
-from typing import Sequence
+from typing import Any, Sequence
 
 from .errors import BinaryNotFoundError, MeshfeedError, UnavailableError
 
@@ -48,35 +50,77 @@ def _on_path() -> str | None:
     return None
 
 
+# The Go module a source checkout's go.mod declares (the repository root).
+GO_MODULE = "github.com/meshfeed/meshfeed"
+
+
+def source_checkout() -> pathlib.Path | None:
+    """The repository root when this package runs from a source checkout (an
+    editable install, or ``pyclient`` on ``sys.path``): the package sits in
+    ``<root>/pyclient/meshfeed`` beside ``pyclient/pyproject.toml``, and
+    ``<root>/go.mod`` declares meshfeed's Go module. None for an installed
+    wheel, whose package sits in site-packages."""
+    pyclient = _PKG_DIR.parent
+    root = pyclient.parent
+    if pyclient.name != "pyclient" or not (pyclient / "pyproject.toml").is_file():
+        return None
+    try:
+        head = (root / "go.mod").read_text(errors="replace")[:4096]
+    except OSError:
+        return None
+    return root if any(line.strip() == f"module {GO_MODULE}" for line in head.splitlines()) else None
+
+
+def checkout_binary() -> pathlib.Path | None:
+    """Where ``make build`` writes the binary in the source checkout this
+    package runs from (``<root>/bin/meshfeed``); None outside one."""
+    root = source_checkout()
+    return root / "bin" / BIN_NAME if root is not None else None
+
+
 def _candidates(explicit: str | os.PathLike | None) -> list[tuple[str, str | None]]:
     """The places searched, in order: (description, path or None). Nothing
-    here climbs out of the installed package."""
+    here climbs out of the installed package, except to a source checkout's
+    ``bin/`` when the package itself lies in that checkout."""
+    checkout = checkout_binary()
     return [
         ("binary= argument", os.fspath(explicit) if explicit is not None else None),
         (f"${ENV_BIN}", os.environ.get(ENV_BIN) or None),
         ("bundled in the package", str(bundled_binary())),
+        ("source checkout", str(checkout) if checkout is not None else None),
         ("PATH", _on_path()),
     ]
 
 
+_NOT_SET = {
+    "PATH": f"PATH: no {BIN_NAME} binary on PATH (the meshfeed console script does not count)",
+    "source checkout": "source checkout: none (the package is installed, not run from a checkout)",
+}
+
+
 def find_binary(explicit: str | os.PathLike | None = None) -> str:
-    """Returns the meshfeed binary: the explicit path, $MESHFEED_BIN, the
-    binary bundled in the installed wheel (``meshfeed/_bin/meshfeed``), then
-    the first ``meshfeed`` on PATH (this package's console script does not
-    count). Raises BinaryNotFoundError listing every place tried."""
+    """Returns the meshfeed binary, the first of: the explicit path
+    (``ServerOptions(binary=)``), ``$MESHFEED_BIN``, the binary bundled in the
+    installed wheel (``meshfeed/_bin/meshfeed``), ``bin/meshfeed`` of the
+    source checkout this package runs from (an editable install: what
+    ``make build`` wrote), then the first ``meshfeed`` on PATH (this
+    package's console script does not count). Raises BinaryNotFoundError
+    listing every place tried."""
     tried = []
     for what, path in _candidates(explicit):
         if path is None:
-            tried.append(f"{what}: not set" if what != "PATH"
-                         else f"PATH: no {BIN_NAME} binary on PATH (the meshfeed console script does not count)")
+            tried.append(_NOT_SET.get(what, f"{what}: not set"))
             continue
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
-        tried.append(f"{what}: {path} ({'not executable' if os.path.exists(path) else 'does not exist'})")
+        state = "not executable" if os.path.exists(path) else "does not exist"
+        if what == "source checkout" and not os.path.exists(path):
+            state += "; `make build` writes it"
+        tried.append(f"{what}: {path} ({state})")
     raise BinaryNotFoundError(
         "meshfeed binary not found; tried, in order:\n  " + "\n  ".join(tried)
-        + "\n(install a meshfeed platform wheel, which carries the binary; in a checkout of the repository, "
-        f"`make build` and pass binary= or set ${ENV_BIN}=bin/meshfeed)")
+        + "\n(install a meshfeed platform wheel, which carries the binary; in a source checkout, "
+        f"`make build`, or pass ServerOptions(binary=...) or set ${ENV_BIN})")
 
 
 _GLOB_CHARS = set("*?[")
@@ -91,7 +135,7 @@ def allowed_root(uri: str) -> str:
         return "gs://" + bucket
     path = uri[len("file://"):] if uri.startswith("file://") else uri
     parts = pathlib.PurePosixPath(path).parts
-    kept = []
+    kept: list[str] = []
     for p in parts:
         if _GLOB_CHARS & set(p):
             return str(pathlib.PurePosixPath(*kept)) if kept else "/"
@@ -100,58 +144,101 @@ def allowed_root(uri: str) -> str:
     return str(full if full.is_dir() else full.parent)
 
 
-# Memory of a server started by a Loader: steps queued for sending, and each
-# stream's read-ahead (see `meshfeed serve -h`).
+# A server's memory (see `meshfeed serve -h`): steps queued for sending across
+# its streams (--memory-budget) and each stream's read-ahead (--read-ahead).
+# The local server a Loader starts feeds that one Loader (LocalServer: two
+# streams, as a reopen after a failure may overlap the old one); a server actor
+# of meshfeed.ray (rayservers.py) on a CPU node feeds many remote clients
+# (RAY_MAX_STREAMS streams), so it is given more of both.
 LOCAL_MEMORY_BUDGET = 256 << 20
+"""Bytes of steps a Loader's local server queues: ``ServerOptions(memory_budget=None)``."""
 LOCAL_READ_AHEAD = 128 << 20
+"""Bytes each stream of a Loader's local server reads ahead: ``ServerOptions(read_ahead=None)``."""
+RAY_MEMORY_BUDGET = 2 << 30
+RAY_READ_AHEAD = 256 << 20
+RAY_MAX_STREAMS = 64
+
+
+def runtime_dir() -> str:
+    """This user's directory for the sockets of local servers:
+    ``<tmp>/meshfeed-<uid>``, created with mode 0700 and checked on every use
+    (a directory, not a link, owned by this user, no access for others), as
+    tmux keeps its sockets. It holds no per-server directory: a server
+    removes its sockets when it exits, so nothing of it is left even when
+    the process that started it was killed."""
+    uid = os.getuid()
+    d = os.path.join(tempfile.gettempdir(), f"meshfeed-{uid}")
+    try:
+        os.mkdir(d, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077:
+        raise MeshfeedError(f"{d}: not a private directory of this user (want a directory of uid {uid}, "
+                            f"mode 0700; it is {stat.filemode(st.st_mode)} of uid {st.st_uid}): remove it, "
+                            "or set TMPDIR elsewhere")
+    return d
 
 
 class LocalServer:
-    """A ``meshfeed serve`` process on a Unix socket in a private temporary
-    directory, stopped by stop(), on garbage collection, or at exit."""
+    """A ``meshfeed serve`` process on a Unix socket of this user's
+    :func:`runtime_dir`, stopped by stop(), on garbage collection, or at
+    exit; it also exits by itself once the process that started it is gone,
+    even killed with SIGKILL (``--parent-pid``)."""
 
     def __init__(self, binary: str, roots: Sequence[str], *, backend: str = "pipeline",
                  extra_args: Sequence[str] = (), start_timeout: float = 30.0, stop_timeout: float = 10.0,
                  socket: str | os.PathLike | None = None, shm: bool = False, address: str | None = None,
-                 die_with_parent: bool = False):
+                 read_ahead: int | None = None, memory_budget: int | None = None):
         """Starts ``meshfeed serve`` allowed to read ``roots`` and waits until
-        it accepts calls. ``socket``: the Unix socket path to listen on
-        (default: one in a new private temporary directory); a server
-        restarted on the same path is reachable at the same address.
-        ``shm``: also serve the shared-memory wire, on a socket beside it
-        (``shm_address``; None when off).
+        it accepts calls. ``read_ahead`` and ``memory_budget``: bytes
+        (``--read-ahead``, ``--memory-budget``); None: LOCAL_READ_AHEAD and
+        LOCAL_MEMORY_BUDGET. ``extra_args`` come after every other flag (a
+        flag given again wins). ``socket``: the Unix socket path to listen on
+        (default: a new one in :func:`runtime_dir`, removed when the server
+        stops); a server restarted on the same path is reachable at the same
+        address. ``shm``: also serve the shared-memory wire, on a socket
+        beside it (``shm_address``; None when off).
         ``address``: ``host:port`` to listen on instead of a Unix socket
         (port 0: a free one).
-        ``die_with_parent``: the kernel kills the server when the thread that
-        started it ends (Linux ``PR_SET_PDEATHSIG``), so that a process
-        killed with SIGKILL leaves no server behind."""
-        self._tmpdir = tempfile.mkdtemp(prefix="meshfeed-")
-        sock = os.fspath(socket) if socket is not None else os.path.join(self._tmpdir, "meshfeed.sock")
+
+        The server is told this process's id (``--parent-pid``) and exits,
+        draining as on SIGTERM, within a fraction of a second of this
+        process ending, however it ends: a training process killed with
+        SIGKILL leaves no server, socket or shared memory behind. (Not
+        Linux's PR_SET_PDEATHSIG through ``preexec_fn``: that is not safe in
+        a threaded process, and it fires when the starting *thread* ends.)"""
+        own: list[str] = []  # socket paths this object chose, removed by stop()
+        if socket is None and (address is None or shm):
+            socket = os.path.join(runtime_dir(), f"{os.getpid()}-{secrets.token_hex(6)}.sock")
+            own = [socket, socket + ".shm"]
+        sock = os.fspath(socket) if socket is not None else ""
         listen = address if address is not None else "unix://" + sock
         self.shm_address: str | None = None
         # A local server feeds one Loader: a few streams (a reopen after a
         # failure may overlap the old one), bounded memory (queued steps plus
         # read-ahead, which serve also hands to the Go runtime as its limit).
         args = [binary, "serve", "--addr", listen, "--backend", backend, "--drain-timeout", "2s",
-                "--max-streams", "2", "--memory-budget", str(LOCAL_MEMORY_BUDGET),
-                "--read-ahead", str(LOCAL_READ_AHEAD)]
+                "--max-streams", "2",
+                "--memory-budget", str(LOCAL_MEMORY_BUDGET if memory_budget is None else memory_budget),
+                "--read-ahead", str(LOCAL_READ_AHEAD if read_ahead is None else read_ahead),
+                "--parent-pid", str(os.getpid())]
         if shm:
             args += ["--shm", "unix://" + sock + ".shm"]
         for r in dict.fromkeys(roots):
             args += ["--allow", r]
         args += list(extra_args)
         self.args = args
-        self._stderr_path = os.path.join(self._tmpdir, "stderr.log")
-        # stderr goes to a file: a pipe nobody reads would block the server once full.
-        with open(self._stderr_path, "wb") as err:
-            try:
-                self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                             stderr=err, start_new_session=True,
-                                             preexec_fn=_pdeathsig() if die_with_parent else None)
-            except OSError as e:
-                shutil.rmtree(self._tmpdir, ignore_errors=True)
-                raise MeshfeedError(f"cannot start {args!r}: {e}") from e
-        self._finalizer = weakref.finalize(self, _stop, self.proc, self._tmpdir, stop_timeout)
+        # stderr goes to a file (a pipe nobody reads would block the server
+        # once full), one with no name: nothing to remove, however this ends.
+        self._err = tempfile.TemporaryFile(prefix="meshfeed-stderr-")
+        try:
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=self._err, start_new_session=True)
+        except OSError as e:
+            self._err.close()
+            raise MeshfeedError(f"cannot start {args!r}: {e}") from e
+        self._finalizer = weakref.finalize(self, _stop, self.proc, own, self._err, stop_timeout)
         try:
             self.address = self._wait_ready(start_timeout)
         except BaseException:
@@ -164,10 +251,12 @@ class LocalServer:
         return self.proc.pid
 
     def _stderr(self) -> str:
+        """The last 8000 bytes the server wrote to stderr."""
         try:
-            with open(self._stderr_path, "rb") as f:
-                return f.read()[-8000:].decode("utf-8", "replace")
-        except OSError:
+            fd = self._err.fileno()
+            size = os.fstat(fd).st_size
+            return os.pread(fd, 8000, max(0, size - 8000)).decode("utf-8", "replace")
+        except (OSError, ValueError):
             return ""
 
     def _wait_ready(self, timeout: float) -> str:
@@ -216,22 +305,7 @@ class LocalServer:
         self._finalizer()
 
 
-def _pdeathsig():
-    """A preexec_fn that asks Linux to SIGKILL the child when its parent
-    thread ends. prctl is looked up here, before the fork: the child only
-    calls it."""
-    import ctypes
-
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    PR_SET_PDEATHSIG, sig = 1, int(signal.SIGKILL)
-
-    def set_it() -> None:
-        prctl(PR_SET_PDEATHSIG, sig)
-
-    return set_it
-
-
-def _stop(proc: subprocess.Popen, tmpdir: str, timeout: float) -> None:
+def _stop(proc: subprocess.Popen, own: list[str], err: Any, timeout: float) -> None:
     try:
         if proc.poll() is None:
             try:
@@ -245,4 +319,10 @@ def _stop(proc: subprocess.Popen, tmpdir: str, timeout: float) -> None:
     finally:
         if proc.stdout is not None:
             proc.stdout.close()
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        err.close()
+        # A server that exits removes its sockets; one that was killed cannot.
+        for path in own:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass

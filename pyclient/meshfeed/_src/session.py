@@ -39,7 +39,7 @@ class Session:
         # to Flight (with a warning) when shared memory is refused.
         self.transport = "flight" if cfg.transport == "flight" or cfg.server is not None else "shm"
         self.fallback: str | None = None  # why shared memory was given up, if it was
-        self._binary = None
+        self._binary: str | None = None
         self._roots: list[str] = []
         # server= a callable: asked for the address now and before every reconnect.
         self._server_fn: Callable[[], str] | None = None if isinstance(cfg.server, str) else cfg.server
@@ -47,15 +47,18 @@ class Session:
             self.address = connect.resolve(self._server_fn)
         elif cfg.server is None:
             self._roots = [allowed_root(u) for u in cfg.datasets]
-            self._binary = find_binary(cfg.binary)
+            self._binary = find_binary(cfg.local_server.binary)
             self.server = self._start()
             self.address = self.server.address
         else:
+            assert isinstance(cfg.server, str)  # LoaderConfig: a string, a callable or None
             self.address = cfg.server
 
     def _start(self) -> LocalServer:
-        return LocalServer(self._binary, self._roots, extra_args=self._cfg.server_args,
-                           shm=self.transport == "shm" and shm.available())
+        assert self._binary is not None
+        opts = self._cfg.local_server
+        return LocalServer(self._binary, self._roots, read_ahead=opts.read_ahead, memory_budget=opts.memory_budget,
+                           extra_args=opts.extra_args, shm=self.transport == "shm" and shm.available())
 
     def open_stream(self, ticket: bytes, slots: int) -> Any:
         """Opens the stream of ``ticket`` on this session's transport: a
@@ -87,7 +90,9 @@ class Session:
     def connect(self) -> flight.FlightClient:
         """Opens (or reopens) the connection to ``address``."""
         self._close_client()
-        self.client = connect.client(self.address, tls_root_certs=self._cfg.tls_root_certs,
+        pem = self._cfg.tls_root_certs
+        assert pem is None or isinstance(pem, bytes)  # LoaderConfig reads a path's file
+        self.client = connect.client(self.address, tls_root_certs=pem,
                                      tls_server_name=self._cfg.tls_server_name, token=self._cfg.token)
         return self.client
 
