@@ -13,6 +13,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/encoding"
+
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // colKind is how a projected column is laid out in Parquet and Arrow.
@@ -48,7 +50,7 @@ type colDecoder struct {
 type parquetDecoder struct {
 	f        *File
 	footer   *parquetFooter
-	store    Store
+	store    objstore.Store
 	pf       *parquet.File
 	cols     []colDecoder
 	sch      *arrow.Schema

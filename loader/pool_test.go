@@ -9,6 +9,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	pq "github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
+
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // poisoned returns a pool whose freed buffers are filled with 0xAB before
@@ -136,7 +138,7 @@ func TestDecodeIntoDirtyPool(t *testing.T) {
 				path = mmapFileWith(t, pq.WithCompression(c.codec), pq.WithDictionaryDefault(c.dict), pq.WithDataPageVersion(version))
 			}
 			pool := poisoned()
-			store := NewLocalStore()
+			store := objstore.NewLocalStore()
 			defer store.Close()
 			// Several passes: from the second on, buffers come back dirty.
 			before := fastChunks.Load()
