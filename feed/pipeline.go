@@ -12,6 +12,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/transport"
@@ -81,7 +82,7 @@ func WithStoreOptions(opts ...objstore.MuxOption) Option {
 }
 
 // WithAllocator sets the allocator of decoded row groups, slices and
-// step records. Default: a loader.PoolAllocator (recycled buffers; values
+// step records. Default: an arrowmem.PoolAllocator (recycled buffers; values
 // buffers the decoder overwrites entirely are not zeroed). Memory returns to
 // the pool only when the last reference is released, which for a step sent
 // zero-copy is when gRPC has freed its buffers.
@@ -150,7 +151,7 @@ var _ transport.Backend = (*Pipeline)(nil)
 
 // NewPipeline returns a Pipeline. ctx is not retained.
 func NewPipeline(ctx context.Context, opts ...Option) (*Pipeline, error) {
-	cfg := pipelineConfig{mem: loader.NewPoolAllocator(), cacheTTL: DefaultCacheTTL, readAhead: loader.DefaultReadAhead}
+	cfg := pipelineConfig{mem: arrowmem.NewPoolAllocator(), cacheTTL: DefaultCacheTTL, readAhead: loader.DefaultReadAhead}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/klauspost/compress/snappy"
 
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/objstore"
@@ -111,7 +112,7 @@ func benchDecode(b *testing.B, dir string, cols []string, workers int, rows int6
 	}
 	var mem memory.Allocator = memory.DefaultAllocator
 	if pool {
-		mem = loader.NewPoolAllocator()
+		mem = arrowmem.NewPoolAllocator()
 	}
 	pass := func() {
 		r := ds.NewReader(ctx, refs, mem)
@@ -414,7 +415,7 @@ func BenchmarkGCS(b *testing.B) {
 
 	b.Run("loader", func(b *testing.B) {
 		refs := ds.RowGroups()
-		mem := loader.NewPoolAllocator() // the server's allocator
+		mem := arrowmem.NewPoolAllocator() // the server's allocator
 		b.SetBytes(projected)
 		b.ReportAllocs()
 		var fetched int64

@@ -68,8 +68,9 @@
 // Arrow nulls with [WithNullsAsValidity]. A fill stands in for null values
 // and null list elements; a null list becomes empty.
 //
-// With a [PoolAllocator] (or any [UninitializedAllocator]) the values of
-// fixed-width columns are decoded into memory that is not cleared first; the
-// loader writes every byte of those buffers that an array exposes. A
-// PoolAllocator reuses a record's memory as soon as it is released.
+// With an arrowmem.PoolAllocator (or any arrowmem.UninitializedAllocator) the
+// values of fixed-width columns are decoded into memory that is not cleared
+// first; the loader writes every byte of those buffers that an array
+// exposes. A PoolAllocator reuses a record's memory as soon as it is
+// released.
 package loader

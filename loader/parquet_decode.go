@@ -14,6 +14,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/encoding"
 
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
 	"github.com/meshfeed/meshfeed/objstore"
 )
 
@@ -302,7 +303,7 @@ func (c *colDecoder) decodeChunk(fcc *parquet.FileColumnChunk, ra io.ReaderAt, r
 	// Fixed-width values are written whole before finish accepts them (it
 	// checks the count), so they need no clearing; a bitmap's last byte
 	// keeps bits no page writes, so booleans do.
-	values := newValuesBuf
+	values := arrowmem.NewOverwriteBuffer
 	if c.elemSize == 0 {
 		values = newBuf
 	}

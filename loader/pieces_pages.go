@@ -18,6 +18,7 @@ import (
 	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
 
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
 	"github.com/meshfeed/meshfeed/objstore"
 )
 
@@ -674,7 +675,7 @@ func (c *colDecoder) decodeListPiece(b []byte, codec format.CompressionCodec, ro
 	if int64(n)*int64(c.elemSize) > maxBytes {
 		return nil, false, false, nil // decodeChunk reports the limit
 	}
-	values := newValuesBuf(mem, n*c.elemSize)
+	values := arrowmem.NewOverwriteBuffer(mem, n*c.elemSize)
 	defer values.Release() // the array holds its own references
 	offsets := newBuf(mem, 4*(int(hi-lo)+1))
 	defer offsets.Release()
@@ -808,7 +809,7 @@ func (c *colDecoder) narrow(a arrow.Array, mem memory.Allocator) (arrow.Array, e
 	}
 	n := vals.Len()
 	raw := vals.Buffers()[1].Bytes()[vals.Offset()*4 : (vals.Offset()+n)*4]
-	out := newValuesBuf(mem, n*c.elemSize)
+	out := arrowmem.NewOverwriteBuffer(mem, n*c.elemSize)
 	defer out.Release()
 	if err := convertInto(out.Bytes(), c.elem.ID(), raw, parquet.Int32, n); err != nil {
 		return nil, err

@@ -11,9 +11,9 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/objstore"
 )
@@ -78,7 +78,7 @@ func runRead(ctx context.Context, args []string) error {
 			return err
 		}
 		rows += rec.NumRows()
-		decoded += recordBytes(rec)
+		decoded += arrowmem.RecordBytes(rec)
 		rec.Release()
 	}
 	el := time.Since(t1).Seconds()
@@ -88,26 +88,6 @@ func runRead(ctx context.Context, args []string) error {
 	fmt.Fprintf(readStdout, "  %.0f rows/s, %.2f GB/s decoded Arrow bytes, %.2f GB/s fetched (%d ranged reads), %d workers\n",
 		float64(rows)/el, float64(decoded)/el/1e9, float64(st.FetchedBytes.Load())/el/1e9, st.Fetches.Load(), *workers)
 	return nil
-}
-
-// recordBytes sums the sizes of a record's buffers.
-func recordBytes(rec arrow.RecordBatch) int64 {
-	var n int64
-	var walk func(d arrow.ArrayData)
-	walk = func(d arrow.ArrayData) {
-		for _, b := range d.Buffers() {
-			if b != nil {
-				n += int64(b.Len())
-			}
-		}
-		for _, c := range d.Children() {
-			walk(c)
-		}
-	}
-	for _, c := range rec.Columns() {
-		walk(c.Data())
-	}
-	return n
 }
 
 // mapCacheOptions configures the local store for --map-cache: the cache,
