@@ -42,6 +42,14 @@ type piecePlan struct {
 	windowAhead  int64 // W > 0: what reading one window of rows costs (see above); 0 otherwise
 }
 
+// sliceShare returns one slice's even share of a stream's read-ahead
+// budget, the stream reading the given number of slices: what planPieces
+// sizes its pieces from and what a slice reading whole row groups reads
+// under.
+func sliceShare(readAhead int64, slices int) int64 {
+	return readAhead / int64(max(slices, 1))
+}
+
 // budgetFor returns the read-ahead budget of one slice's reader: its share
 // of the stream's budget (or, for a slice reading pieces, the part of it
 // planPieces leaves in flight), and at least one window of rows.
@@ -87,7 +95,7 @@ func (p *Pipeline) planPieces(pl *pipelinePlan) (piecePlan, error) {
 		return piecePlan{}, nil // documented: one row group per slice at a time
 	}
 	n := int64(len(pl.cfg.slices))
-	share := budget / n
+	share := sliceShare(budget, len(pl.cfg.slices))
 	perRow, whole := pl.ds.StreamedRowBytes()
 	ahead := windowCost(pl.ds, pl.cfg.plan.Window, whole)
 	b := int64(pl.plan.SliceRows())

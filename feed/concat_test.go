@@ -99,7 +99,7 @@ func TestPipelineVirtualConcatCancel(t *testing.T) {
 	_, dir := concatDataset(t)
 	mem := checkedMem(t)
 	p, err := NewPipeline(context.Background(), WithAllocator(mem),
-		WithLoaderOptions(loader.WithReadAhead(1<<20), loader.WithDecodeWorkers(2)))
+		WithLoaderOptions(loader.WithDecodeWorkers(2)))
 	if err != nil {
 		t.Fatal(err)
 	}

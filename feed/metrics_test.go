@@ -66,7 +66,7 @@ func TestPrometheusPipeline(t *testing.T) {
 	dir := writeDataset(t, spec)
 	store := &countingStore{LocalStore: objstore.NewLocalStore()}
 	p, err := NewPipeline(context.Background(), WithStore(store),
-		WithLoaderOptions(loader.WithReadAhead(4<<10), loader.WithDecodeWorkers(2)))
+		WithLoaderOptions(loader.WithDecodeWorkers(2)))
 	if err != nil {
 		t.Fatal(err)
 	}

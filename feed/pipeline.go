@@ -94,8 +94,7 @@ func WithAllocator(mem memory.Allocator) Option {
 // mmap, ...) to every dataset the Pipeline opens. Column projection and fill
 // values come from each request and must not be set here; read-ahead and
 // decode workers are per stream (WithReadAhead), so the loader's
-// WithReadAhead and WithDecodeWorkers have no effect here. Default: the
-// loader's defaults.
+// WithDecodeWorkers has no effect here. Default: the loader's defaults.
 func WithLoaderOptions(opts ...loader.Option) Option {
 	return func(c *pipelineConfig) { c.loadOpts = append(c.loadOpts, opts...) }
 }

@@ -53,7 +53,7 @@ func startPipeline(t *testing.T, mem memory.Allocator, roots []string, popts ...
 	t.Helper()
 	popts = append([]Option{
 		WithAllocator(mem),
-		WithLoaderOptions(loader.WithReadAhead(4<<10), loader.WithDecodeWorkers(2)),
+		WithLoaderOptions(loader.WithDecodeWorkers(2)),
 	}, popts...)
 	p, err := NewPipeline(context.Background(), popts...)
 	if err != nil {
@@ -651,7 +651,7 @@ func TestPipelineCancel(t *testing.T) {
 	dir := writeDataset(t, spec)
 	mem := checkedMem(t)
 	p, err := NewPipeline(context.Background(), WithAllocator(mem),
-		WithLoaderOptions(loader.WithReadAhead(4<<10), loader.WithDecodeWorkers(2)))
+		WithLoaderOptions(loader.WithDecodeWorkers(2)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -433,12 +433,12 @@ func TestReaderOrderAndBudget(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
-	ds, err := loader.Open(ctx, store, []string{dir}, loader.WithReadAhead(20<<10), loader.WithDecodeWorkers(2))
+	ds, err := loader.Open(ctx, store, []string{dir}, loader.WithDecodeWorkers(2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	refs := ds.RowGroups()
-	r := ds.NewReader(ctx, refs, mem)
+	r := ds.NewReader(ctx, refs, mem, loader.WithReaderReadAhead(20<<10))
 	defer r.Close()
 	next := int64(0)
 	for i := 0; ; i++ {
@@ -562,7 +562,7 @@ func TestReaderOwnBudget(t *testing.T) {
 	ctx := context.Background()
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
-	ds, err := loader.Open(ctx, store, []string{dir}, loader.WithReadAhead(1<<30))
+	ds, err := loader.Open(ctx, store, []string{dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,11 +8,14 @@ import (
 	"github.com/meshfeed/meshfeed/objstore"
 )
 
+// DefaultReadAhead is the default in-flight budget of a RowGroupReader
+// (WithReaderReadAhead), and of a feed stream (feed.WithReadAhead, `meshfeed
+// serve --read-ahead`): compressed plus decoded bytes of row groups read
+// ahead.
+const DefaultReadAhead = 256 << 20
+
 // config holds every setting of a Dataset. newConfig sets the defaults; each
 // Option documents its own.
-// DefaultReadAhead is the default in-flight budget of a reader (WithReadAhead,
-// WithReaderReadAhead): compressed plus decoded bytes of row groups read ahead.
-const DefaultReadAhead = 256 << 20
 
 type config struct {
 	columns          []string
@@ -20,7 +23,6 @@ type config struct {
 	footerWorkers    int
 	coalesceGap      int64
 	maxCoalesced     int64
-	readAheadBytes   int64
 	decodeWorkers    int
 	footerCache      *FooterCache
 	readBufferSize   int
@@ -39,7 +41,6 @@ func newConfig(opts []Option) (config, error) {
 		footerWorkers:    16,
 		coalesceGap:      1 << 20,
 		maxCoalesced:     64 << 20,
-		readAheadBytes:   DefaultReadAhead,
 		decodeWorkers:    runtime.GOMAXPROCS(0),
 		footerCache:      defaultFooterCache,
 		readBufferSize:   64 << 10,
@@ -63,9 +64,6 @@ func (c *config) validate() error {
 	}
 	if c.maxCoalesced <= 0 {
 		errs = append(errs, fmt.Sprintf("max coalesced read %d must be positive", c.maxCoalesced))
-	}
-	if c.readAheadBytes < 0 {
-		errs = append(errs, fmt.Sprintf("read-ahead budget %d must be >= 0", c.readAheadBytes))
 	}
 	if c.maxRowGroupBytes <= 0 {
 		errs = append(errs, fmt.Sprintf("max row group bytes %d must be positive", c.maxRowGroupBytes))
@@ -125,12 +123,6 @@ func WithCoalesceGap(gap int64) Option { return func(c *config) { c.coalesceGap 
 
 // WithMaxCoalescedRead caps the size of one merged ranged read. Default 64 MiB.
 func WithMaxCoalescedRead(n int64) Option { return func(c *config) { c.maxCoalesced = n } }
-
-// WithReadAhead sets the in-flight byte budget of a RowGroupReader: the
-// compressed bytes of row groups fetched but not yet handed to the caller.
-// One row group is always allowed even when larger. Default 256 MiB; 0 reads
-// one row group at a time with no read-ahead.
-func WithReadAhead(bytes int64) Option { return func(c *config) { c.readAheadBytes = bytes } }
 
 // WithDecodeWorkers sets how many row groups a RowGroupReader decodes at once.
 // Default GOMAXPROCS.

@@ -12,7 +12,7 @@ import (
 
 // RowGroupReader reads a sequence of row groups in order, fetching and
 // decoding the next ones while the caller works on the current one, under an
-// in-flight byte budget (WithReadAhead) and a decode concurrency
+// in-flight byte budget (WithReaderReadAhead) and a decode concurrency
 // (WithDecodeWorkers). A ref with a row range (RowGroupRef.Start, End), or
 // any ref under WithReaderMaxPiece, is read as pieces: records of
 // consecutive rows of its row group, each decoded from the pages of its rows
@@ -57,9 +57,12 @@ type pending struct {
 // settings for it.
 type ReaderOption func(*RowGroupReader)
 
-// WithReaderReadAhead sets this reader's in-flight byte budget (see
-// WithReadAhead), for example a stream's budget split among its slices.
-// Negative values are taken as 0.
+// WithReaderReadAhead sets this reader's in-flight byte budget: the
+// compressed plus decoded bytes of row groups fetched but not yet handed to
+// the caller, for example a feed stream's budget split among its slices. One
+// row group (or piece) is always allowed even when larger. Default
+// DefaultReadAhead; 0 reads one row group at a time with no read-ahead;
+// negative values are taken as 0.
 func WithReaderReadAhead(bytes int64) ReaderOption {
 	return func(r *RowGroupReader) { r.budget = max(bytes, 0) }
 }
@@ -84,7 +87,7 @@ func WithReaderMaxPiece(bytes int64) ReaderOption {
 func (ds *Dataset) NewReader(ctx context.Context, refs []RowGroupRef, mem memory.Allocator, opts ...ReaderOption) *RowGroupReader {
 	ctx, cancel := context.WithCancel(ctx)
 	r := &RowGroupReader{
-		budget:  ds.cfg.readAheadBytes,
+		budget:  DefaultReadAhead,
 		workers: ds.cfg.decodeWorkers,
 		ds:      ds,
 		ctx:     ctx,

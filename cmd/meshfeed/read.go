@@ -41,13 +41,16 @@ func runRead(ctx context.Context, args []string) error {
 		fs.Usage()
 		return fmt.Errorf("read: no dataset URI given")
 	}
+	if *readAhead < 0 {
+		return fmt.Errorf("read: --read-ahead %d must be >= 0 (0 reads one row group at a time)", *readAhead)
+	}
 	store, err := objstore.NewStore(ctx, objstore.WithLocalOptions(mapCacheOptions(*mapCache)...))
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	t0 := time.Now()
-	ds, err := loader.Open(ctx, store, fs.Args(), loader.WithColumns(cols...), loader.WithDecodeWorkers(*workers), loader.WithReadAhead(*readAhead))
+	ds, err := loader.Open(ctx, store, fs.Args(), loader.WithColumns(cols...), loader.WithDecodeWorkers(*workers))
 	if err != nil {
 		return err
 	}
@@ -66,7 +69,7 @@ func runRead(ctx context.Context, args []string) error {
 		debug.SetMemoryLimit(*readAhead + 2*largest + 64<<20)
 	}
 	t1 := time.Now()
-	r := ds.NewReader(ctx, ds.RowGroups(), memory.DefaultAllocator)
+	r := ds.NewReader(ctx, ds.RowGroups(), memory.DefaultAllocator, loader.WithReaderReadAhead(*readAhead))
 	defer r.Close()
 	var rows, decoded int64
 	for {
