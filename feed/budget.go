@@ -101,12 +101,18 @@ func (p *Pipeline) planPieces(pl *pipelinePlan) (piecePlan, error) {
 	b := int64(pl.plan.SliceRows())
 	need := int64(float64(b)*perRow+0.5) + whole
 	if need > share {
+		costliest := ""
+		if ref, cost, ok := pl.ds.CostliestSlice(b); ok {
+			costliest = fmt.Sprintf("; the costliest is %s row group %d (%d rows): one slice of its rows needs %d bytes",
+				pl.ds.Files[ref.File].Object.URI, ref.Index, ref.Rows, cost)
+		}
 		return piecePlan{}, fmt.Errorf("feed: %w: the plan does not fit the read-ahead budget: each of the %d slices requested needs at least %d bytes "+
 			"(one slice of %d rows read at %.0f bytes per row compressed plus decoded, "+
-			"and %d bytes of columns decoded whole per row group), %d bytes for the %d slices, over the read-ahead budget of %d bytes (%d per slice): "+
-			"raise the server's --read-ahead to at least %d, or lower the global batch size or the slices per request "+
+			"and %d bytes of columns decoded whole per row group), %d bytes for the %d slices, over the read-ahead budget of %d bytes (%d per slice)%s. "+
+			"Raise the server's read-ahead to at least %d bytes (meshfeed serve --read-ahead %d; in Go, feed.WithReadAhead; "+
+			"for a Loader's local server, meshfeed.ServerOptions(read_ahead=%d)), or lower the global batch size or the slices per request "+
 			"(or write row groups with an offset index or fewer rows when columns are decoded whole)",
-			transport.ErrFailedPrecondition, n, need, b, perRow, whole, need*n, n, budget, share, need*n)
+			transport.ErrFailedPrecondition, n, need, b, perRow, whole, need*n, n, budget, share, costliest, need*n, need*n, need*n)
 	}
 	if perRow <= 0 {
 		return piecePlan{windowAhead: ahead}, nil // nothing streams: pieces would not save memory

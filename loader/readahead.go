@@ -373,3 +373,20 @@ func (r *RowGroupReader) Close() error {
 	r.entries = nil
 	return nil
 }
+
+// CostliestSlice returns the row group where reading its first n rows (one
+// slice of a plan) costs the read-ahead budget the most, by PieceCost (the
+// rows' share of the streamed columns plus the columns decoded whole), and
+// that cost: the row group that decides whether a plan's slices fit their
+// share. ok is false when the dataset has no rows.
+func (ds *Dataset) CostliestSlice(n int64) (ref RowGroupRef, cost int64, ok bool) {
+	for _, r := range ds.RowGroups() {
+		if r.Rows <= 0 {
+			continue
+		}
+		if c := ds.PieceCost(r, 0, min(max(n, 1), r.Rows)); !ok || c > cost {
+			ref, cost, ok = r, c, true
+		}
+	}
+	return ref, cost, ok
+}
