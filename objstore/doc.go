@@ -37,6 +37,15 @@
 // truncating and rewriting them while they are read. Every Map result must be
 // released exactly once (StoreStats.LiveMaps counts those that are not).
 //
+// Globs. Match lists a pattern's literal prefix once and matches every
+// listed name in one pass (no backtracking, however many "**" the pattern
+// has), stops with ctx's error when ctx is done, and refuses patterns that
+// match more than DefaultMaxMatches objects or whose "**" reaches more than
+// DefaultMaxGlobDepth segments below the prefix (ErrGlobLimit, naming the
+// pattern and the limit; see WithMaxMatches, WithMaxGlobDepth). Listing
+// itself is linear in the objects under the prefix: a pattern whose literal
+// prefix is short lists much.
+//
 // Map cache. With [WithMapCache] a LocalStore keeps whole files mapped between
 // Map calls, up to a byte bound (least recently used unmapped first), so
 // repeated passes over page-cache-warm files pay the page-table work once per

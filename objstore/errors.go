@@ -20,4 +20,12 @@ var (
 	// operation the store cannot do (mapping a remote object, mmap on a
 	// platform without it).
 	ErrUnsupported = errors.New("unsupported")
+	// ErrBadPattern: a malformed glob (an unclosed '[', a trailing '\\').
+	// The error wraps path.ErrBadPattern too.
+	ErrBadPattern = errors.New("malformed glob pattern")
+	// ErrInvalidPath: a URI or pattern no store can hold (a NUL byte).
+	ErrInvalidPath = errors.New("invalid path")
+	// ErrGlobLimit: a pattern matches more objects, or reaches deeper,
+	// than Match's limits (WithMaxMatches, WithMaxGlobDepth) allow.
+	ErrGlobLimit = errors.New("glob limit exceeded")
 )

@@ -185,6 +185,9 @@ func (s *GCSStore) Close() error {
 // ParseGCSURI splits "gs://bucket/name" into bucket and object name; name may
 // be empty ("gs://bucket" or "gs://bucket/").
 func ParseGCSURI(uri string) (bucket, name string, err error) {
+	if err := checkPath(uri); err != nil {
+		return "", "", err
+	}
 	rest, ok := strings.CutPrefix(uri, "gs://")
 	if !ok {
 		return "", "", fmt.Errorf("objstore: %q is not a gs:// URI", uri)
@@ -239,6 +242,9 @@ func (s *GCSStore) List(ctx context.Context, prefix string) ([]Object, error) {
 	it := s.client.Bucket(bucket).Objects(ctx, q)
 	var out []Object
 	for {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("objstore: list %s: %w", prefix, err)
+		}
 		a, err := it.Next()
 		if err == iterator.Done {
 			break

@@ -259,10 +259,28 @@ func (s *LocalStore) ReadAt(ctx context.Context, obj Object, p []byte, off int64
 		return nil
 	}
 	if err == nil || err == io.EOF {
+		if cerr := f.changed(); cerr != nil {
+			return fmt.Errorf("objstore: read %s [%d, %d): got %d bytes: %w", path, off, end, n, cerr)
+		}
 		return fmt.Errorf("objstore: read %s [%d, %d): got %d bytes, the file has %d: %w",
 			path, off, end, n, f.size, io.ErrUnexpectedEOF)
 	}
 	return fmt.Errorf("objstore: read %s [%d, %d): %w", path, off, end, err)
+}
+
+// changed returns an error wrapping ErrNotFound when the open file is no
+// longer the version it was opened as (truncated or rewritten in place since:
+// its size or mtime differ), nil otherwise.
+func (f *openFile) changed() error {
+	info, err := f.f.Stat()
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.path, err)
+	}
+	if info.Size() == f.size && info.ModTime().Equal(f.mtime) {
+		return nil
+	}
+	return fmt.Errorf("%s changed since it was opened (now %d bytes, modified %s; opened at %d bytes, modified %s; replace files by renaming new ones into place): %w",
+		f.path, info.Size(), info.ModTime().Format(time.RFC3339Nano), f.size, f.mtime.Format(time.RFC3339Nano), ErrNotFound)
 }
 
 // matches reports whether an open file is the version obj describes.

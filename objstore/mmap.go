@@ -149,6 +149,11 @@ func (s *LocalStore) mapCached(f *openFile, off, n int64) ([]byte, func(), error
 	}
 	f.mapMu.Unlock()
 	if err := f.populate(off, n); err != nil {
+		if cerr := f.changed(); cerr != nil {
+			// Truncated under the cached mapping: its pages past the new
+			// end are gone.
+			return fail(cerr)
+		}
 		return fail(err)
 	}
 	return f.whole[off : off+n : off+n], s.handOut(n, func() { s.release(f) }), nil

@@ -215,6 +215,9 @@ func (m *Mux) Close() error {
 // into an absolute, cleaned path. A trailing slash is kept when keepSlash is
 // set, because "dir/" and "dir" are different prefixes.
 func localPath(uri string, keepSlash bool) (string, error) {
+	if err := checkPath(uri); err != nil {
+		return "", err
+	}
 	p := strings.TrimPrefix(uri, "file://")
 	if p == "" {
 		return "", fmt.Errorf("objstore: empty local path: %w", ErrNotFound)

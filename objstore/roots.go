@@ -150,6 +150,13 @@ func (r rooted) err(op, name string, err error) error {
 		return fmt.Errorf("objstore: %s %s: %w: it resolves outside the root %s (a symlink or \"..\" on the way leads out of it; symlinks must stay inside the root)",
 			op, p, ErrOutsideRoot, r.dir)
 	}
+	if errors.Is(err, syscall.ELOOP) {
+		// A symlink loop, or symlinks swapped while the root resolved them
+		// (os.Root gives up on a link that keeps changing): the path does
+		// not resolve to a file inside the root, and the open refused it.
+		return fmt.Errorf("objstore: %s %s: %w: it does not resolve inside the root %s (a symlink loop, or a symlink changed while it was opened): %v",
+			op, p, ErrOutsideRoot, r.dir, err)
+	}
 	return localErr(op, p, err)
 }
 
@@ -210,7 +217,7 @@ func (s *LocalStore) statLocal(p string) (fs.FileInfo, error) {
 // those that lead out of it are not listed but returned in escaped (absolute
 // paths), so that Match can refuse a pattern that would have matched one.
 // Symlinks to directories are not descended, as without roots.
-func (s *LocalStore) listRooted(abs string) (objs []Object, escaped []escapedEntry, err error) {
+func (s *LocalStore) listRooted(ctx context.Context, abs string) (objs []Object, escaped []escapedEntry, err error) {
 	dirPath := abs
 	if !strings.HasSuffix(abs, "/") {
 		dirPath = filepath.Dir(abs)
@@ -221,7 +228,7 @@ func (s *LocalStore) listRooted(abs string) (objs []Object, escaped []escapedEnt
 			// The prefix names a path in the parent of a root (a root
 			// itself without its slash): list the root if it matches.
 			if dir, ok := s.roots.holder(filepath.Clean(abs)); ok {
-				return s.listRooted(dir + "/")
+				return s.listRooted(ctx, dir+"/")
 			}
 		}
 		return nil, nil, err
@@ -234,6 +241,9 @@ func (s *LocalStore) listRooted(abs string) (objs []Object, escaped []escapedEnt
 				return fs.SkipAll
 			}
 			return r.err("list", rel, err)
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
 		}
 		if d.IsDir() {
 			dir := withSlash(p)
@@ -306,7 +316,7 @@ func (s *LocalStore) listEscapes(ctx context.Context, prefix string) ([]Object, 
 	if err != nil {
 		return nil, nil, err
 	}
-	objs, escaped, err := s.listRooted(abs)
+	objs, escaped, err := s.listRooted(ctx, abs)
 	if err != nil {
 		return nil, nil, err
 	}
