@@ -503,6 +503,9 @@ func (c *Cutter) gather(srcs []arrow.RecordBatch, runs []run, n int64) (arrow.Re
 			return nil, fmt.Errorf("batching: stream %d step %d column %q: %w", c.d, c.step, sch.Field(j).Name, err)
 		}
 		cols[j] = col
+		// A dictionary column's dictionary counts too (arrowmem.DataBytes),
+		// though Concatenate may share a dictionary every source has in
+		// common: for such columns CopiedBytes is an upper bound.
 		c.copied += arrowmem.DataBytes(col.Data())
 	}
 	return array.NewRecordBatch(sch, cols, n), nil
