@@ -53,7 +53,7 @@ func reportRows(b *testing.B, rowsPerOp int64, ops int) {
 // BenchmarkDecode reads every row group of the dataset through
 // Dataset.NewReader (page cache warm), releasing each record, with one
 // decode worker or GOMAXPROCS of them, into memory.DefaultAllocator or (pool,)
-// a loader.PoolAllocator, which reuses the released records' memory without
+// an arrowmem.PoolAllocator, which reuses the released records' memory without
 // clearing it. mapcache keeps the files mapped between passes
 // (objstore.WithMapCache). One pass runs before the timer in every variant
 // (it fills the pool and, with mapcache, maps the files). Local files are mapped (WithMmap); MESHFEED_BENCH_MMAP=0

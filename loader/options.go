@@ -159,7 +159,7 @@ func WithFooterReadLength(n int) Option {
 func WithMaxRowGroupBytes(n int64) Option { return func(c *config) { c.maxRowGroupBytes = n } }
 
 // WithMmap lets the loader map the column chunks it decodes with mmap instead
-// of reading them, when the store implements [Mapper] (local files on Linux;
+// of reading them, when the store implements objstore.Mapper (local files on Linux;
 // not GCS): the decoders then read the page cache directly, which saves one
 // copy of every byte. A range that cannot be mapped is read. Default true.
 //
