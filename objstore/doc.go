@@ -35,7 +35,7 @@
 // reports ErrNotFound); anywhere else the fault kills the process. Replace
 // files by renaming new ones into place ([LocalStore.Create] does), never by
 // truncating and rewriting them while they are read. Every Map result must be
-// released exactly once (StoreStats.LiveMaps counts those that are not).
+// released exactly once (Stats.LiveMaps counts those that are not).
 //
 // Globs. Match lists a pattern's literal prefix once and matches every
 // listed name in one pass (no backtracking, however many "**" the pattern

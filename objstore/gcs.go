@@ -27,7 +27,7 @@ type gcsConfig struct {
 	endpoint   string
 	clientOpts []option.ClientOption
 	retry      retryConfig
-	stats      *StoreStats
+	stats      *Stats
 }
 
 func newGCSConfig(opts []GCSOption) *gcsConfig {
@@ -40,7 +40,7 @@ func newGCSConfig(opts []GCSOption) *gcsConfig {
 	}
 	c.retry.setDefaults()
 	if c.stats == nil {
-		c.stats = new(StoreStats)
+		c.stats = new(Stats)
 	}
 	return c
 }
@@ -93,12 +93,12 @@ func WithGCSOptions(opts ...GCSOption) MuxOption {
 }
 
 func init() {
-	registerScheme(scheme{name: "gs", open: func(ctx context.Context, c *muxConfig, stats *StoreStats) (Store, error) {
+	registerScheme(scheme{name: "gs", open: func(ctx context.Context, c *muxConfig, stats *Stats) (Store, error) {
 		return NewGCSStore(ctx, append(schemeOptions[GCSOption](c, "gs"), withGCSStats(stats))...)
 	}})
 }
 
-func withGCSStats(s *StoreStats) GCSOption {
+func withGCSStats(s *Stats) GCSOption {
 	return func(c *gcsConfig) { c.stats = s }
 }
 
@@ -173,7 +173,7 @@ func NewGCSStore(ctx context.Context, opts ...GCSOption) (*GCSStore, error) {
 func (s *GCSStore) Client() *storage.Client { return s.client }
 
 // Stats returns the store's counters.
-func (s *GCSStore) Stats() *StoreStats { return s.cfg.stats }
+func (s *GCSStore) Stats() *Stats { return s.cfg.stats }
 
 // Close closes the client and idle connections.
 func (s *GCSStore) Close() error {

@@ -27,7 +27,7 @@ type LocalOption func(*localConfig)
 type localConfig struct {
 	maxOpen  int
 	mapCache int64
-	stats    *StoreStats
+	stats    *Stats
 	roots    []string // WithRoots
 }
 
@@ -40,7 +40,7 @@ func newLocalConfig(opts []LocalOption) localConfig {
 		c.maxOpen = DefaultMaxOpenFiles
 	}
 	if c.stats == nil {
-		c.stats = new(StoreStats)
+		c.stats = new(Stats)
 	}
 	return c
 }
@@ -71,7 +71,7 @@ func WithMapCache(bytes int64) LocalOption {
 	return func(c *localConfig) { c.mapCache = bytes }
 }
 
-func withLocalStats(s *StoreStats) LocalOption {
+func withLocalStats(s *Stats) LocalOption {
 	return func(c *localConfig) { c.stats = s }
 }
 
@@ -135,7 +135,7 @@ func NewLocalStore(opts ...LocalOption) *LocalStore {
 }
 
 // Stats returns the store's counters.
-func (s *LocalStore) Stats() *StoreStats { return s.cfg.stats }
+func (s *LocalStore) Stats() *Stats { return s.cfg.stats }
 
 // List returns the regular files whose absolute path starts with prefix,
 // sorted. It walks the directory part of prefix recursively; a missing

@@ -37,7 +37,7 @@ type scheme struct {
 	// open makes the store, with the options the Mux was given for it
 	// (schemeOptions) and the Mux's counters, which the store must update.
 	// ctx carries no cancellation: the store outlives the call.
-	open func(ctx context.Context, cfg *muxConfig, stats *StoreStats) (Store, error)
+	open func(ctx context.Context, cfg *muxConfig, stats *Stats) (Store, error)
 }
 
 // schemes is the registry of remote schemes, filled by the stores' init
@@ -97,7 +97,7 @@ func schemeList() string {
 // prefix is accepted. Other URI schemes are an error wrapping ErrUnsupported.
 type Mux struct {
 	cfg   muxConfig
-	stats *StoreStats
+	stats *Stats
 	local *LocalStore
 
 	mu     sync.Mutex
@@ -119,13 +119,13 @@ func NewStore(ctx context.Context, opts ...MuxOption) (*Mux, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	stats := new(StoreStats)
+	stats := new(Stats)
 	local := NewLocalStore(append(cfg.local, withLocalStats(stats))...)
 	return &Mux{cfg: cfg, stats: stats, local: local, remote: make(map[string]Store)}, nil
 }
 
 // Stats returns counters aggregated over the local and remote stores.
-func (m *Mux) Stats() *StoreStats { return m.stats }
+func (m *Mux) Stats() *Stats { return m.stats }
 
 func (m *Mux) route(ctx context.Context, uri string) (Store, error) {
 	name := uriScheme(uri)

@@ -91,7 +91,7 @@ func (c *retryConfig) setDefaults() {
 // readTracker follows one ReadAt across all its HTTP requests.
 type readTracker struct {
 	cfg      *retryConfig
-	stats    *StoreStats
+	stats    *Stats
 	start    time.Time
 	deadline time.Time
 
@@ -109,7 +109,7 @@ type readTracker struct {
 	gaveUp       bool
 }
 
-func newReadTracker(cfg *retryConfig, stats *StoreStats) *readTracker {
+func newReadTracker(cfg *retryConfig, stats *Stats) *readTracker {
 	now := time.Now()
 	return &readTracker{cfg: cfg, stats: stats, start: now, deadline: now.Add(cfg.maxDuration)}
 }

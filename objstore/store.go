@@ -52,10 +52,10 @@ type Store interface {
 	Close() error
 }
 
-// StoreStats counts what a store did. All fields are updated atomically and
-// may be read at any time; a [Mux] shares one StoreStats between the stores it
+// Stats counts what a store did. All fields are updated atomically and
+// may be read at any time; a [Mux] shares one Stats between the stores it
 // routes to.
-type StoreStats struct {
+type Stats struct {
 	// BytesRead is the number of bytes returned by successful ReadAt calls.
 	BytesRead atomic.Int64
 	// Reads is the number of successful ReadAt calls.
@@ -87,7 +87,7 @@ type StoreStats struct {
 // StatsReporter is implemented by stores that count their work.
 type StatsReporter interface {
 	// Stats returns the store's live counters.
-	Stats() *StoreStats
+	Stats() *Stats
 }
 
 // Creator is implemented by stores that can write objects (datasets generated

@@ -101,7 +101,7 @@ func Conformance(t *testing.T, open func(t *testing.T) (store objstore.Store, ro
 		data[f.name] = b
 		put(t, store, join(root, f.name), b)
 	}
-	var stats *objstore.StoreStats
+	var stats *objstore.Stats
 	if sr, ok := store.(objstore.StatsReporter); ok {
 		stats = sr.Stats()
 	}
