@@ -12,8 +12,8 @@ import (
 
 // errorCodes maps the sentinels of the packages a Pipeline composes to status
 // codes, first match wins: a path that leads out of the server's roots (or
-// that a symlink swapped during the open kept from resolving inside them) is
-// PermissionDenied; a malformed glob, a NUL byte in a path and a pattern past
+// that a symlink swapped during the open kept from resolving inside them),
+// and an object the store's credentials may not read, are PermissionDenied; a malformed glob, a NUL byte in a path and a pattern past
 // the glob limits are InvalidArgument; a missing dataset, or a file changed
 // or truncated since it was listed or mapped, is NotFound; storage that is
 // down for now is Unavailable; a requested column the dataset lacks, and
@@ -23,6 +23,7 @@ import (
 // FailedPrecondition.
 var errorCodes = []transport.ErrorCode{
 	{Target: objstore.ErrOutsideRoot, Code: codes.PermissionDenied},
+	{Target: objstore.ErrPermission, Code: codes.PermissionDenied},
 	{Target: objstore.ErrBadPattern, Code: codes.InvalidArgument},
 	{Target: objstore.ErrInvalidPath, Code: codes.InvalidArgument},
 	{Target: objstore.ErrGlobLimit, Code: codes.InvalidArgument},

@@ -3,6 +3,7 @@ package feed
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/meshfeed/meshfeed/objstore"
+	"github.com/meshfeed/meshfeed/objstore/objstoretest"
 	"github.com/meshfeed/meshfeed/transport"
 )
 
@@ -27,7 +29,8 @@ func codeFor(table []transport.ErrorCode, err error) codes.Code {
 // Storage failures a request can provoke carry the codes docs/PROTOCOL.md
 // gives them, not Internal: a malformed glob, a NUL byte and a pattern past
 // the glob limits are INVALID_ARGUMENT, a symlink swapped in during the open
-// (leading out, or looping) is PERMISSION_DENIED, a file truncated under the
+// (leading out, or looping) and an object the credentials may not read
+// (docs/RELIABILITY.md) are PERMISSION_DENIED, a file truncated under the
 // map cache is NOT_FOUND.
 func TestStorageErrorCodes(t *testing.T) {
 	ctx := context.Background()
@@ -98,6 +101,14 @@ func TestStorageErrorCodes(t *testing.T) {
 		_, _, err = rooted.Map(ctx, obj, 512<<10, 10)
 		return err
 	}
+	forbidden := func() error {
+		t.Helper()
+		fake := objstoretest.NewFakeGCS(t, "codes")
+		obj := objstoretest.PutObject(t, fake.Store(t), "gs://codes/o.bin", make([]byte, 100))
+		proxy := objstoretest.NewFaultFront(t, fake.URL)
+		proxy.Arm(objstoretest.FaultStatus, http.StatusForbidden, 0, 1)
+		return objstoretest.NewStore(t, proxy.URL()).ReadAt(ctx, obj, make([]byte, 10), 0)
+	}
 	matchErr := func(pat string, opts ...objstore.MatchOption) error {
 		_, err := objstore.Match(ctx, rooted, []string{pat}, opts...)
 		return err
@@ -121,6 +132,7 @@ func TestStorageErrorCodes(t *testing.T) {
 		{"symlink swapped in, leading out", swapped("../outside/secret"), codes.PermissionDenied},
 		{"symlink swapped in, looping", swapped("swap.bin"), codes.PermissionDenied},
 		{"truncated under the map cache", truncated(), codes.NotFound},
+		{"GCS 403", forbidden(), codes.PermissionDenied},
 	} {
 		if tc.err == nil {
 			t.Errorf("%s: no error", tc.name)

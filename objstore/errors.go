@@ -20,6 +20,10 @@ var (
 	// operation the store cannot do (mapping a remote object, mmap on a
 	// platform without it).
 	ErrUnsupported = errors.New("unsupported")
+	// ErrPermission: the store's credentials may not read the object (GCS
+	// 401 or 403, a local file the server may not open). The error wraps
+	// fs.ErrPermission too.
+	ErrPermission = errors.New("permission denied")
 	// ErrBadPattern: a malformed glob (an unclosed '[', a trailing '\\').
 	// The error wraps path.ErrBadPattern too.
 	ErrBadPattern = errors.New("malformed glob pattern")

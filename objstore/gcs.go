@@ -210,8 +210,8 @@ func gcsErr(op, uri string, err error) error {
 	case errors.As(err, &ge) && ge.Code == http.StatusNotFound:
 		return fmt.Errorf("objstore: %s %s: %w", op, uri, ErrNotFound)
 	case errors.As(err, &ge) && (ge.Code == http.StatusForbidden || ge.Code == http.StatusUnauthorized):
-		return fmt.Errorf("objstore: %s %s: permission denied (HTTP %d; check the credentials and their storage.objects permissions): %w",
-			op, uri, ge.Code, fs.ErrPermission)
+		return fmt.Errorf("objstore: %s %s: %w (HTTP %d; check the credentials and their storage.objects permissions): %w",
+			op, uri, ErrPermission, ge.Code, fs.ErrPermission)
 	}
 	return fmt.Errorf("objstore: %s %s: %w", op, uri, err)
 }

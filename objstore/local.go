@@ -228,6 +228,9 @@ func localErr(op, p string, err error) error {
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("objstore: %s %s: %w", op, p, ErrNotFound)
 	}
+	if errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("objstore: %s %s: %w (%w)", op, p, ErrPermission, err)
+	}
 	return fmt.Errorf("objstore: %s %s: %w", op, p, err)
 }
 
