@@ -144,8 +144,8 @@ func NewPlan(rowGroups []RowGroup, cfg Config) (*Plan, error) {
 		steps = (n + bigB - 1) / bigB
 	case Raise:
 		if rem != 0 {
-			return nil, fmt.Errorf("%w: N=%d rows, B=%d leaves a remainder of %d rows; use policy drop (skip them) or pad (mask them), or pick a B that divides N",
-				ErrIndivisible, n, bigB, rem)
+			return nil, fmt.Errorf("%w: N=%d rows is not a multiple of B=%d (remainder %d); use policy drop (skip the remainder of %d rows) or pad (mask them), or pick a B that divides N",
+				ErrIndivisible, n, bigB, rem, rem)
 		}
 		steps = n / bigB
 	default:
@@ -216,6 +216,28 @@ func (p *Plan) StreamLen(d int) int64 {
 		return 0
 	}
 	return p.lens[d]
+}
+
+// StreamStart returns the first row of stream d in an epoch's sequence of
+// rows (the same in every epoch): d*(N/D) + min(d, N mod D). It is 0 for an
+// invalid d.
+func (p *Plan) StreamStart(d int) int64 {
+	if d < 0 || d >= p.cfg.D {
+		return 0
+	}
+	return p.starts[d]
+}
+
+// RowsPlan returns the plan of a dataset of rows rows in one row group, in
+// file order, for global batch globalBatch over d slices under the named
+// last-batch policy (ParsePolicy): what a synthetic dataset (the server's
+// demo backend) delivers.
+func RowsPlan(rows int64, globalBatch, d int, policy string) (*Plan, error) {
+	pol, err := ParsePolicy(policy)
+	if err != nil {
+		return nil, err
+	}
+	return NewPlan([]RowGroup{{Rows: rows}}, Config{GlobalBatch: globalBatch, D: d, Policy: pol})
 }
 
 // delivered returns the rows of stream d that are delivered in an epoch.

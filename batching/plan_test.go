@@ -390,3 +390,44 @@ func TestEpochOrders(t *testing.T) {
 		t.Errorf("W = 0: WindowPerm = %v, want nil", got)
 	}
 }
+
+// RowsPlan is the plan of one row group of N rows (the demo backend's):
+// the same numbers as NewPlan's, and a bad policy named.
+func TestRowsPlan(t *testing.T) {
+	for _, tc := range []struct {
+		rows         int64
+		b, d         int
+		policy       string
+		steps, slice int
+		starts       []int64
+	}{
+		{10, 4, 2, "pad", 3, 2, []int64{0, 5}},
+		{10, 4, 2, "drop", 2, 2, []int64{0, 5}},
+		{11, 6, 3, "pad", 2, 2, []int64{0, 4, 8}},
+		{12, 4, 4, "raise", 3, 1, []int64{0, 3, 6, 9}},
+	} {
+		p, err := RowsPlan(tc.rows, tc.b, tc.d, tc.policy)
+		if err != nil {
+			t.Errorf("RowsPlan(%d, %d, %d, %q) = %v", tc.rows, tc.b, tc.d, tc.policy, err)
+			continue
+		}
+		if p.StepsPerEpoch() != tc.steps || p.SliceRows() != tc.slice {
+			t.Errorf("RowsPlan(%d, %d, %d, %q): %d steps of %d-row slices, want %d of %d",
+				tc.rows, tc.b, tc.d, tc.policy, p.StepsPerEpoch(), p.SliceRows(), tc.steps, tc.slice)
+		}
+		for d, want := range tc.starts {
+			if got := p.StreamStart(d); got != want {
+				t.Errorf("RowsPlan(%d, %d, %d, %q).StreamStart(%d) = %d, want %d", tc.rows, tc.b, tc.d, tc.policy, d, got, want)
+			}
+		}
+		if got := p.StreamStart(tc.d); got != 0 {
+			t.Errorf("StreamStart(%d) of %d streams = %d, want 0", tc.d, tc.d, got)
+		}
+	}
+	if _, err := RowsPlan(10, 4, 2, "sometimes"); !errors.Is(err, ErrInvalidPolicy) {
+		t.Errorf("RowsPlan(policy %q) = %v, want ErrInvalidPolicy", "sometimes", err)
+	}
+	if _, err := RowsPlan(10, 4, 2, "raise"); !errors.Is(err, ErrIndivisible) || !strings.Contains(err.Error(), "remainder 2") {
+		t.Errorf("RowsPlan(10 rows, B=4, raise) = %v, want ErrIndivisible naming the remainder 2", err)
+	}
+}

@@ -146,7 +146,7 @@ func TestBadInputMatrix(t *testing.T) {
 	}
 	mem := checkedMem(t)
 	p, err := NewPipeline(context.Background(), WithAllocator(mem),
-		WithLoaderOptions(loader.WithReadAhead(4<<10), loader.WithDecodeWorkers(2), loader.WithFooterCache(nil)))
+		WithLoaderOptions(loader.WithDecodeWorkers(2), loader.WithFooterCache(nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,14 @@ type piecePlan struct {
 	windowAhead  int64 // W > 0: what reading one window of rows costs (see above); 0 otherwise
 }
 
+// sliceShare returns one slice's even share of a stream's read-ahead
+// budget, the stream reading the given number of slices: what planPieces
+// sizes its pieces from and what a slice reading whole row groups reads
+// under.
+func sliceShare(readAhead int64, slices int) int64 {
+	return readAhead / int64(max(slices, 1))
+}
+
 // budgetFor returns the read-ahead budget of one slice's reader: its share
 // of the stream's budget (or, for a slice reading pieces, the part of it
 // planPieces leaves in flight), and at least one window of rows.
@@ -87,18 +95,24 @@ func (p *Pipeline) planPieces(pl *pipelinePlan) (piecePlan, error) {
 		return piecePlan{}, nil // documented: one row group per slice at a time
 	}
 	n := int64(len(pl.cfg.slices))
-	share := budget / n
+	share := sliceShare(budget, len(pl.cfg.slices))
 	perRow, whole := pl.ds.StreamedRowBytes()
 	ahead := windowCost(pl.ds, pl.cfg.plan.Window, whole)
 	b := int64(pl.plan.SliceRows())
 	need := int64(float64(b)*perRow+0.5) + whole
 	if need > share {
+		costliest := ""
+		if ref, cost, ok := pl.ds.CostliestSlice(b); ok {
+			costliest = fmt.Sprintf("; the costliest is %s row group %d (%d rows): one slice of its rows needs %d bytes",
+				pl.ds.Files[ref.File].Object.URI, ref.Index, ref.Rows, cost)
+		}
 		return piecePlan{}, fmt.Errorf("feed: %w: the plan does not fit the read-ahead budget: each of the %d slices requested needs at least %d bytes "+
 			"(one slice of %d rows read at %.0f bytes per row compressed plus decoded, "+
-			"and %d bytes of columns decoded whole per row group), %d bytes for the %d slices, over the read-ahead budget of %d bytes (%d per slice): "+
-			"raise the server's --read-ahead to at least %d, or lower the global batch size or the slices per request "+
+			"and %d bytes of columns decoded whole per row group), %d bytes for the %d slices, over the read-ahead budget of %d bytes (%d per slice)%s. "+
+			"Raise the server's read-ahead to at least %d bytes (meshfeed serve --read-ahead %d; in Go, feed.WithReadAhead; "+
+			"for a Loader's local server, meshfeed.ServerOptions(read_ahead=%d)), or lower the global batch size or the slices per request "+
 			"(or write row groups with an offset index or fewer rows when columns are decoded whole)",
-			transport.ErrFailedPrecondition, n, need, b, perRow, whole, need*n, n, budget, share, need*n)
+			transport.ErrFailedPrecondition, n, need, b, perRow, whole, need*n, n, budget, share, costliest, need*n, need*n, need*n)
 	}
 	if perRow <= 0 {
 		return piecePlan{windowAhead: ahead}, nil // nothing streams: pieces would not save memory

@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/transport"
 )
 
@@ -102,7 +103,7 @@ func runBudget(t *testing.T, req *transport.Request, readAhead int64, each func(
 // plus decoded bytes).
 func rowGroupCost(t *testing.T, dir string) (rows, cost int64) {
 	t.Helper()
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ds, err := loader.Open(context.Background(), store, []string{dir + "/*.parquet"}, loader.WithColumns("id", "label", "features", "image"))
 	if err != nil {
@@ -315,4 +316,48 @@ func TestWindowReadAhead(t *testing.T) {
 			mem.peak, 4*share, window, 4*ps.pl.pieces.windowAhead, bound)
 	}
 	t.Logf("window read-ahead %d bytes per slice (share %d); held at most %d bytes", ps.pl.pieces.windowAhead, share, mem.peak)
+}
+
+// TestBudgetRefusalNamesFile: the refusal names the row group that decides
+// it (the costliest slice: here b.parquet's single row group of long strings,
+// which are decoded whole) and how to raise the budget: the serve flag, the
+// Go option and the Python Loader's argument.
+func TestBudgetRefusalNamesFile(t *testing.T) {
+	schema := arrow.NewSchema([]arrow.Field{{Name: "s", Type: arrow.BinaryTypes.String}}, nil)
+	strs := func(n, size int) arrow.Array {
+		b := array.NewStringBuilder(memory.DefaultAllocator)
+		defer b.Release()
+		for i := range n {
+			b.Append(strings.Repeat(string(rune('a'+i%26)), size))
+		}
+		return b.NewArray()
+	}
+	short, long := strs(64, 4), strs(64, 300)
+	defer short.Release()
+	defer long.Release()
+	dir := badDir(t, t.TempDir(), "data", map[string][]byte{
+		"a.parquet": parquetOf(t, schema, short, 16),
+		"b.parquet": parquetOf(t, schema, long, 64),
+	})
+	ctx := context.Background()
+	p, err := NewPipeline(ctx, WithReadAhead(2<<10), WithCacheTTL(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	req := &transport.Request{Version: transport.Version, Datasets: []string{dir + "/*.parquet"}, GlobalBatchSize: 8,
+		Columns: []transport.Column{{Name: "s"}}, NumSlices: 2, Slices: []int{0, 1}, LastBatch: transport.LastBatchPad, Epochs: 1}
+	_, err = p.Info(ctx, req)
+	if !errors.Is(err, transport.ErrFailedPrecondition) {
+		t.Fatalf("Info = %v, want ErrFailedPrecondition", err)
+	}
+	for _, s := range []string{dir + "/b.parquet row group 0 (64 rows)", "meshfeed serve --read-ahead", "feed.WithReadAhead", "ServerOptions(read_ahead="} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not say %q", err, s)
+		}
+	}
+	if strings.Contains(err.Error(), "a.parquet") {
+		t.Errorf("error %q names a.parquet, whose row groups are cheaper", err)
+	}
+	t.Log(err)
 }

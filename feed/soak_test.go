@@ -52,7 +52,7 @@ func TestSoak(t *testing.T) {
 	dir := writeDataset(t, spec)
 	mem := checkedMem(t)
 	p, err := NewPipeline(context.Background(), WithAllocator(mem),
-		WithLoaderOptions(loader.WithReadAhead(16<<10), loader.WithDecodeWorkers(2)))
+		WithLoaderOptions(loader.WithDecodeWorkers(2)))
 	if err != nil {
 		t.Fatal(err)
 	}

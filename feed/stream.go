@@ -134,11 +134,11 @@ func (s *pipelineStream) addSlice(sc *sliceCut) {
 // budget.go) and of the cores for decoding.
 func (s *pipelineStream) startReader(sc *sliceCut) {
 	if len(sc.refs) > 0 {
-		n := int64(len(s.pl.cfg.slices))
-		budget := s.pl.pieces.budgetFor(s.cfg.readAhead/n, sc.segs != nil)
+		n := len(s.pl.cfg.slices)
+		budget := s.pl.pieces.budgetFor(sliceShare(s.cfg.readAhead, n), sc.segs != nil)
 		sc.rd = s.pl.ds.NewReader(s.ctx, sc.refs, s.mem,
 			loader.WithReaderReadAhead(budget),
-			loader.WithReaderDecodeWorkers(max(runtime.GOMAXPROCS(0)/int(n), 1)))
+			loader.WithReaderDecodeWorkers(max(runtime.GOMAXPROCS(0)/n, 1)))
 	}
 }
 

@@ -20,6 +20,8 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
+
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
 )
 
 // Fast path: fixed-width columns, and lists of them, without nulls in PLAIN
@@ -133,7 +135,7 @@ func (c *colDecoder) decodeFastRows(chunk []byte, md *format.ColumnMetaData, row
 	// Every page inside [vlo, vhi) writes its part, and so do the pages
 	// across its ends: together they write every value of the buffer.
 	es := int64(c.elemSize)
-	values := newValuesBuf(mem, int((vhi-vlo)*es))
+	values := arrowmem.NewOverwriteBuffer(mem, int((vhi-vlo)*es))
 	defer values.Release() // the array holds its own reference
 	dst := values.Bytes()
 	var scratch []byte
@@ -589,7 +591,7 @@ func (c *colDecoder) decodeFastListRows(chunk []byte, codec format.CompressionCo
 	if total*int64(c.elemSize) > maxBytes || total > math.MaxInt32 {
 		return nil, false, nil // decodeChunk reports the limit
 	}
-	values := newValuesBuf(mem, int(total)*c.elemSize)
+	values := arrowmem.NewOverwriteBuffer(mem, int(total)*c.elemSize)
 	defer values.Release() // the array holds its own references
 	offsets := newBuf(mem, 4*(int(rows)+1))
 	defer offsets.Release()

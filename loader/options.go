@@ -4,13 +4,18 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+
+	"github.com/meshfeed/meshfeed/objstore"
 )
+
+// DefaultReadAhead is the default in-flight budget of a RowGroupReader
+// (WithReaderReadAhead), and of a feed stream (feed.WithReadAhead, `meshfeed
+// serve --read-ahead`): compressed plus decoded bytes of row groups read
+// ahead.
+const DefaultReadAhead = 256 << 20
 
 // config holds every setting of a Dataset. newConfig sets the defaults; each
 // Option documents its own.
-// DefaultReadAhead is the default in-flight budget of a reader (WithReadAhead,
-// WithReaderReadAhead): compressed plus decoded bytes of row groups read ahead.
-const DefaultReadAhead = 256 << 20
 
 type config struct {
 	columns          []string
@@ -18,7 +23,6 @@ type config struct {
 	footerWorkers    int
 	coalesceGap      int64
 	maxCoalesced     int64
-	readAheadBytes   int64
 	decodeWorkers    int
 	footerCache      *FooterCache
 	readBufferSize   int
@@ -26,7 +30,7 @@ type config struct {
 	maxRowGroupBytes int64
 	mmap             bool
 	validity         bool
-	store            Store // set by Open: the store the dataset reads from
+	store            objstore.Store // set by Open: the store the dataset reads from
 }
 
 // Option configures Open.
@@ -37,7 +41,6 @@ func newConfig(opts []Option) (config, error) {
 		footerWorkers:    16,
 		coalesceGap:      1 << 20,
 		maxCoalesced:     64 << 20,
-		readAheadBytes:   DefaultReadAhead,
 		decodeWorkers:    runtime.GOMAXPROCS(0),
 		footerCache:      defaultFooterCache,
 		readBufferSize:   64 << 10,
@@ -61,9 +64,6 @@ func (c *config) validate() error {
 	}
 	if c.maxCoalesced <= 0 {
 		errs = append(errs, fmt.Sprintf("max coalesced read %d must be positive", c.maxCoalesced))
-	}
-	if c.readAheadBytes < 0 {
-		errs = append(errs, fmt.Sprintf("read-ahead budget %d must be >= 0", c.readAheadBytes))
 	}
 	if c.maxRowGroupBytes <= 0 {
 		errs = append(errs, fmt.Sprintf("max row group bytes %d must be positive", c.maxRowGroupBytes))
@@ -124,15 +124,20 @@ func WithCoalesceGap(gap int64) Option { return func(c *config) { c.coalesceGap 
 // WithMaxCoalescedRead caps the size of one merged ranged read. Default 64 MiB.
 func WithMaxCoalescedRead(n int64) Option { return func(c *config) { c.maxCoalesced = n } }
 
-// WithReadAhead sets the in-flight byte budget of a RowGroupReader: the
-// compressed bytes of row groups fetched but not yet handed to the caller.
-// One row group is always allowed even when larger. Default 256 MiB; 0 reads
-// one row group at a time with no read-ahead.
-func WithReadAhead(bytes int64) Option { return func(c *config) { c.readAheadBytes = bytes } }
-
 // WithDecodeWorkers sets how many row groups a RowGroupReader decodes at once.
 // Default GOMAXPROCS.
 func WithDecodeWorkers(n int) Option { return func(c *config) { c.decodeWorkers = n } }
+
+// FooterCache keeps the footers Open parsed, keyed by object version
+// (objstore.FooterCache): re-planning the same files reads no footer twice.
+// A nil *FooterCache caches nothing.
+type FooterCache = objstore.FooterCache[footer]
+
+// NewFooterCache returns a cache holding at most maxEntries footers (least
+// recently used evicted first). maxEntries <= 0 returns nil: no caching.
+func NewFooterCache(maxEntries int) *FooterCache { return objstore.NewFooterCache[footer](maxEntries) }
+
+var defaultFooterCache = NewFooterCache(4096)
 
 // WithFooterCache sets the cache of parsed footers. Default: a process-wide
 // cache of 4096 footers keyed by Object.CacheKey. nil disables caching.
@@ -154,7 +159,7 @@ func WithFooterReadLength(n int) Option {
 func WithMaxRowGroupBytes(n int64) Option { return func(c *config) { c.maxRowGroupBytes = n } }
 
 // WithMmap lets the loader map the column chunks it decodes with mmap instead
-// of reading them, when the store implements [Mapper] (local files on Linux;
+// of reading them, when the store implements objstore.Mapper (local files on Linux;
 // not GCS): the decoders then read the page cache directly, which saves one
 // copy of every byte. A range that cannot be mapped is read. Default true.
 //

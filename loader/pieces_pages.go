@@ -17,6 +17,9 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
+
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // The pages of a piece (pieces.go): where a streamed column's data pages lie
@@ -98,7 +101,7 @@ func (d *parquetDecoder) pages(ctx context.Context, ds *Dataset, rg, i int, stat
 // start a row, levels not RLE-encoded, a v1 list page holding a null or
 // empty list, counts that do not add up): the column is then decoded
 // whole, and decoding reports what is wrong with it.
-func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c *colDecoder, stats *ReadStats) ([]pageLoc, error) {
+func (d *parquetDecoder) locatePages(ctx context.Context, store objstore.Store, rg int, c *colDecoder, stats *ReadStats) ([]pageLoc, error) {
 	cc := &d.pf.Metadata().RowGroups[rg].Columns[c.leaf]
 	md := &cc.MetaData
 	rows := d.f.RowGroups[rg].Rows
@@ -240,7 +243,7 @@ func (lv *listLevels) release() {
 
 // at returns the file's bytes [off, off+n): from the window, or read into
 // lv.read (the window's part copied, the rest read and counted in stats).
-func (lv *listLevels) at(ctx context.Context, store Store, obj Object, off, n int64, stats *ReadStats) ([]byte, error) {
+func (lv *listLevels) at(ctx context.Context, store objstore.Store, obj objstore.Object, off, n int64, stats *ReadStats) ([]byte, error) {
 	wend := lv.wpos + int64(len(lv.win))
 	switch {
 	case n == 0:
@@ -280,7 +283,7 @@ func growBuf(b []byte, n int64) []byte {
 // streamed (levels not RLE-encoded, no value, nesting deeper than one list,
 // a page larger than maxBytes, definition levels below the max: a null or
 // empty list or a null element, which the fast path leaves to decodeChunk).
-func (lv *listLevels) rows(ctx context.Context, store Store, obj Object, c *colDecoder, codec format.CompressionCodec, h *format.PageHeader, body, maxBytes int64, stats *ReadStats) (rows int64, cont, ok bool, err error) {
+func (lv *listLevels) rows(ctx context.Context, store objstore.Store, obj objstore.Object, c *colDecoder, codec format.CompressionCodec, h *format.PageHeader, body, maxBytes int64, stats *ReadStats) (rows int64, cont, ok bool, err error) {
 	dh := &h.DataPageHeader.V
 	size, usize := int64(h.CompressedPageSize), int64(h.UncompressedPageSize)
 	if c.maxRep != 1 || dh.RepetitionLevelEncoding != format.RLE || dh.NumValues <= 0 ||
@@ -365,7 +368,7 @@ func levelsEnd(page []byte, sections int) (end int64, known bool) {
 // first sections level sections, decoding only that start: from the part
 // of the body in the window when that holds it (the levels lead the page
 // and take a few bytes per row), else from the body read whole.
-func (lv *listLevels) snappyLevels(ctx context.Context, store Store, obj Object, body, size, usize int64, sections int, stats *ReadStats) ([]byte, error) {
+func (lv *listLevels) snappyLevels(ctx context.Context, store objstore.Store, obj objstore.Object, body, size, usize int64, sections int, stats *ReadStats) ([]byte, error) {
 	wend := lv.wpos + int64(len(lv.win))
 	if body >= lv.wpos && body < wend {
 		src := lv.win[body-lv.wpos : min(wend, body+size)-lv.wpos]
@@ -672,7 +675,7 @@ func (c *colDecoder) decodeListPiece(b []byte, codec format.CompressionCodec, ro
 	if int64(n)*int64(c.elemSize) > maxBytes {
 		return nil, false, false, nil // decodeChunk reports the limit
 	}
-	values := newValuesBuf(mem, n*c.elemSize)
+	values := arrowmem.NewOverwriteBuffer(mem, n*c.elemSize)
 	defer values.Release() // the array holds its own references
 	offsets := newBuf(mem, 4*(int(hi-lo)+1))
 	defer offsets.Release()
@@ -806,7 +809,7 @@ func (c *colDecoder) narrow(a arrow.Array, mem memory.Allocator) (arrow.Array, e
 	}
 	n := vals.Len()
 	raw := vals.Buffers()[1].Bytes()[vals.Offset()*4 : (vals.Offset()+n)*4]
-	out := newValuesBuf(mem, n*c.elemSize)
+	out := arrowmem.NewOverwriteBuffer(mem, n*c.elemSize)
 	defer out.Release()
 	if err := convertInto(out.Bytes(), c.elem.ID(), raw, parquet.Int32, n); err != nil {
 		return nil, err

@@ -12,7 +12,7 @@ import (
 
 // RowGroupReader reads a sequence of row groups in order, fetching and
 // decoding the next ones while the caller works on the current one, under an
-// in-flight byte budget (WithReadAhead) and a decode concurrency
+// in-flight byte budget (WithReaderReadAhead) and a decode concurrency
 // (WithDecodeWorkers). A ref with a row range (RowGroupRef.Start, End), or
 // any ref under WithReaderMaxPiece, is read as pieces: records of
 // consecutive rows of its row group, each decoded from the pages of its rows
@@ -57,9 +57,12 @@ type pending struct {
 // settings for it.
 type ReaderOption func(*RowGroupReader)
 
-// WithReaderReadAhead sets this reader's in-flight byte budget (see
-// WithReadAhead), for example a stream's budget split among its slices.
-// Negative values are taken as 0.
+// WithReaderReadAhead sets this reader's in-flight byte budget: the
+// compressed plus decoded bytes of row groups fetched but not yet handed to
+// the caller, for example a feed stream's budget split among its slices. One
+// row group (or piece) is always allowed even when larger. Default
+// DefaultReadAhead; 0 reads one row group at a time with no read-ahead;
+// negative values are taken as 0.
 func WithReaderReadAhead(bytes int64) ReaderOption {
 	return func(r *RowGroupReader) { r.budget = max(bytes, 0) }
 }
@@ -84,7 +87,7 @@ func WithReaderMaxPiece(bytes int64) ReaderOption {
 func (ds *Dataset) NewReader(ctx context.Context, refs []RowGroupRef, mem memory.Allocator, opts ...ReaderOption) *RowGroupReader {
 	ctx, cancel := context.WithCancel(ctx)
 	r := &RowGroupReader{
-		budget:  ds.cfg.readAheadBytes,
+		budget:  DefaultReadAhead,
 		workers: ds.cfg.decodeWorkers,
 		ds:      ds,
 		ctx:     ctx,
@@ -369,4 +372,21 @@ func (r *RowGroupReader) Close() error {
 	}
 	r.entries = nil
 	return nil
+}
+
+// CostliestSlice returns the row group where reading its first n rows (one
+// slice of a plan) costs the read-ahead budget the most, by PieceCost (the
+// rows' share of the streamed columns plus the columns decoded whole), and
+// that cost: the row group that decides whether a plan's slices fit their
+// share. ok is false when the dataset has no rows.
+func (ds *Dataset) CostliestSlice(n int64) (ref RowGroupRef, cost int64, ok bool) {
+	for _, r := range ds.RowGroups() {
+		if r.Rows <= 0 {
+			continue
+		}
+		if c := ds.PieceCost(r, 0, min(max(n, 1), r.Rows)); !ok || c > cost {
+			ref, cost, ok = r, c, true
+		}
+	}
+	return ref, cost, ok
 }

@@ -24,12 +24,44 @@ import (
 //
 // and, with last_batch=pad, the boolean mask column (false for padding rows,
 // whose id and x are 0).
+//
+// Its plan (steps per epoch, rows per slice, the streams, dropped and padded
+// rows) is package batching's, the one the pipeline follows, passed in as
+// Plan: transport does no plan arithmetic of its own and does not import
+// batching.
 type DemoBackend struct {
 	// NumRows is N, the dataset's rows.
 	NumRows int64
 	// Mem allocates the records (nil: memory.DefaultAllocator).
 	Mem memory.Allocator
+	// Plan returns the plan of a request over rows rows in one row group,
+	// in file order: batching.RowsPlan, as `meshfeed serve --backend demo`
+	// passes it. Required (transport's own tests set testDemoPlan).
+	Plan func(rows int64, globalBatch, slices int, lastBatch string) (DemoPlan, error)
 }
+
+// DemoPlan is what the demo backend asks of a plan; *batching.Plan
+// implements it.
+type DemoPlan interface {
+	// StepsPerEpoch is the number of steps of every epoch.
+	StepsPerEpoch() int
+	// SliceRows is b = B/D, the rows of one slice.
+	SliceRows() int
+	// StreamStart is the first row of stream d in the epoch's rows.
+	StreamStart(d int) int64
+	// SliceReal is how many rows of slice d of step are real (the rest is
+	// padding).
+	SliceReal(step, d int) int
+	// DroppedRows and PaddedRows are the rows per epoch not delivered
+	// (drop) and added (pad).
+	DroppedRows() int64
+	PaddedRows() int64
+}
+
+// testDemoPlan is the Plan of DemoBackends that have none; set by
+// transport's own tests (which cannot import the package that passes
+// batching.RowsPlan in production).
+var testDemoPlan func(rows int64, globalBatch, slices int, lastBatch string) (DemoPlan, error)
 
 var demoColumns = []arrow.Field{
 	{Name: "id", Type: arrow.PrimitiveTypes.Int64},
@@ -41,6 +73,7 @@ type demoPlan struct {
 	req    *Request
 	schema *arrow.Schema
 	cols   []string // selected demo columns, in order
+	plan   DemoPlan
 	steps  int64
 	b      int64
 }
@@ -64,22 +97,16 @@ func (d *DemoBackend) plan(req *Request) (*demoPlan, error) {
 	if err := p.err("transport: demo", ErrBadRequest); err != nil {
 		return nil, err
 	}
-	var steps int64
-	switch req.LastBatch {
-	case LastBatchDrop:
-		steps = n / B
-	case LastBatchPad:
-		steps = (n + B - 1) / B
-	case LastBatchRaise:
-		if n%B != 0 {
-			return nil, fmt.Errorf("transport: demo: %w: last_batch=raise: N=%d rows is not a multiple of B=%d (remainder %d)", ErrFailedPrecondition, n, B, n%B)
-		}
-		steps = n / B
-	default:
-		return nil, fmt.Errorf("transport: demo: %w: last_batch %q", ErrBadRequest, req.LastBatch)
+	planner := d.Plan
+	if planner == nil {
+		planner = testDemoPlan
 	}
-	if steps == 0 {
-		return nil, fmt.Errorf("transport: demo: %w: N=%d rows give no step of B=%d rows with last_batch=%s", ErrFailedPrecondition, n, B, req.LastBatch)
+	if planner == nil {
+		return nil, fmt.Errorf("transport: demo: %w: DemoBackend.Plan is nil (pass batching.RowsPlan)", ErrConfig)
+	}
+	plan, err := planner(n, int(B), req.NumSlices, string(req.LastBatch))
+	if err != nil {
+		return nil, fmt.Errorf("transport: demo: %w: %w", ErrFailedPrecondition, err)
 	}
 	fields := make([]arrow.Field, 0, len(cols)+1)
 	for _, c := range cols {
@@ -89,7 +116,8 @@ func (d *DemoBackend) plan(req *Request) (*demoPlan, error) {
 	if req.LastBatch == LastBatchPad {
 		fields = append(fields, arrow.Field{Name: req.Mask(), Type: arrow.FixedWidthTypes.Boolean})
 	}
-	return &demoPlan{req: req, schema: arrow.NewSchema(fields, nil), cols: cols, steps: steps, b: int64(req.SliceRows())}, nil
+	return &demoPlan{req: req, schema: arrow.NewSchema(fields, nil), cols: cols, plan: plan,
+		steps: int64(plan.StepsPerEpoch()), b: int64(plan.SliceRows())}, nil
 }
 
 // Info implements Backend.
@@ -98,14 +126,8 @@ func (d *DemoBackend) Info(_ context.Context, req *Request) (*PlanInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	info := &PlanInfo{Schema: pl.schema, NumRows: d.NumRows, StepsPerEpoch: pl.steps}
-	total := pl.steps * int64(req.GlobalBatchSize)
-	if total < d.NumRows {
-		info.DroppedRows = d.NumRows - total
-	} else {
-		info.PaddedRows = total - d.NumRows
-	}
-	return info, nil
+	return &PlanInfo{Schema: pl.schema, NumRows: d.NumRows, StepsPerEpoch: pl.steps,
+		DroppedRows: pl.plan.DroppedRows(), PaddedRows: pl.plan.PaddedRows()}, nil
 }
 
 // Open implements Backend.
@@ -141,20 +163,6 @@ type demoStream struct {
 
 func (s *demoStream) Schema() *arrow.Schema { return s.pl.schema }
 
-// streamRange returns the first row and the length of stream k of D streams
-// over n rows: contiguous, lengths differing by at most one.
-func streamRange(n, D, k int64) (start, length int64) {
-	q, r := n/D, n%D
-	return k*q + min(k, r), q + b2i(k < r)
-}
-
-func b2i(b bool) int64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 func (s *demoStream) Next(ctx context.Context) (Step, error) {
 	if err := ctx.Err(); err != nil {
 		return Step{}, err
@@ -174,10 +182,10 @@ func (s *demoStream) Next(ctx context.Context) (Step, error) {
 	ids := make([]int64, 0, b*int64(len(req.Slices)))
 	valid := make([]bool, 0, cap(ids))
 	for i, k := range req.Slices {
-		start, length := streamRange(s.d.NumRows, int64(req.NumSlices), int64(k))
-		for r := s.step * b; r < (s.step+1)*b; r++ {
-			if r < length {
-				ids = append(ids, start+r)
+		start, real := s.pl.plan.StreamStart(k), int64(s.pl.plan.SliceReal(int(s.step), k))
+		for r := range b {
+			if r < real {
+				ids = append(ids, start+s.step*b+r)
 				valid = append(valid, true)
 				meta.RealRows[i]++
 			} else {

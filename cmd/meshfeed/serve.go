@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshfeed/meshfeed/batching"
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/transport"
 )
@@ -92,7 +93,7 @@ func runServe(ctx context.Context, args []string) error {
 	var beOpts []transport.Option
 	switch *backend {
 	case "demo":
-		be = &transport.DemoBackend{NumRows: *demoRows}
+		be = &transport.DemoBackend{NumRows: *demoRows, Plan: demoPlan}
 	case "pipeline":
 		p, err := newPipelineBackend(ctx, *readAhead, *mapCache)
 		if err != nil {
@@ -212,4 +213,14 @@ func serveUntilSignal(ctx context.Context, srv *transport.Server, shmAddr string
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// demoPlan is the demo backend's plan: batching's, the one the pipeline
+// follows.
+func demoPlan(rows int64, globalBatch, slices int, lastBatch string) (transport.DemoPlan, error) {
+	p, err := batching.RowsPlan(rows, globalBatch, slices, lastBatch)
+	if err != nil {
+		return nil, err // not a nil *batching.Plan in a non-nil interface
+	}
+	return p, nil
 }
