@@ -8,7 +8,7 @@ Loader starts (shared memory), page-cache-warm *uncompressed* Parquet: how
 many bytes per second of jax.Arrays the loop receives (each step's arrays
 ready, as next() returns them; nothing else computed), against a single-threaded
 memcpy of 256 MiB (numpy.copyto, best of 5, measured before and after the
-loader runs). Issue 12's target: at least 50% of memcpy.
+loader runs). The target: at least 50% of memcpy.
 
 Beside it, the ceiling of a loader that makes exactly one copy (the one
 decoding has to make), measured in the same run per workload: one pass over
@@ -108,7 +108,8 @@ def run(data: str, spec: dict, epochs: int, server_args: list[str]) -> dict:
     sh = NamedSharding(mesh, P("data"))
     B = spec["batch"]
     with meshfeed.Loader(data, global_batch_size=B, sharding=sh, columns=spec["columns"], last_batch="drop",
-                         num_epochs=epochs, prefetch=2, server_args=server_args) as loader:
+                         num_epochs=epochs, prefetch=2,
+                         server_options=meshfeed.ServerOptions(extra_args=server_args)) as loader:
         it = iter(loader)
         first = next(it)
         jax.block_until_ready(first)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # pieces_rss.sh: the server's peak RSS against its budget, for row groups of
-# 16 MiB to 1 GiB (issue 12, item 4: memory that follows the budget).
+# 16 MiB to 1 GiB (memory that follows the budget, not the row groups).
 #
 # For each row-group size it generates (with `meshfeed gen`) an images-like
 # dataset: one column image uint8[128,128,3] (49,152 bytes per row decoded,

@@ -1,5 +1,5 @@
 """Per-step client time of placing one received step on the devices
-(issue 12, item 1): Materializer on a 3-column record (int64 id, int32
+(one placement call per step): Materializer on a 3-column record (int64 id, int32
 label, float32[8] features), B=2000, 8 CPU devices, 4x2 mesh with
 P("data") and an 8-way P("data"); x64 on and off.
 
