@@ -18,7 +18,6 @@ import (
 	"github.com/klauspost/compress/snappy"
 	"github.com/klauspost/compress/zstd"
 	"github.com/parquet-go/parquet-go"
-	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
 )
 
@@ -119,9 +118,12 @@ func (c *colDecoder) decodeFastRows(chunk []byte, md *format.ColumnMetaData, row
 	if (vhi-vlo)*int64(c.elemSize) > maxBytes || want > math.MaxInt32 {
 		return nil, false, nil // decodeChunk reports the limit
 	}
-	pages, ok := c.fastPages(chunk, md.Codec)
-	if !ok {
+	pages, err := c.fastPages(chunk, md.Codec)
+	if err == errFallback {
 		return nil, false, nil
+	}
+	if err != nil {
+		return nil, true, err
 	}
 	var total int64
 	for i := range pages {
@@ -199,61 +201,74 @@ func (c *colDecoder) decodeFastRows(chunk []byte, md *format.ColumnMetaData, row
 }
 
 // fastPages walks the page headers of chunk and returns its data pages, or
-// ok false if any page keeps the chunk off the fast path (dictionary, non
+// errFallback if any page keeps the chunk off the fast path (dictionary, non
 // PLAIN encoding, nulls, a header that does not parse: decodeChunk and
-// checkPages report what is wrong with it).
-func (c *colDecoder) fastPages(chunk []byte, codec format.CompressionCodec) (pages []fastPage, ok bool) {
-	var proto thrift.CompactProtocol
-	br := bytes.NewReader(chunk)
-	dec := thrift.NewDecoder(proto.NewReader(br))
-	for br.Len() > 0 {
-		var h format.PageHeader
-		if err := dec.Decode(&h); err != nil {
-			return nil, false
-		}
-		start := len(chunk) - br.Len()
-		if h.CompressedPageSize < 0 || int(h.CompressedPageSize) > br.Len() || h.UncompressedPageSize < 0 {
-			return nil, false
-		}
-		body := chunk[start : start+int(h.CompressedPageSize)]
-		br.Seek(int64(h.CompressedPageSize), 1)
-		p := fastPage{body: body, size: int(h.UncompressedPageSize)}
-		switch {
-		case h.Type == format.DataPage && h.DataPageHeader.Valid:
-			dh := &h.DataPageHeader.V
-			if dh.Encoding != format.Plain || dh.NumValues < 0 ||
+// checkPages report what is wrong with it). The level sections of v2 pages
+// (never compressed) are checked here (checkLevels): a level above the max
+// is ErrCorrupt.
+func (c *colDecoder) fastPages(chunk []byte, codec format.CompressionCodec) (pages []fastPage, err error) {
+	it := newPageIter(chunk, noLimits)
+	var h pageHead
+	for it.next(&h, true) {
+		p := fastPage{body: h.body, size: int(h.h.UncompressedPageSize), nvals: h.nvals}
+		switch h.kind {
+		case pageDataV1:
+			dh := h.v1()
+			if dh.Encoding != format.Plain ||
 				(c.maxDef > 0 && dh.DefinitionLevelEncoding != format.RLE) ||
 				((c.kind == kindFixedList || c.kind == kindList) && dh.RepetitionLevelEncoding != format.RLE) {
-				return nil, false
+				return nil, errFallback
 			}
-			p.nvals = int(dh.NumValues)
-			if codec == format.Uncompressed && p.size != len(body) {
-				return nil, false
+			if codec == format.Uncompressed && p.size != len(p.body) {
+				return nil, errFallback
 			}
-		case h.Type == format.DataPageV2 && h.DataPageHeaderV2.Valid:
-			dh := &h.DataPageHeaderV2.V
-			if dh.Encoding != format.Plain || dh.NumNulls != 0 || dh.NumValues < 0 ||
-				dh.RepetitionLevelsByteLength < 0 || dh.DefinitionLevelsByteLength < 0 {
-				return nil, false
+		case pageDataV2:
+			dh := h.v2()
+			if dh.Encoding != format.Plain || dh.NumNulls != 0 {
+				return nil, errFallback
 			}
-			p.v2, p.nvals = true, int(dh.NumValues)
+			p.v2 = true
 			p.levels = int(dh.RepetitionLevelsByteLength) + int(dh.DefinitionLevelsByteLength)
 			p.repLevels = int(dh.RepetitionLevelsByteLength)
 			p.valuesRaw = codec == format.Uncompressed || (dh.IsCompressed.Valid && !dh.IsCompressed.V)
-			if p.levels > len(body) || p.levels > p.size {
-				return nil, false
+			if err := c.checkLevels(p.body[:p.repLevels], p.body[p.repLevels:p.levels], p.nvals, true); err != nil {
+				if err != errFallback {
+					err = fmt.Errorf("page %d: %w", h.index, err)
+				}
+				return nil, err
 			}
-		case h.Type == format.IndexPage:
+		case pageIndex:
 			continue
 		default: // dictionary pages, unknown page types
-			return nil, false
+			return nil, errFallback
 		}
 		if int64(p.nvals)*int64(c.elemSize) > math.MaxInt32 {
-			return nil, false
+			return nil, errFallback
 		}
 		pages = append(pages, p)
 	}
-	return pages, true
+	if it.Err() != nil {
+		return nil, errFallback
+	}
+	return pages, nil
+}
+
+// checkLevels checks the levels of a fast-path page of c holding n values:
+// a fixed_size_list's repetition levels must parse with no level above 1
+// (a list's are read by rowStarts, which checks them), and the definition
+// levels must all be at the max (levelRuns: errFallback when some are below,
+// ErrCorrupt when one is above or they end early). A v2 page may leave out
+// its level sections (v2 set): its num_nulls of 0 then stands for them.
+func (c *colDecoder) checkLevels(rep, def []byte, n int, v2 bool) error {
+	if c.kind == kindFixedList && !(v2 && len(rep) == 0) {
+		if _, _, err := rowStarts(rep, n, 0, nil, 0); err != nil {
+			return err
+		}
+	}
+	if c.maxDef == 0 || v2 && len(def) == 0 {
+		return nil
+	}
+	return levelRuns(def, c.maxDef, n)
 }
 
 // fastPageV2 writes a v2 page's values into out (exactly its size). The
@@ -299,21 +314,9 @@ func (c *colDecoder) fastPageV1(p *fastPage, codec format.CompressionCodec, dst 
 		}
 		page = buf
 	}
-	if c.kind == kindFixedList { // repetition levels: skipped
-		var err error
-		if _, page, err = levelSection(page); err != nil {
-			return err
-		}
-	}
-	if c.maxDef > 0 {
-		def, rest, err := levelSection(page)
-		if err != nil {
-			return err
-		}
-		if !allRunsAt(def, c.maxDef, p.nvals) {
-			return errFallback
-		}
-		page = rest
+	page, err := c.v1Values(page, p.nvals)
+	if err != nil {
+		return err
 	}
 	if len(page) != len(out) {
 		return fmt.Errorf("%d bytes of values for %d values of %d bytes: %w", len(page), p.nvals, len(out)/max(p.nvals, 1), ErrCorrupt)
@@ -432,21 +435,28 @@ func (c *colDecoder) pageValues(p *fastPage, codec format.CompressionCodec, scra
 		}
 	}
 	if !p.v2 {
-		var err error
-		if c.kind == kindFixedList { // repetition levels: skipped
-			if _, page, err = levelSection(page); err != nil {
-				return nil, err
-			}
+		return c.v1Values(page, p.nvals)
+	}
+	return page, nil
+}
+
+// v1Values returns the values of the decompressed v1 page of c holding n
+// values, past its level sections, which checkLevels checks.
+func (c *colDecoder) v1Values(page []byte, n int) ([]byte, error) {
+	var rep, def []byte
+	var err error
+	if c.kind == kindFixedList {
+		if rep, page, err = levelSection(page); err != nil {
+			return nil, err
 		}
-		if c.maxDef > 0 {
-			var def []byte
-			if def, page, err = levelSection(page); err != nil {
-				return nil, err
-			}
-			if !allRunsAt(def, c.maxDef, p.nvals) {
-				return nil, errFallback
-			}
+	}
+	if c.maxDef > 0 {
+		if def, page, err = levelSection(page); err != nil {
+			return nil, err
 		}
+	}
+	if err := c.checkLevels(rep, def, n, false); err != nil {
+		return nil, err
 	}
 	return page, nil
 }
@@ -462,30 +472,6 @@ func levelSection(page []byte) (levels, rest []byte, err error) {
 		return nil, nil, fmt.Errorf("level section of %d bytes in a page of %d: %w", n, len(page), ErrCorrupt)
 	}
 	return page[4 : 4+n], page[4+n:], nil
-}
-
-// allRunsAt reports whether the RLE/bit-packed hybrid levels encode at least
-// n levels in RLE runs that all repeat the value max (work per run, not per
-// level). Bit-packed runs report false: the caller falls back.
-func allRunsAt(levels []byte, max, n int) bool {
-	width := (bits.Len(uint(max)) + 7) / 8
-	count := 0
-	for count < n {
-		h, k := binary.Uvarint(levels)
-		if k <= 0 || h&1 != 0 || len(levels)-k < width {
-			return false
-		}
-		v := 0
-		for i := 0; i < width; i++ {
-			v |= int(levels[k+i]) << (8 * i)
-		}
-		if v != max {
-			return false
-		}
-		count += int(min(h>>1, uint64(n)))
-		levels = levels[k+width:]
-	}
-	return true
 }
 
 // zstdDecoder decodes every fast-path ZSTD page (DecodeAll is safe for
@@ -578,9 +564,12 @@ func (c *colDecoder) decodeFastList(chunk []byte, codec format.CompressionCodec,
 // values buffer, before the first offset) and may end past the end of its
 // rows-th row (decoding stops at the next row start, which ends that row).
 func (c *colDecoder) decodeFastListRows(chunk []byte, codec format.CompressionCodec, rows int64, piece bool, mem memory.Allocator, maxBytes int64) (a arrow.Array, ok bool, err error) {
-	pages, ok := c.fastPages(chunk, codec)
-	if !ok {
+	pages, err := c.fastPages(chunk, codec)
+	if err == errFallback {
 		return nil, false, nil
+	}
+	if err != nil {
+		return nil, true, err
 	}
 	var total int64
 	for i := range pages {
@@ -688,8 +677,11 @@ func (c *colDecoder) listPageParts(p *fastPage, codec format.CompressionCodec, s
 			return nil, nil, err
 		}
 	}
-	if !allRunsAt(def, c.maxDef, p.nvals) {
+	if p.v2 && len(def) == 0 {
 		return nil, nil, errFallback
+	}
+	if err := levelRuns(def, c.maxDef, p.nvals); err != nil {
+		return nil, nil, err
 	}
 	return rep, vals, nil
 }

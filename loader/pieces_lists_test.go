@@ -296,8 +296,8 @@ func TestPiecesV1ListCorruptLevels(t *testing.T) {
 // start of page (header and body).
 func pageBodySize(t *testing.T, page []byte) int {
 	t.Helper()
-	pages, ok := (&colDecoder{kind: kindList, elemSize: 4, maxDef: 1}).fastPages(page, 0)
-	if !ok || len(pages) != 1 {
+	pages, err := (&colDecoder{kind: kindList, elemSize: 4, maxDef: 1}).fastPages(page, 0)
+	if err != nil || len(pages) != 1 {
 		t.Fatalf("not one data page: %d", len(pages))
 	}
 	return len(pages[0].body)

@@ -1,12 +1,10 @@
 package loader
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"runtime/debug"
 	"sort"
 	"unsafe"
@@ -135,80 +133,70 @@ func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c
 	}
 	// No offset index: walk the headers, pageWindow bytes at a time.
 	var locs []pageLoc
-	var proto thrift.CompactProtocol
 	end := chunkOff + chunkLen
 	var first int64
 	buf := getBuf(pageWindow)
 	defer func() { putBuf(buf) }()
 	var lv listLevels
 	defer lv.release()
-	for pos := chunkOff; pos < end; {
-		w := min(int64(cap(buf)), end-pos)
-		win, wpos := buf[:w], pos
-		if err := store.ReadAt(ctx, d.f.Object, win, pos); err != nil {
+	lim, err := chunkLimits(md, d.maxBytes)
+	if err != nil {
+		return nil, nil // decoding the chunk whole reports it
+	}
+	it := newPageWindows(chunkLen, lim)
+	for it.pos < chunkLen {
+		w := min(int64(cap(buf)), chunkLen-it.pos)
+		win, wpos := buf[:w], chunkOff+it.pos
+		if err := store.ReadAt(ctx, d.f.Object, win, wpos); err != nil {
 			return nil, err
 		}
 		stats.Fetches.Add(1)
 		stats.FetchedBytes.Add(w)
-		br := bytes.NewReader(win)
-		dec := thrift.NewDecoder(proto.NewReader(br))
+		it.window(win, it.pos)
 		parsed := 0
-		for pos < end {
-			at := int64(len(win)) - int64(br.Len()) // offset of this header in win
-			var h format.PageHeader
-			if err := dec.Decode(&h); err != nil {
-				break // truncated by the window (or corrupt: decoding the chunk whole says)
-			}
-			hdr := int64(len(win)) - int64(br.Len()) - at
-			if h.CompressedPageSize < 0 {
-				return nil, nil
-			}
-			size := hdr + int64(h.CompressedPageSize)
+		var h pageHead
+		for it.next(&h, false) {
+			pos := chunkOff + h.at
 			var n int64
-			switch {
-			case h.Type == format.DataPage && h.DataPageHeader.Valid:
-				n = int64(h.DataPageHeader.V.NumValues) // rows, or a fixed list's values
+			switch h.kind {
+			case pageDataV1:
+				n = int64(h.nvals) // rows, or a fixed list's values
 				if c.kind == kindList {
 					// Rows known only from the levels.
-					if pos+size > end {
-						return nil, nil
-					}
 					lv.win, lv.wpos = win, wpos
-					rows, cont, ok, err := lv.rows(ctx, store, d.f.Object, c, md.Codec, &h, pos+hdr, d.maxBytes, stats)
+					rows, cont, ok, err := lv.rows(ctx, store, d.f.Object, c, md.Codec, &h.h, pos+h.hdr, d.maxBytes, stats)
 					if err != nil {
 						return nil, fmt.Errorf("page %d at offset %d: %w", len(locs), pos, err)
 					}
 					if !ok || cont && len(locs) == 0 {
 						return nil, nil
 					}
-					locs = append(locs, pageLoc{off: pos, size: size, first: first, rows: rows, cont: cont})
+					locs = append(locs, pageLoc{off: pos, size: h.hdr + h.size, first: first, rows: rows, cont: cont})
 					first += rows
 					n = -1
 				}
-			case h.Type == format.DataPageV2 && h.DataPageHeaderV2.Valid:
-				n = int64(h.DataPageHeaderV2.V.NumRows)
+			case pageDataV2:
+				n = int64(h.v2().NumRows)
 				if c.kind == kindFixedList {
-					n = int64(h.DataPageHeaderV2.V.NumValues)
+					n = int64(h.nvals)
 				}
-			case h.Type == format.IndexPage:
+			case pageIndex:
 				n = -1
 			default: // dictionary pages, unknown pages
 				return nil, nil
 			}
 			if n >= 0 {
-				locs = append(locs, pageLoc{off: pos, size: size, first: first, rows: n})
+				locs = append(locs, pageLoc{off: pos, size: h.hdr + h.size, first: first, rows: n})
 				first += n
 			}
-			pos += size
 			parsed++
-			if at+size >= int64(len(win)) {
-				break // the next header is past this window
-			}
-			br.Seek(at+size, io.SeekStart)
 		}
-		if parsed == 0 {
-			if w == end-pos || cap(buf) >= 16<<20 {
-				return nil, nil // a header that does not parse: decoding the chunk whole reports it
+		if it.Err() != nil {
+			return nil, nil // a header that does not parse: decoding the chunk whole reports it
+		}
+		if parsed == 0 && it.pos < chunkLen {
+			if cap(buf) >= 16<<20 {
+				return nil, nil
 			}
 			putBuf(buf)
 			buf = getBuf(int64(cap(buf)) * 2) // a header larger than the window (large statistics)
@@ -332,8 +320,10 @@ func (lv *listLevels) rows(ctx context.Context, store Store, obj Object, c *colD
 	rep, rest, _ := levelSection(levels)
 	if sections == 2 {
 		def, _, _ := levelSection(rest)
-		if !allRunsAt(def, c.maxDef, int(dh.NumValues)) {
+		if err := levelRuns(def, c.maxDef, int(dh.NumValues)); err == errFallback {
 			return 0, false, false, nil
+		} else if err != nil {
+			return 0, false, false, err
 		}
 	}
 	lead, ok := firstLevel(rep)
@@ -609,9 +599,12 @@ func (ed edges) take(page int) []byte {
 // for the caller to slice. ok is false when the pages do not qualify for
 // the fast path.
 func (c *colDecoder) decodeListPiece(b []byte, codec format.CompressionCodec, rows, lo, hi int64, cut bool, mem memory.Allocator, maxBytes int64, ed edges) (a arrow.Array, exact, ok bool, err error) {
-	pages, ok := c.fastPages(b, codec)
-	if !ok {
+	pages, err := c.fastPages(b, codec)
+	if err == errFallback {
 		return nil, false, false, nil
+	}
+	if err != nil {
+		return nil, false, true, err
 	}
 	for i := range pages {
 		if !pages[i].v2 && codec != format.Uncompressed && codec != format.Snappy {
