@@ -13,7 +13,6 @@ import (
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/snappy"
 	"github.com/klauspost/compress/zstd"
@@ -83,61 +82,59 @@ func (c *colDecoder) fastEligible() bool {
 	return c.elemSize > 0 && physWidth(c.phys) == c.elemSize
 }
 
-// decodeFast decodes one column chunk whose bytes are chunk (the whole
-// chunk, from its first page header) when it qualifies for the fast path.
-// ok is false when it does not (nothing was allocated: decode it with
-// decodeChunk); err is set, and ok true, when it qualifies but is corrupt.
-func (c *colDecoder) decodeFast(chunk []byte, md *format.ColumnMetaData, rows int64, mem memory.Allocator, maxBytes int64) (a arrow.Array, ok bool, err error) {
-	if c.kind == kindList {
-		if !c.fastEligible() || !fastCodec(md.Codec) || rows < 0 || rows > math.MaxInt32 {
-			return nil, false, nil
-		}
-		return c.decodeFastList(chunk, md.Codec, rows, mem, maxBytes)
-	}
-	return c.decodeFastRows(chunk, md, rows, 0, rows, mem, maxBytes, edges{})
-}
-
-// decodeFastRows is decodeFast for a column that is not a list, returning
-// rows [lo, hi) of the rows the pages in chunk hold: of a page holding
-// rows on both sides of lo or hi only those inside are written, the
-// others' values are not copied (a page outside is not decoded at all).
-// With ed set (a piece of a row group), a compressed page the window ends
-// inside is kept decompressed for the row group's next piece, which starts
-// in it, and the first page is taken from the piece before where it kept it.
-func (c *colDecoder) decodeFastRows(chunk []byte, md *format.ColumnMetaData, rows, lo, hi int64, mem memory.Allocator, maxBytes int64, ed edges) (a arrow.Array, ok bool, err error) {
-	narrow := c.narrowed()
-	if !(c.fastEligible() || narrow) || !fastCodec(md.Codec) || rows < 0 || rows > math.MaxInt32 || lo < 0 || lo > hi || hi > rows {
-		return nil, false, nil
+// decodeFastRows decodes the values of rows [r.lo, r.hi) of the rows
+// the pages of v hold (v.n; r relative to the pages' first row) for a column
+// that is not a list: of a page holding rows on both sides of r.lo or r.hi
+// only those inside are written, the others' values are not copied (a page
+// outside is not decoded at all). With o.ed set (a piece of a row group), a
+// compressed page the range ends inside is kept decompressed for the row
+// group's next piece, which starts in it, and the first page is taken from
+// the piece before where it kept it. errFallback: the chunk does not
+// qualify (nothing was allocated).
+func (c *colDecoder) decodeFastRows(v chunkView, r rowRange, o outSpec) (arrow.Array, error) {
+	rows, lo, hi := v.n, r.lo, r.hi
+	if !(c.fastEligible() || c.narrowed()) || !fastCodec(v.codec) || rows < 0 || rows > math.MaxInt32 || lo < 0 || lo > hi || hi > rows {
+		return nil, errFallback
 	}
 	per := int64(1)
 	if c.kind == kindFixedList {
 		per = int64(c.listSize)
 	}
 	want := rows * per // values
-	vlo, vhi := lo*per, hi*per
-	if (vhi-vlo)*int64(c.elemSize) > maxBytes || want > math.MaxInt32 {
-		return nil, false, nil // decodeChunk reports the limit
+	vals := rowRange{lo * per, hi * per}
+	if (vals.hi-vals.lo)*int64(c.elemSize) > o.maxBytes || want > math.MaxInt32 {
+		return nil, errFallback // decodeChunk reports the limit
 	}
-	pages, err := c.fastPages(chunk, md.Codec)
-	if err == errFallback {
-		return nil, false, nil
-	}
+	pages, err := c.fastPages(v.b, v.codec)
 	if err != nil {
-		return nil, true, err
+		return nil, err
 	}
 	var total int64
 	for i := range pages {
 		total += int64(pages[i].nvals)
 	}
 	if total != want {
-		return nil, true, fmt.Errorf("pages hold %d values, want %d rows x %d: %w", total, rows, per, ErrCorrupt)
+		return nil, fmt.Errorf("pages hold %d values, want %d rows x %d: %w", total, rows, per, ErrCorrupt)
 	}
-	// Every page inside [vlo, vhi) writes its part, and so do the pages
+	// Every page inside the range writes its part, and so do the pages
 	// across its ends: together they write every value of the buffer.
-	es := int64(c.elemSize)
-	values := newValuesBuf(mem, int((vhi-vlo)*es))
+	values := newValuesBuf(o.mem, int((vals.hi-vals.lo)*int64(c.elemSize)))
 	defer values.Release() // the array holds its own reference
-	dst := values.Bytes()
+	if err := c.writePages(pages, v.codec, vals, values.Bytes(), o.ed); err != nil {
+		return nil, err
+	}
+	st := &colState{c: c, mem: o.mem, values: values, nvals: int(vals.hi - vals.lo)}
+	a, err := st.finish(hi - lo)
+	if err != nil {
+		return nil, err
+	}
+	fastChunks.Add(1)
+	return a, nil
+}
+
+// writePages writes values [vals.lo, vals.hi) of pages into dst (exactly
+// their size), for decodeFastRows.
+func (c *colDecoder) writePages(pages []fastPage, codec format.CompressionCodec, vals rowRange, dst []byte, ed edges) error {
 	var scratch []byte
 	defer func() {
 		if scratch != nil {
@@ -155,7 +152,7 @@ func (c *colDecoder) decodeFastRows(chunk []byte, md *format.ColumnMetaData, row
 	// The first page, decompressed by the piece before, if it kept it:
 	// taken before the last page may keep its own in its place.
 	var pre []byte
-	if ed.e != nil && md.Codec != format.Uncompressed && vlo > 0 {
+	if ed.e != nil && codec != format.Uncompressed && vals.lo > 0 {
 		pre = ed.take(ed.first)
 	}
 	defer func() {
@@ -163,41 +160,37 @@ func (c *colDecoder) decodeFastRows(chunk []byte, md *format.ColumnMetaData, row
 			putBuf(pre)
 		}
 	}()
+	es := int64(c.elemSize)
 	for i := len(pages) - 1; i >= 0; i-- {
 		p := &pages[i]
-		from, to := max(starts[i], vlo), min(starts[i+1], vhi)
+		from, to := max(starts[i], vals.lo), min(starts[i+1], vals.hi)
 		if from > to || from == to && p.nvals > 0 {
-			continue // no value of the window
+			continue // no value of the range
 		}
-		start, n := int((from-vlo)*es), int((to-from)*es)
+		start, n := int((from-vals.lo)*es), int((to-from)*es)
+		var err error
 		switch {
-		case from != starts[i] || to != starts[i+1]: // the window ends inside the page
-			var first []byte
+		case from != starts[i] || to != starts[i+1]: // the range ends inside the page
+			part := pagePart{out: dst[start : start+n : start+n], first: int(from - starts[i]), i: i, more: to < starts[i+1]}
 			if i == 0 {
-				first, pre = pre, nil
+				part.pre, pre = pre, nil
 			}
-			err = c.edgePage(p, md.Codec, dst[start:start+n:start+n], int(from-starts[i]), &scratch, ed, i, to < starts[i+1], first)
-		case narrow:
-			err = c.fastPageNarrow(p, md.Codec, dst[start:start+n:start+n], &scratch)
+			err = c.edgePage(p, codec, part, &scratch, ed)
+		case c.narrowed():
+			err = c.fastPageNarrow(p, codec, dst[start:start+n:start+n], &scratch)
 		case p.v2:
-			err = fastPageV2(p, md.Codec, dst[start:start+n:start+n])
+			err = fastPageV2(p, codec, dst[start:start+n:start+n])
 		default:
-			err = c.fastPageV1(p, md.Codec, dst, start, n, &scratch)
+			err = c.fastPageV1(p, codec, dst, start, n, &scratch)
 		}
-		if errors.Is(err, errFallback) {
-			return nil, false, nil
+		if err == errFallback {
+			return err
 		}
 		if err != nil {
-			return nil, true, fmt.Errorf("page %d: %w", i, err)
+			return fmt.Errorf("page %d: %w", i, err)
 		}
 	}
-	st := &colState{c: c, mem: mem, values: values, nvals: int(vhi - vlo)}
-	a, err = st.finish(hi - lo)
-	if err != nil {
-		return nil, true, err
-	}
-	fastChunks.Add(1)
-	return a, true, nil
+	return nil
 }
 
 // fastPages walks the page headers of chunk and returns its data pages, or
@@ -339,29 +332,39 @@ func (c *colDecoder) fastPageNarrow(p *fastPage, codec format.CompressionCodec, 
 	return c.fastPagePart(p, codec, out, 0, scratch, nil)
 }
 
-// edgePage is fastPagePart for page i of a piece's pages, whose values the
-// piece's rows cover only in part: pre, when set, is the page decompressed
-// by the piece before (the caller owns it until this call, then this
-// function does); with ed set, the page is kept decompressed for the next
-// piece when more is set (the next piece starts inside it).
-func (c *colDecoder) edgePage(p *fastPage, codec format.CompressionCodec, out []byte, first int, scratch *[]byte, ed edges, i int, more bool, pre []byte) error {
+// pagePart is the part of page i of a piece's pages that the piece's rows
+// cover, at the piece's edges.
+type pagePart struct {
+	out   []byte // where its values go (as many as it holds)
+	first int    // the first of its values in the page
+	i     int    // the page's index in the pages given
+	more  bool   // the next piece starts inside the page
+	pre   []byte // the page decompressed by the piece before, or nil
+}
+
+// edgePage is fastPagePart for part of page p: part.pre, when set, is the
+// page decompressed by the piece before (the caller owns it until this
+// call, then this function does); with ed set, the page is kept
+// decompressed for the next piece when part.more is set (the next piece
+// starts inside it).
+func (c *colDecoder) edgePage(p *fastPage, codec format.CompressionCodec, part pagePart, scratch *[]byte, ed edges) error {
 	if ed.e == nil || codec == format.Uncompressed {
-		return c.fastPagePart(p, codec, out, first, scratch, nil)
+		return c.fastPagePart(p, codec, part.out, part.first, scratch, nil)
 	}
 	var own []byte
 	buf := scratch
-	if more && pre == nil {
+	if part.more && part.pre == nil {
 		buf = &own
 	}
-	err := c.fastPagePart(p, codec, out, first, buf, pre)
+	err := c.fastPagePart(p, codec, part.out, part.first, buf, part.pre)
 	switch {
-	case err == nil && more && pre != nil:
-		ed.e.keepEdge(ed.col, ed.first+i, pre)
-	case err == nil && more && own != nil: // nil: the values were stored raw (v2)
-		ed.e.keepEdge(ed.col, ed.first+i, own)
+	case err == nil && part.more && part.pre != nil:
+		ed.e.keepEdge(ed.col, ed.first+part.i, part.pre)
+	case err == nil && part.more && own != nil: // nil: the values were stored raw (v2)
+		ed.e.keepEdge(ed.col, ed.first+part.i, own)
 	default:
-		if pre != nil {
-			putBuf(pre)
+		if part.pre != nil {
+			putBuf(part.pre)
 		}
 		if own != nil {
 			putBuf(own)
@@ -548,35 +551,31 @@ func decompressInto(codec format.CompressionCodec, out, src []byte) error {
 	return nil
 }
 
-// decodeFastList decodes a list<fixed-width> chunk on the fast path: the
-// values are copied (or decompressed) straight into the Arrow values buffer,
-// and the offsets come from the repetition levels, read in their RLE and
-// bit-packed runs without expanding them. ok is false when the chunk does
-// not qualify (a null or empty list, a null element: decodeChunk handles
-// those).
-func (c *colDecoder) decodeFastList(chunk []byte, codec format.CompressionCodec, rows int64, mem memory.Allocator, maxBytes int64) (a arrow.Array, ok bool, err error) {
-	return c.decodeFastListRows(chunk, codec, rows, false, mem, maxBytes)
-}
-
-// decodeFastListRows is decodeFastList; with piece set, chunk is a run of a
-// chunk's pages (pieces_pages.go) that may begin inside a row (the values
-// before the first row start belong to the row before: they stay in the
-// values buffer, before the first offset) and may end past the end of its
-// rows-th row (decoding stops at the next row start, which ends that row).
-func (c *colDecoder) decodeFastListRows(chunk []byte, codec format.CompressionCodec, rows int64, piece bool, mem memory.Allocator, maxBytes int64) (a arrow.Array, ok bool, err error) {
-	pages, err := c.fastPages(chunk, codec)
-	if err == errFallback {
-		return nil, false, nil
+// decodeFastListRows decodes a list<fixed-width> chunk on the fast path:
+// the values are copied (or decompressed) straight into the Arrow values
+// buffer, and the offsets come from the repetition levels, read in their
+// RLE and bit-packed runs without expanding them. errFallback when the
+// chunk does not qualify (a null or empty list, a null element: decodeChunk
+// handles those). With v.cut set, the pages are a run of a chunk's pages
+// (pieces_pages.go) that may begin inside a row (the values before the
+// first row start belong to the row before: they stay in the values buffer,
+// before the first offset) and may end past the end of its v.n-th row
+// (decoding stops at the next row start, which ends that row).
+func (c *colDecoder) decodeFastListRows(v chunkView, o outSpec) (arrow.Array, error) {
+	rows, piece, codec, mem := v.n, v.cut, v.codec, o.mem
+	if !c.fastEligible() || !fastCodec(codec) || rows < 0 || rows > math.MaxInt32 {
+		return nil, errFallback
 	}
+	pages, err := c.fastPages(v.b, codec)
 	if err != nil {
-		return nil, true, err
+		return nil, err
 	}
 	var total int64
 	for i := range pages {
 		total += int64(pages[i].nvals)
 	}
-	if total*int64(c.elemSize) > maxBytes || total > math.MaxInt32 {
-		return nil, false, nil // decodeChunk reports the limit
+	if total*int64(c.elemSize) > o.maxBytes || total > math.MaxInt32 {
+		return nil, errFallback // decodeChunk reports the limit
 	}
 	values := newValuesBuf(mem, int(total)*c.elemSize)
 	defer values.Release() // the array holds its own references
@@ -598,8 +597,8 @@ func (c *colDecoder) decodeFastListRows(chunk []byte, codec format.CompressionCo
 	for i := 0; i < len(pages) && !more; i++ {
 		p := &pages[i]
 		rep, vals, err := c.listPageParts(p, codec, &scratch, nil)
-		if errors.Is(err, errFallback) {
-			return nil, false, nil
+		if err == errFallback {
+			return nil, err
 		}
 		if err == nil && len(vals) != p.nvals*c.elemSize {
 			err = fmt.Errorf("%d bytes of values for %d values of %d bytes: %w", len(vals), p.nvals, c.elemSize, ErrCorrupt)
@@ -611,25 +610,25 @@ func (c *colDecoder) decodeFastListRows(chunk []byte, codec format.CompressionCo
 			err = fmt.Errorf("pages hold more than the footer's %d rows: %w", rows, ErrCorrupt)
 		}
 		if err != nil {
-			return nil, true, fmt.Errorf("page %d: %w", i, err)
+			return nil, fmt.Errorf("page %d: %w", i, err)
 		}
 		copy(dst[pos*c.elemSize:], vals)
 		pos += p.nvals
 	}
 	if !piece && rows > 0 && nrows > 0 && offs[0] != 0 {
-		return nil, true, fmt.Errorf("the chunk's first value does not start a row (repetition level 1): %w", ErrCorrupt)
+		return nil, fmt.Errorf("the chunk's first value does not start a row (repetition level 1): %w", ErrCorrupt)
 	}
 	nvals := int(total)
 	if nrows > int(rows) { // a piece's next row start: the end of its values
 		nrows, nvals = int(rows), int(offs[rows])
 	}
 	st := &colState{c: c, mem: mem, values: values, nvals: nvals, offsets: offsets, rows: nrows}
-	a, err = st.finish(rows)
+	a, err := st.finish(rows)
 	if err != nil {
-		return nil, true, err
+		return nil, err
 	}
 	fastChunks.Add(1)
-	return a, true, nil
+	return a, nil
 }
 
 // listPageParts returns the repetition levels and the value bytes of a list

@@ -384,7 +384,7 @@ func (d *parquetDecoder) decodeRange(ctx context.Context, ds *Dataset, rg int, s
 				return nil, err
 			}
 			if locs != nil {
-				if a, err = d.decodePages(ctx, ds, rg, i, locs, start, end, mem, stats, e); err != nil {
+				if a, err = d.decodePages(ctx, ds, piece{rg: rg, col: i, rows: rowRange{start, end}, mem: mem, stats: stats, e: e}, locs); err != nil {
 					return nil, err
 				}
 			}

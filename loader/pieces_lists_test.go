@@ -414,10 +414,10 @@ func TestSnappyLevels(t *testing.T) {
 		{"window ends 10 bytes into the body", 0, at + 10, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			lv := listLevels{win: file[tc.wpos : tc.wpos+tc.wlen], wpos: tc.wpos}
-			defer lv.release()
 			var st ReadStats
-			got, err := lv.snappyLevels(ctx, store, obj, at, int64(len(body)), int64(len(page)), 1, &st)
+			lv := listLevels{store: store, obj: obj, stats: &st, win: file[tc.wpos : tc.wpos+tc.wlen], wpos: tc.wpos}
+			defer lv.release()
+			got, err := lv.snappyLevels(ctx, at, int64(len(body)), int64(len(page)), 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -430,9 +430,9 @@ func TestSnappyLevels(t *testing.T) {
 		})
 	}
 	// A body cut short in the file's page header: ErrCorrupt, not a hang.
-	lv := listLevels{win: file, wpos: 0}
+	lv := listLevels{store: store, obj: obj, stats: &ReadStats{}, win: file, wpos: 0}
 	defer lv.release()
-	if _, err := lv.snappyLevels(ctx, store, obj, at, 5000, int64(len(page)), 1, &ReadStats{}); !errors.Is(err, ErrCorrupt) {
+	if _, err := lv.snappyLevels(ctx, at, 5000, int64(len(page)), 1); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("a body of 5000 of its %d bytes: %v, want ErrCorrupt", len(body), err)
 	}
 }

@@ -3,7 +3,6 @@ package loader
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"runtime/debug"
 	"sort"
@@ -137,7 +136,7 @@ func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c
 	var first int64
 	buf := getBuf(pageWindow)
 	defer func() { putBuf(buf) }()
-	var lv listLevels
+	lv := listLevels{store: store, obj: d.f.Object, stats: stats}
 	defer lv.release()
 	lim, err := chunkLimits(md, d.maxBytes)
 	if err != nil {
@@ -164,15 +163,15 @@ func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c
 				if c.kind == kindList {
 					// Rows known only from the levels.
 					lv.win, lv.wpos = win, wpos
-					rows, cont, ok, err := lv.rows(ctx, store, d.f.Object, c, md.Codec, &h.h, pos+h.hdr, d.maxBytes, stats)
+					pr, err := lv.rows(ctx, c, md.Codec, &h.h, pos+h.hdr, d.maxBytes)
+					if err == errFallback || err == nil && pr.cont && len(locs) == 0 {
+						return nil, nil
+					}
 					if err != nil {
 						return nil, fmt.Errorf("page %d at offset %d: %w", len(locs), pos, err)
 					}
-					if !ok || cont && len(locs) == 0 {
-						return nil, nil
-					}
-					locs = append(locs, pageLoc{off: pos, size: h.hdr + h.size, first: first, rows: rows, cont: cont})
-					first += rows
+					locs = append(locs, pageLoc{off: pos, size: h.hdr + h.size, first: first, rows: pr.rows, cont: pr.cont})
+					first += pr.rows
 					n = -1
 				}
 			case pageDataV2:
@@ -212,6 +211,9 @@ func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c
 // locatePages walks their headers: from the window of headers read (win, at
 // file offset wpos) when it holds them, else from a read of their own.
 type listLevels struct {
+	store Store
+	obj   Object
+	stats *ReadStats
 	win   []byte
 	wpos  int64
 	read  []byte // pooled: bytes read past the window
@@ -228,7 +230,7 @@ func (lv *listLevels) release() {
 
 // at returns the file's bytes [off, off+n): from the window, or read into
 // lv.read (the window's part copied, the rest read and counted in stats).
-func (lv *listLevels) at(ctx context.Context, store Store, obj Object, off, n int64, stats *ReadStats) ([]byte, error) {
+func (lv *listLevels) at(ctx context.Context, off, n int64) ([]byte, error) {
 	wend := lv.wpos + int64(len(lv.win))
 	switch {
 	case n == 0:
@@ -242,11 +244,11 @@ func (lv *listLevels) at(ctx context.Context, store Store, obj Object, off, n in
 	if off >= lv.wpos && off < wend {
 		have = int64(copy(b, lv.win[off-lv.wpos:]))
 	}
-	if err := store.ReadAt(ctx, obj, b[have:], off+have); err != nil {
+	if err := lv.store.ReadAt(ctx, lv.obj, b[have:], off+have); err != nil {
 		return nil, err
 	}
-	stats.Fetches.Add(1)
-	stats.FetchedBytes.Add(n - have)
+	lv.stats.Fetches.Add(1)
+	lv.stats.FetchedBytes.Add(n - have)
 	return b, nil
 }
 
@@ -262,19 +264,26 @@ func growBuf(b []byte, n int64) []byte {
 	return getBuf(n)
 }
 
-// rows returns the rows that start in the v1 list page of column c with
-// header h and body at file offset body, and whether its first value
-// continues a row begun before it. ok is false when the page cannot be
-// streamed (levels not RLE-encoded, no value, nesting deeper than one list,
-// a page larger than maxBytes, definition levels below the max: a null or
-// empty list or a null element, which the fast path leaves to decodeChunk).
-func (lv *listLevels) rows(ctx context.Context, store Store, obj Object, c *colDecoder, codec format.CompressionCodec, h *format.PageHeader, body, maxBytes int64, stats *ReadStats) (rows int64, cont, ok bool, err error) {
+// pageRows is what a v1 list page's repetition levels say: the rows that
+// start in it, and whether its first value continues a row begun before it.
+type pageRows struct {
+	rows int64
+	cont bool
+}
+
+// rows returns the rows of the v1 list page of column c with header h and
+// body at file offset body. errFallback when the page cannot be streamed
+// (levels not RLE-encoded, no value, nesting deeper than one list, a page
+// larger than maxBytes, definition levels below the max: a null or empty
+// list or a null element, which the fast path leaves to decodeChunk).
+func (lv *listLevels) rows(ctx context.Context, c *colDecoder, codec format.CompressionCodec, h *format.PageHeader, body, maxBytes int64) (pageRows, error) {
+	var err error
 	dh := &h.DataPageHeader.V
 	size, usize := int64(h.CompressedPageSize), int64(h.UncompressedPageSize)
 	if c.maxRep != 1 || dh.RepetitionLevelEncoding != format.RLE || dh.NumValues <= 0 ||
 		(c.maxDef > 0 && dh.DefinitionLevelEncoding != format.RLE) ||
 		usize < 4 || usize > maxBytes || size < 4 || (codec == format.Uncompressed && size != usize) {
-		return 0, false, false, nil
+		return pageRows{}, errFallback
 	}
 	sections := 1 // repetition levels, then definition levels
 	if c.maxDef > 0 {
@@ -285,11 +294,11 @@ func (lv *listLevels) rows(ctx context.Context, store Store, obj Object, c *colD
 	case format.Uncompressed: // the levels lead the body: read them alone
 		for need := int64(4); ; {
 			if need > size {
-				return 0, false, false, fmt.Errorf("level sections of %d bytes in a page of %d: %w", need, size, ErrCorrupt)
+				return pageRows{}, fmt.Errorf("level sections of %d bytes in a page of %d: %w", need, size, ErrCorrupt)
 			}
-			b, err := lv.at(ctx, store, obj, body, need, stats)
+			b, err := lv.at(ctx, body, need)
 			if err != nil {
-				return 0, false, false, err
+				return pageRows{}, err
 			}
 			end, known := levelsEnd(b, sections)
 			if known {
@@ -299,42 +308,40 @@ func (lv *listLevels) rows(ctx context.Context, store Store, obj Object, c *colD
 			need = end
 		}
 	case format.Snappy:
-		if levels, err = lv.snappyLevels(ctx, store, obj, body, size, usize, sections, stats); err != nil {
-			return 0, false, false, err
+		if levels, err = lv.snappyLevels(ctx, body, size, usize, sections); err != nil {
+			return pageRows{}, err
 		}
 	default:
-		src, err := lv.at(ctx, store, obj, body, size, stats)
+		src, err := lv.at(ctx, body, size)
 		if err != nil {
-			return 0, false, false, err
+			return pageRows{}, err
 		}
 		lv.plain = growBuf(lv.plain, usize)
 		page := lv.plain[:usize]
 		if err := decompressInto(codec, page, src); err != nil {
-			return 0, false, false, err
+			return pageRows{}, err
 		}
 		if _, known := levelsEnd(page, sections); !known {
-			return 0, false, false, fmt.Errorf("level sections past the page's %d bytes: %w", usize, ErrCorrupt)
+			return pageRows{}, fmt.Errorf("level sections past the page's %d bytes: %w", usize, ErrCorrupt)
 		}
 		levels = page
 	}
 	rep, rest, _ := levelSection(levels)
 	if sections == 2 {
 		def, _, _ := levelSection(rest)
-		if err := levelRuns(def, c.maxDef, int(dh.NumValues)); err == errFallback {
-			return 0, false, false, nil
-		} else if err != nil {
-			return 0, false, false, err
+		if err := levelRuns(def, c.maxDef, int(dh.NumValues)); err != nil {
+			return pageRows{}, err
 		}
 	}
 	lead, ok := firstLevel(rep)
 	if !ok {
-		return 0, false, false, fmt.Errorf("repetition levels: bad run header: %w", ErrCorrupt)
+		return pageRows{}, fmt.Errorf("repetition levels: bad run header: %w", ErrCorrupt)
 	}
 	n, _, err := rowStarts(rep, int(dh.NumValues), 0, nil, 0)
 	if err != nil {
-		return 0, false, false, err
+		return pageRows{}, err
 	}
-	return int64(n), lead != 0, true, nil
+	return pageRows{int64(n), lead != 0}, nil
 }
 
 // levelsEnd returns where the first sections level sections of a v1 page
@@ -355,7 +362,7 @@ func levelsEnd(page []byte, sections int) (end int64, known bool) {
 // first sections level sections, decoding only that start: from the part
 // of the body in the window when that holds it (the levels lead the page
 // and take a few bytes per row), else from the body read whole.
-func (lv *listLevels) snappyLevels(ctx context.Context, store Store, obj Object, body, size, usize int64, sections int, stats *ReadStats) ([]byte, error) {
+func (lv *listLevels) snappyLevels(ctx context.Context, body, size, usize int64, sections int) ([]byte, error) {
 	wend := lv.wpos + int64(len(lv.win))
 	if body >= lv.wpos && body < wend {
 		src := lv.win[body-lv.wpos : min(wend, body+size)-lv.wpos]
@@ -369,7 +376,7 @@ func (lv *listLevels) snappyLevels(ctx context.Context, store Store, obj Object,
 			}
 		}
 	}
-	src, err := lv.at(ctx, store, obj, body, size, stats)
+	src, err := lv.at(ctx, body, size)
 	if err != nil {
 		return nil, err
 	}
@@ -495,25 +502,35 @@ func placed(locs []pageLoc, rows, lo, hi int64) bool {
 	return next == rows && len(locs) > 0
 }
 
-// decodePages decodes rows [start, end) of column col from the pages that
-// hold them, fetched alone, or returns nil (no error) when those pages do
-// not qualify for the fast path after all (the column is then decoded
-// whole). Where the entry's last piece decoded pages holding those rows, it
-// slices them instead (ReadStats.Reused).
-func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg, col int, locs []pageLoc, start, end int64, mem memory.Allocator, stats *ReadStats, e *rgEntry) (arrow.Array, error) {
-	c := &d.cols[col]
-	if a := e.reuse(col, start, end); a != nil {
-		stats.Reused.Add(1)
+// piece is rows of a row group that a reader decodes by themselves, and
+// where: column col's share of a piece (decodePages).
+type piece struct {
+	rg, col int
+	rows    rowRange
+	mem     memory.Allocator
+	stats   *ReadStats
+	e       *rgEntry // the reader's entry of the row group: what its pieces share
+}
+
+// decodePages decodes rows p.rows of column p.col from the pages that hold
+// them, fetched alone, or returns nil (no error) when those pages do not
+// qualify for the fast path after all (the column is then decoded whole).
+// Where the entry's last piece decoded pages holding those rows, it slices
+// them instead (ReadStats.Reused).
+func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, p piece, locs []pageLoc) (arrow.Array, error) {
+	c, e, start, end := &d.cols[p.col], p.e, p.rows.lo, p.rows.hi
+	if a := e.reuse(p.col, start, end); a != nil {
+		p.stats.Reused.Add(1)
 		return a, nil
 	}
 	i, j := pageSpan(locs, c.slot(start), c.slot(end))
 	if i >= j {
-		return nil, fmt.Errorf("loader: %s row group %d column %q: no page holds rows [%d, %d): %w", d.f.Object.URI, rg, c.name, start, end, ErrCorrupt)
+		return nil, fmt.Errorf("loader: %s row group %d column %q: no page holds rows [%d, %d): %w", d.f.Object.URI, p.rg, c.name, start, end, ErrCorrupt)
 	}
 	t := pageTail(locs, j) // and the pages ending the last row
 	off, n := locs[i].off, locs[t-1].off+locs[t-1].size-locs[i].off
-	first, rows := locs[i].first, locs[j-1].first+locs[j-1].rows-locs[i].first
-	ra, err := ds.fetchChunks(ctx, ds.fileIndex(d.f), rg, []Chunk{{Column: c.name, Offset: off, Length: n}}, stats)
+	first, slots := locs[i].first, locs[j-1].first+locs[j-1].rows-locs[i].first
+	ra, err := ds.fetchChunks(ctx, ds.fileIndex(d.f), p.rg, []Chunk{{Column: c.name, Offset: off, Length: n}}, p.stats)
 	if err != nil {
 		return nil, err
 	}
@@ -525,49 +542,26 @@ func (d *parquetDecoder) decodePages(ctx context.Context, ds *Dataset, rg, col i
 	if !ok {
 		return nil, nil
 	}
-	md := &d.pf.Metadata().RowGroups[rg].Columns[c.leaf].MetaData
+	md := &d.pf.Metadata().RowGroups[p.rg].Columns[c.leaf].MetaData
 	if err := checkPages(b, md, d.maxBytes); err != nil {
-		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d: %w", d.f.Object.URI, rg, c.name, i, t-1, err)
+		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d: %w", d.f.Object.URI, p.rg, c.name, i, t-1, err)
 	}
-	if c.kind == kindFixedList {
-		a, err := c.decodeFixedListSlots(b, md, first, rows, start, end, mem, d.maxBytes, edges{e, col, i, stats})
-		if a == nil || err != nil {
-			if err != nil {
-				err = fmt.Errorf("loader: %s row group %d column %q pages %d..%d (values %d..%d): %w", d.f.Object.URI, rg, c.name, i, j-1, first, first+rows-1, err)
-			}
-			return nil, err
-		}
-		stats.Pages.Add(int64(j - i))
-		return a, nil
-	}
-	fc := c
-	if c.kind == kindList && c.narrowed() { // lists are narrowed after decoding
-		fc = c.wide()
-	}
-	var a arrow.Array
-	exact := false // a holds rows [start, end) alone
-	switch {
-	case c.kind == kindList:
-		a, exact, ok, err = fc.decodeListPiece(b, md.Codec, rows, start-first, end-first, locs[i].cont || t > j, mem, d.maxBytes, edges{e, col, i, stats})
-	default:
-		a, ok, err = fc.decodeFast(b, md, rows, mem, d.maxBytes)
-	}
-	if !ok {
+	v := chunkView{b: b, codec: md.Codec, first: first, n: slots, cut: c.kind == kindList && (locs[i].cont || t > j)}
+	out, err := c.decodeRows(v, p.rows, outSpec{mem: p.mem, maxBytes: d.maxBytes, ed: edges{e, p.col, i, p.stats}})
+	if err == errFallback {
 		return nil, nil
 	}
-	if err == nil && fc != c {
-		a, err = c.narrow(a, mem)
-	}
 	if err != nil {
-		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d (rows %d..%d): %w", d.f.Object.URI, rg, c.name, i, t-1, first, first+rows-1, err)
+		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d (slots %d..%d): %w", d.f.Object.URI, p.rg, c.name, i, t-1, first, first+slots-1, err)
 	}
-	stats.Pages.Add(int64(t - i))
-	if exact || first == start && rows == end-start {
+	p.stats.Pages.Add(int64(t - i))
+	a := out.a
+	if out.first == start && int64(a.Len()) == end-start {
 		return a, nil
 	}
-	e.keep(col, a, first, rows) // rows are slots: not a fixed_size_list here
+	e.keep(p.col, a, out.first, int64(a.Len())) // not a fixed_size_list here: rows are slots
 	defer a.Release()
-	return array.NewSlice(a, start-first, end-first), nil
+	return array.NewSlice(a, start-out.first, end-out.first), nil
 }
 
 // edges lets decodeListPiece and decodeFastRows reuse the page a piece of
@@ -589,29 +583,50 @@ func (ed edges) take(page int) []byte {
 	return b
 }
 
-// decodeListPiece decodes rows [lo, hi) of the rows that start in the list
-// pages b (rows of them; cut: b may begin inside a row and end past its
-// last row, see decodeFastListRows). Where the pages' repetition levels can
-// be read without decompressing their values (uncompressed or SNAPPY v1
+// decodeListPiece decodes rows r of the v.n rows that start in the list
+// pages of v (v.cut: they may begin inside a row and end past their last
+// row, see decodeFastListRows). Where the pages' repetition levels can be
+// read without decompressing their values (uncompressed or SNAPPY v1
 // pages, v2 pages) it reads them first, then allocates and copies the
-// values of rows [lo, hi) alone, decompressing only the pages holding them
-// (exact); else it decodes every value of the pages (decodeFastListRows),
-// for the caller to slice. ok is false when the pages do not qualify for
-// the fast path.
-func (c *colDecoder) decodeListPiece(b []byte, codec format.CompressionCodec, rows, lo, hi int64, cut bool, mem memory.Allocator, maxBytes int64, ed edges) (a arrow.Array, exact, ok bool, err error) {
-	pages, err := c.fastPages(b, codec)
-	if err == errFallback {
-		return nil, false, false, nil
-	}
+// values of rows r alone, decompressing only the pages holding them;
+// else it decodes every value of the pages (decodeFastListRows), for the
+// caller to slice. Rows are the pages' (from 0), in and out. errFallback
+// when the pages do not qualify for the fast path.
+func (c *colDecoder) decodeListPiece(v chunkView, r rowRange, o outSpec) (decoded, error) {
+	pages, err := c.fastPages(v.b, v.codec)
 	if err != nil {
-		return nil, false, true, err
+		return decoded{}, err
 	}
 	for i := range pages {
-		if !pages[i].v2 && codec != format.Uncompressed && codec != format.Snappy {
-			a, ok, err = c.decodeFastListRows(b, codec, rows, cut, mem, maxBytes)
-			return a, false, ok, err
+		if !pages[i].v2 && v.codec != format.Uncompressed && v.codec != format.Snappy {
+			a, err := c.decodeFastListRows(v, o)
+			return decoded{a, 0}, err
 		}
 	}
+	starts, end, err := c.listStarts(pages, v)
+	if err != nil {
+		return decoded{}, err
+	}
+	a, err := c.listValues(pages, v.codec, listCut{starts, end, v.n, r}, o)
+	return decoded{a, r.lo}, err
+}
+
+// listCut is rows r of the rows rows of list pages whose row starts
+// (values' indexes) are starts, and end, where the last of their rows ends.
+type listCut struct {
+	starts []int32
+	end    int32
+	rows   int64
+	r      rowRange
+}
+
+// listStarts reads the row starts of the list pages of v from their
+// repetition levels, for decodeListPiece: v.n of them (v.n+1 when v.cut:
+// the row after the last ends it, when the pages hold its start), and where
+// the last row ends.
+func (c *colDecoder) listStarts(pages []fastPage, v chunkView) ([]int32, int32, error) {
+	rows, cut, codec := v.n, v.cut, v.codec
+	var err error
 	// The row starts, from the levels: rows + 1 (the row after the last
 	// ends it, when the pages hold its start).
 	starts := make([]int32, rows+1)
@@ -633,7 +648,7 @@ func (c *colDecoder) decodeListPiece(b []byte, codec format.CompressionCodec, ro
 			rep = p.body[:p.repLevels]
 		case codec == format.Uncompressed:
 			if rep, _, err = levelSection(p.body); err != nil {
-				return nil, false, true, fmt.Errorf("page %d: %w", i, err)
+				return nil, 0, fmt.Errorf("page %d: %w", i, err)
 			}
 		default:
 			levels, complete, err := snappyStart(&scratch, p.body, int64(p.size), 1)
@@ -641,30 +656,44 @@ func (c *colDecoder) decodeListPiece(b []byte, codec format.CompressionCodec, ro
 				err = fmt.Errorf("SNAPPY data ends before the page's level sections: %w", ErrCorrupt)
 			}
 			if err != nil {
-				return nil, false, true, fmt.Errorf("page %d: %w", i, err)
+				return nil, 0, fmt.Errorf("page %d: %w", i, err)
 			}
 			rep, _, _ = levelSection(levels)
 		}
 		if nrows, more, err = rowStarts(rep, p.nvals, pos, starts, nrows); err != nil {
-			return nil, false, true, fmt.Errorf("page %d: %w", i, err)
+			return nil, 0, fmt.Errorf("page %d: %w", i, err)
 		}
 		pos += p.nvals
 	}
 	if int64(nrows) < rows || more && !cut || !cut && rows > 0 && starts[0] != 0 {
-		return nil, false, true, fmt.Errorf("list pages hold %d rows from their first value (more: %v), want %d: %w", nrows, more, rows, ErrCorrupt)
+		return nil, 0, fmt.Errorf("list pages hold %d rows from their first value (more: %v), want %d: %w", nrows, more, rows, ErrCorrupt)
 	}
 	end := int32(pos) // where the last row ends: the next row's start, or the pages' end
 	if nrows > int(rows) {
 		end = starts[rows]
 	}
-	from, to := starts[lo], end
-	if hi < rows {
+	return starts, end, nil
+}
+
+// listValues copies the values of rows l.r of list pages into a list array
+// (pieces share the pages at their edges through o.ed), for decodeListPiece.
+func (c *colDecoder) listValues(pages []fastPage, codec format.CompressionCodec, l listCut, o outSpec) (arrow.Array, error) {
+	starts, lo, hi, ed := l.starts, l.r.lo, l.r.hi, o.ed
+	var scratch []byte
+	defer func() {
+		if scratch != nil {
+			putBuf(scratch)
+		}
+	}()
+	from, to := starts[lo], l.end
+	if hi < l.rows {
 		to = starts[hi]
 	}
 	n := int(to - from)
-	if int64(n)*int64(c.elemSize) > maxBytes {
-		return nil, false, false, nil // decodeChunk reports the limit
+	if int64(n)*int64(c.elemSize) > o.maxBytes {
+		return nil, errFallback // decodeChunk reports the limit
 	}
+	mem := o.mem
 	values := newValuesBuf(mem, n*c.elemSize)
 	defer values.Release() // the array holds its own references
 	offsets := newBuf(mem, 4*(int(hi-lo)+1))
@@ -676,7 +705,7 @@ func (c *colDecoder) decodeListPiece(b []byte, codec format.CompressionCodec, ro
 	// The values of rows [lo, hi): values [from, to) of the pages.
 	dst := values.Bytes()
 	es := c.elemSize
-	pos = 0
+	pos := 0
 	for i := range pages {
 		p := &pages[i]
 		x, y := max(pos, int(from)), min(pos+p.nvals, int(to))
@@ -693,14 +722,14 @@ func (c *colDecoder) decodeListPiece(b []byte, codec format.CompressionCodec, ro
 				buf = &own
 			}
 			_, vals, err := c.listPageParts(p, codec, buf, pre)
-			if errors.Is(err, errFallback) {
-				return nil, false, false, nil
+			if err == errFallback {
+				return nil, err
 			}
 			if err == nil && len(vals) != p.nvals*es {
 				err = fmt.Errorf("%d bytes of values for %d values of %d bytes: %w", len(vals), p.nvals, es, ErrCorrupt)
 			}
 			if err != nil {
-				return nil, false, true, fmt.Errorf("page %d: %w", i, err)
+				return nil, fmt.Errorf("page %d: %w", i, err)
 			}
 			copy(dst[(x-int(from))*es:], vals[(x-pos)*es:(y-pos)*es])
 			switch {
@@ -715,35 +744,29 @@ func (c *colDecoder) decodeListPiece(b []byte, codec format.CompressionCodec, ro
 		pos += p.nvals
 	}
 	st := &colState{c: c, mem: mem, values: values, nvals: n, offsets: offsets, rows: int(hi - lo)}
-	if a, err = st.finish(hi - lo); err != nil {
-		return nil, false, true, err
-	}
-	return a, true, true, nil
+	return st.finish(hi - lo)
 }
 
-// decodeFixedListSlots decodes rows [start, end) of fixed_size_list column
-// c from the pages in b, holding values [first, first+n) of it (pages need
-// not start at a row): the pages at either end write only the values of
-// those rows; a compressed page it shares with the piece before or after it
-// is decompressed once for both (ed, see decodeFastRows). nil (no error)
-// when the pages do not qualify for the fast path.
-func (c *colDecoder) decodeFixedListSlots(b []byte, md *format.ColumnMetaData, first, n, start, end int64, mem memory.Allocator, maxBytes int64, ed edges) (arrow.Array, error) {
+// decodeFixedListSlots decodes rows r of fixed_size_list column c from the
+// pages of v, holding values [v.first, v.first+v.n) of it (pages need not
+// start at a row): the pages at either end write only the values of those
+// rows; a compressed page it shares with the piece before or after it is
+// decompressed once for both (o.ed, see decodeFastRows). errFallback when
+// the pages do not qualify for the fast path.
+func (c *colDecoder) decodeFixedListSlots(v chunkView, r rowRange, o outSpec) (arrow.Array, error) {
 	// Decode the values as a fixed_size_list[1] (the same page layout:
-	// repetition levels skipped, definition levels checked), then view them.
+	// repetition levels checked, definition levels checked), then view them.
 	one := *c // narrowed on the fast path itself when c is
 	one.listSize = 1
 	one.field.Type = arrow.FixedSizeListOfNonNullable(1, one.elem)
 	L := int64(c.listSize)
-	a, ok, err := one.decodeFastRows(b, md, n, start*L-first, end*L-first, mem, maxBytes, ed)
-	if !ok {
-		return nil, nil
-	}
+	a, err := one.decodeFastRows(chunkView{b: v.b, codec: v.codec, n: v.n}, rowRange{r.lo*L - v.first, r.hi*L - v.first}, o)
 	if err != nil {
 		return nil, err
 	}
 	defer a.Release()
 	vals := a.(*array.FixedSizeList).ListValues()
-	data := array.NewData(c.field.Type, int(end-start), []*memory.Buffer{nil}, []arrow.ArrayData{vals.Data()}, 0, 0)
+	data := array.NewData(c.field.Type, int(r.hi-r.lo), []*memory.Buffer{nil}, []arrow.ArrayData{vals.Data()}, 0, 0)
 	defer data.Release()
 	return array.MakeFromData(data), nil
 }
