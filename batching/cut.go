@@ -7,6 +7,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
 )
 
 // DefaultMaskColumn is the name of the boolean mask column that a Cutter
@@ -501,7 +503,7 @@ func (c *Cutter) gather(srcs []arrow.RecordBatch, runs []run, n int64) (arrow.Re
 			return nil, fmt.Errorf("batching: stream %d step %d column %q: %w", c.d, c.step, sch.Field(j).Name, err)
 		}
 		cols[j] = col
-		c.copied += dataBytes(col.Data())
+		c.copied += arrowmem.DataBytes(col.Data())
 	}
 	return array.NewRecordBatch(sch, cols, n), nil
 }
@@ -527,7 +529,7 @@ func (c *Cutter) finish(data arrow.RecordBatch, real int) (arrow.RecordBatch, er
 			return nil, fmt.Errorf("batching: stream %d step %d column %q: %w", c.d, c.step, sch.Field(j).Name, err)
 		}
 		if padded != col {
-			c.copied += dataBytes(padded.Data())
+			c.copied += arrowmem.DataBytes(padded.Data())
 		}
 		cols[j] = padded
 	}

@@ -8,21 +8,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-)
 
-// dataBytes returns the bytes of the buffers of d and its children.
-func dataBytes(d arrow.ArrayData) int64 {
-	var n int64
-	for _, b := range d.Buffers() {
-		if b != nil {
-			n += int64(b.Len())
-		}
-	}
-	for _, ch := range d.Children() {
-		n += dataBytes(ch)
-	}
-	return n
-}
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
+)
 
 // fixedWidth reports whether values of dt are byte-aligned fixed-width rows that
 // gatherFixed can copy: a primitive-layout type ([validity, values]) or a
@@ -78,7 +66,7 @@ func gatherColumn(mem memory.Allocator, dt arrow.DataType, arrs []arrow.Array, r
 // gatherFixed is gatherColumn's memcpy path.
 func gatherFixed(mem memory.Allocator, dt arrow.DataType, elem, size int, isList bool, arrs []arrow.Array, runs []run, n int64) arrow.Array {
 	rowBytes := int64(elem * size)
-	vals := newOverwritten(mem, int(n*rowBytes)) // the runs below write every byte
+	vals := arrowmem.NewOverwriteBuffer(mem, int(n*rowBytes)) // the runs below write every byte
 	defer vals.Release()
 	dst := vals.Bytes()
 	// Per source: its values bytes and the index of its row 0 in rows.
@@ -146,25 +134,6 @@ func gatherFixed(mem memory.Allocator, dt arrow.DataType, elem, size int, isList
 	}
 	defer data.Release()
 	return array.MakeFromData(data)
-}
-
-// uninitialized is implemented by allocators that can hand out memory
-// without clearing it first: the server's shared-memory arena and the
-// loader's pool.
-type uninitialized interface {
-	AllocateUninitialized(size int) []byte
-}
-
-// newOverwritten returns a buffer of n bytes that the caller overwrites
-// whole: not cleared first where mem can skip that (a gather of a step's
-// rows would otherwise write each byte twice).
-func newOverwritten(mem memory.Allocator, n int) *memory.Buffer {
-	if u, ok := mem.(uninitialized); ok && n > 0 {
-		return memory.NewBufferWithAllocator(u.AllocateUninitialized(n), mem)
-	}
-	b := memory.NewResizableBuffer(mem)
-	b.Resize(n)
-	return b
 }
 
 // padColumn returns col (nil for none) extended with zero values to n rows.

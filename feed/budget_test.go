@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/transport"
 )
 
@@ -102,7 +103,7 @@ func runBudget(t *testing.T, req *transport.Request, readAhead int64, each func(
 // plus decoded bytes).
 func rowGroupCost(t *testing.T, dir string) (rows, cost int64) {
 	t.Helper()
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ds, err := loader.Open(context.Background(), store, []string{dir + "/*.parquet"}, loader.WithColumns("id", "label", "features", "image"))
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/transport"
 )
 
@@ -143,16 +144,16 @@ func TestPipelineVirtualConcatCancel(t *testing.T) {
 	checkGoroutines(t, base, 0)
 }
 
-// failFile is a loader.Store whose reads of the data (not the footer) of
+// failFile is an objstore.Store whose reads of the data (not the footer) of
 // the objects whose URI contains name fail.
 type failFile struct {
-	loader.Store
+	objstore.Store
 	name string
 }
 
 var errInjected = errors.New("injected read failure")
 
-func (s *failFile) ReadAt(ctx context.Context, obj loader.Object, p []byte, off int64) error {
+func (s *failFile) ReadAt(ctx context.Context, obj objstore.Object, p []byte, off int64) error {
 	if strings.Contains(obj.URI, s.name) && off < obj.Size/2 {
 		return errInjected
 	}
@@ -169,7 +170,7 @@ func TestPipelineSliceErrorReleases(t *testing.T) {
 		t.Fatalf("dataset files %v, %v; want 2", files, err)
 	}
 	mem := checkedMem(t)
-	store, err := loader.NewStore(context.Background())
+	store, err := objstore.NewStore(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

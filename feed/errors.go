@@ -5,6 +5,7 @@ import (
 
 	"github.com/meshfeed/meshfeed/batching"
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/shape"
 	"github.com/meshfeed/meshfeed/transport"
 )
@@ -18,14 +19,15 @@ import (
 // plans and data that does not fit the requested shaping are
 // FailedPrecondition.
 var errorCodes = []transport.ErrorCode{
-	{Target: loader.ErrOutsideRoot, Code: codes.PermissionDenied},
+	{Target: objstore.ErrOutsideRoot, Code: codes.PermissionDenied},
 	{Target: loader.ErrColumnNotFound, Code: codes.InvalidArgument},
-	{Target: loader.ErrNotFound, Code: codes.NotFound},
+	{Target: objstore.ErrNotFound, Code: codes.NotFound}, // loader.ErrNotFound is the same value
 	{Target: loader.ErrCorrupt, Code: codes.FailedPrecondition},
 	{Target: loader.ErrSchemaMismatch, Code: codes.FailedPrecondition},
 	{Target: loader.ErrNull, Code: codes.FailedPrecondition},
 	{Target: loader.ErrUnsupported, Code: codes.FailedPrecondition},
-	{Target: loader.ErrUnavailable, Code: codes.Unavailable},
+	{Target: objstore.ErrUnsupported, Code: codes.FailedPrecondition},
+	{Target: objstore.ErrUnavailable, Code: codes.Unavailable},
 	{Target: batching.ErrIndivisible, Code: codes.FailedPrecondition},
 	{Target: batching.ErrNoSteps, Code: codes.FailedPrecondition},
 	{Target: batching.ErrEmptyDataset, Code: codes.FailedPrecondition},

@@ -2,7 +2,7 @@ package feed
 
 // End-to-end storage fault tests: a Pipeline reading a dataset from the
 // in-process GCS emulator through a fault-injecting HTTP front
-// (loadertest.FaultFront: connection resets and clean cuts after exactly N
+// (objstoretest.FaultFront: connection resets and clean cuts after exactly N
 // body bytes, 429/503/500 bursts, stalls, a connection that dies at byte 0 on
 // every reopen) or through an in-process toxiproxy (latency, bandwidth), all
 // over real loopback TCP. Under every transient fault an epoch's steps are
@@ -32,7 +32,8 @@ import (
 
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/loader"
-	"github.com/meshfeed/meshfeed/loader/loadertest"
+	"github.com/meshfeed/meshfeed/objstore"
+	"github.com/meshfeed/meshfeed/objstore/objstoretest"
 	"github.com/meshfeed/meshfeed/transport"
 )
 
@@ -50,23 +51,23 @@ func faultSpec() datagen.Spec {
 
 // faultRetry is a small retry budget: 4 attempts without progress, 2 s, short
 // backoff, 300 ms stall timeout.
-func faultRetry() []loader.GCSOption {
-	return []loader.GCSOption{
-		loader.WithRetryBudget(4, 2*time.Second),
-		loader.WithRetryBackoff(5*time.Millisecond, 40*time.Millisecond),
-		loader.WithStallTimeout(300 * time.Millisecond),
+func faultRetry() []objstore.GCSOption {
+	return []objstore.GCSOption{
+		objstore.WithRetryBudget(4, 2*time.Second),
+		objstore.WithRetryBackoff(5*time.Millisecond, 40*time.Millisecond),
+		objstore.WithStallTimeout(300 * time.Millisecond),
 	}
 }
 
 // faultEnv is an emulator holding faultSpec's dataset under
 // gs://bucket/train/ds.
 type faultEnv struct {
-	fake *loadertest.FakeGCS
+	fake *objstoretest.FakeGCS
 }
 
 func newFaultEnv(t *testing.T) *faultEnv {
 	t.Helper()
-	fake := loadertest.NewFakeGCS(t, "bucket")
+	fake := objstoretest.NewFakeGCS(t, "bucket")
 	if _, err := datagen.Write(context.Background(), fake.Store(t), "gs://bucket/train/ds", faultSpec()); err != nil {
 		t.Fatalf("datagen.Write to fake GCS: %v", err)
 	}
@@ -76,9 +77,9 @@ func newFaultEnv(t *testing.T) *faultEnv {
 // serve starts a Pipeline over a GCSStore at endpoint (footer cache off, so
 // that footers too are read through the faults) and returns the server and
 // the store.
-func (e *faultEnv) serve(t *testing.T, endpoint string, opts ...loader.GCSOption) (*testServer, *loader.GCSStore) {
+func (e *faultEnv) serve(t *testing.T, endpoint string, opts ...objstore.GCSOption) (*testServer, *objstore.GCSStore) {
 	t.Helper()
-	store := loadertest.NewStore(t, endpoint, opts...)
+	store := objstoretest.NewStore(t, endpoint, opts...)
 	p, err := NewPipeline(context.Background(),
 		WithAllocator(checkedMem(t)),
 		WithStore(store),
@@ -185,24 +186,24 @@ func TestFaultsTransient(t *testing.T) {
 	want := env.referenceSums(t)
 	cases := []struct {
 		name    string
-		kind    loadertest.FaultKind
+		kind    objstoretest.FaultKind
 		status  int
 		at      int64
 		n       int
 		resumes bool // the retries resume after bytes arrived
 	}{
-		{"503 burst", loadertest.FaultStatus, http.StatusServiceUnavailable, 0, 3, false},
-		{"429 burst", loadertest.FaultStatus, http.StatusTooManyRequests, 0, 3, false},
-		{"500 burst", loadertest.FaultStatus, http.StatusInternalServerError, 0, 3, false},
-		{"clean cut after 1000 bytes", loadertest.FaultCut, 0, 1000, 6, true},
-		{"reset after 777 bytes", loadertest.FaultReset, 0, 777, 6, true},
-		{"reset at byte 0", loadertest.FaultReset, 0, 0, 3, false},
-		{"dies at byte 0 on 3 reopens", loadertest.FaultCut, 0, 0, 3, false},
-		{"stall after 500 bytes", loadertest.FaultStall, 0, 500, 1, true},
+		{"503 burst", objstoretest.FaultStatus, http.StatusServiceUnavailable, 0, 3, false},
+		{"429 burst", objstoretest.FaultStatus, http.StatusTooManyRequests, 0, 3, false},
+		{"500 burst", objstoretest.FaultStatus, http.StatusInternalServerError, 0, 3, false},
+		{"clean cut after 1000 bytes", objstoretest.FaultCut, 0, 1000, 6, true},
+		{"reset after 777 bytes", objstoretest.FaultReset, 0, 777, 6, true},
+		{"reset at byte 0", objstoretest.FaultReset, 0, 0, 3, false},
+		{"dies at byte 0 on 3 reopens", objstoretest.FaultCut, 0, 0, 3, false},
+		{"stall after 500 bytes", objstoretest.FaultStall, 0, 500, 1, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			front := loadertest.NewFaultFront(t, env.fake.URL)
+			front := objstoretest.NewFaultFront(t, env.fake.URL)
 			ts, store := env.serve(t, front.URL(), faultRetry()...)
 			front.Arm(c.kind, c.status, c.at, c.n)
 			got, err := stepSums(context.Background(), ts.Client, faultRequest(), 0, nil)
@@ -237,19 +238,19 @@ func TestFaultsPermanent(t *testing.T) {
 	const budget = 2 * time.Second // faultRetry's time budget
 	cases := []struct {
 		name   string
-		kind   loadertest.FaultKind
+		kind   objstoretest.FaultKind
 		status int
 		at     int64
 		limit  time.Duration // from the outage to the error
 	}{
-		{"503 forever", loadertest.FaultStatus, http.StatusServiceUnavailable, 0, budget},
-		{"dies at byte 0 on every reopen", loadertest.FaultCut, 0, 0, budget},
-		{"reset at byte 0 on every reopen", loadertest.FaultReset, 0, 0, budget},
-		{"stall forever", loadertest.FaultStall, 0, 0, budget + 300*time.Millisecond},
+		{"503 forever", objstoretest.FaultStatus, http.StatusServiceUnavailable, 0, budget},
+		{"dies at byte 0 on every reopen", objstoretest.FaultCut, 0, 0, budget},
+		{"reset at byte 0 on every reopen", objstoretest.FaultReset, 0, 0, budget},
+		{"stall forever", objstoretest.FaultStall, 0, 0, budget + 300*time.Millisecond},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			front := loadertest.NewFaultFront(t, env.fake.URL)
+			front := objstoretest.NewFaultFront(t, env.fake.URL)
 			ts, store := env.serve(t, front.URL(), faultRetry()...)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -326,7 +327,7 @@ func TestFaultsToxiproxy(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			addr := startToxiproxy(t, up, c.toxics...)
-			ts, store := env.serve(t, "http://"+addr, loader.WithRetryBudget(4, 10*time.Second), loader.WithStallTimeout(5*time.Second))
+			ts, store := env.serve(t, "http://"+addr, objstore.WithRetryBudget(4, 10*time.Second), objstore.WithStallTimeout(5*time.Second))
 			start := time.Now()
 			got, err := stepSums(context.Background(), ts.Client, faultRequest(), 0, nil)
 			el := time.Since(start)

@@ -13,17 +13,18 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/transport"
 )
 
 // countingStore counts the bytes of the reads it passes to a LocalStore, and
 // reports the LocalStore's own counters.
 type countingStore struct {
-	*loader.LocalStore
+	*objstore.LocalStore
 	n atomic.Int64
 }
 
-func (s *countingStore) ReadAt(ctx context.Context, obj loader.Object, p []byte, off int64) error {
+func (s *countingStore) ReadAt(ctx context.Context, obj objstore.Object, p []byte, off int64) error {
 	err := s.LocalStore.ReadAt(ctx, obj, p, off)
 	if err == nil {
 		s.n.Add(int64(len(p)))
@@ -63,7 +64,7 @@ func TestPrometheusPipeline(t *testing.T) {
 	spec := pipeSpec()
 	spec.Rows = 105 // 7 steps of B=15, every row group read
 	dir := writeDataset(t, spec)
-	store := &countingStore{LocalStore: loader.NewLocalStore()}
+	store := &countingStore{LocalStore: objstore.NewLocalStore()}
 	p, err := NewPipeline(context.Background(), WithStore(store),
 		WithLoaderOptions(loader.WithReadAhead(4<<10), loader.WithDecodeWorkers(2)))
 	if err != nil {
@@ -88,7 +89,7 @@ func TestPrometheusPipeline(t *testing.T) {
 	store.Stats().Retries.Add(2)
 	store.Stats().Resumes.Add(1)
 
-	ds, err := loader.Open(ctx, loader.NewLocalStore(), []string{dir + "/*.parquet"})
+	ds, err := loader.Open(ctx, objstore.NewLocalStore(), []string{dir + "/*.parquet"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,9 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/transport"
 )
 
@@ -27,9 +29,9 @@ const cacheSize = 64
 // pipelineConfig holds the settings of a Pipeline; each Option
 // documents its own default.
 type pipelineConfig struct {
-	store     loader.Store
+	store     objstore.Store
 	mem       memory.Allocator
-	storeOpts []loader.MuxOption
+	storeOpts []objstore.MuxOption
 	loadOpts  []loader.Option
 	cacheTTL  time.Duration
 	readAhead int64
@@ -66,21 +68,21 @@ func WithReadAhead(bytes int64) Option {
 type Option func(*pipelineConfig)
 
 // WithStore sets the store datasets are read from. Default: a
-// loader.NewStore Mux (local paths and gs://), closed by Pipeline.Close. A
+// objstore.NewStore Mux (local paths and gs://), closed by Pipeline.Close. A
 // store given here is not closed by the Pipeline.
-func WithStore(s loader.Store) Option {
+func WithStore(s objstore.Store) Option {
 	return func(c *pipelineConfig) { c.store = s }
 }
 
 // WithStoreOptions configures the store NewPipeline creates when
-// WithStore gives none (for example loader.WithLocalOptions with
-// loader.WithMapCache, to keep local files mapped between streams).
-func WithStoreOptions(opts ...loader.MuxOption) Option {
+// WithStore gives none (for example objstore.WithLocalOptions with
+// objstore.WithMapCache, to keep local files mapped between streams).
+func WithStoreOptions(opts ...objstore.MuxOption) Option {
 	return func(c *pipelineConfig) { c.storeOpts = append(c.storeOpts, opts...) }
 }
 
 // WithAllocator sets the allocator of decoded row groups, slices and
-// step records. Default: a loader.PoolAllocator (recycled buffers; values
+// step records. Default: an arrowmem.PoolAllocator (recycled buffers; values
 // buffers the decoder overwrites entirely are not zeroed). Memory returns to
 // the pool only when the last reference is released, which for a step sent
 // zero-copy is when gRPC has freed its buffers.
@@ -149,7 +151,7 @@ var _ transport.Backend = (*Pipeline)(nil)
 
 // NewPipeline returns a Pipeline. ctx is not retained.
 func NewPipeline(ctx context.Context, opts ...Option) (*Pipeline, error) {
-	cfg := pipelineConfig{mem: loader.NewPoolAllocator(), cacheTTL: DefaultCacheTTL, readAhead: loader.DefaultReadAhead}
+	cfg := pipelineConfig{mem: arrowmem.NewPoolAllocator(), cacheTTL: DefaultCacheTTL, readAhead: loader.DefaultReadAhead}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -161,7 +163,7 @@ func NewPipeline(ctx context.Context, opts ...Option) (*Pipeline, error) {
 	}
 	p := &Pipeline{cfg: cfg, cache: make(map[string]cachedDataset)}
 	if cfg.store == nil {
-		m, err := loader.NewStore(ctx, cfg.storeOpts...)
+		m, err := objstore.NewStore(ctx, cfg.storeOpts...)
 		if err != nil {
 			return nil, fmt.Errorf("feed: %w", err)
 		}
@@ -187,10 +189,10 @@ var _ transport.StatsReporter = (*Pipeline)(nil)
 // StorageStats implements transport.StatsReporter: the counters of the
 // Pipeline's store (bytes read, reads, retries, resumes), which the server
 // exports as meshfeed_storage_* metrics; false when the store does not count
-// its work (is not a loader.StatsReporter). A store shared with others counts
+// its work (is not an objstore.StatsReporter). A store shared with others counts
 // their reads too.
 func (p *Pipeline) StorageStats() (transport.StorageStats, bool) {
-	r, ok := p.cfg.store.(loader.StatsReporter)
+	r, ok := p.cfg.store.(objstore.StatsReporter)
 	if !ok {
 		return transport.StorageStats{}, false
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
 	"github.com/meshfeed/meshfeed/internal/datagen"
-	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/transport"
 )
 
@@ -166,7 +166,7 @@ func BenchmarkServePipeline(b *testing.B) {
 			}
 			var popts []Option
 			if v.mapCache {
-				popts = append(popts, WithStoreOptions(loader.WithLocalOptions(loader.WithMapCache(1<<30))))
+				popts = append(popts, WithStoreOptions(objstore.WithLocalOptions(objstore.WithMapCache(1<<30))))
 			}
 			p, err := NewPipeline(context.Background(), popts...)
 			if err != nil {

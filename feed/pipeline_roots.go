@@ -5,18 +5,18 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/transport"
 )
 
 var _ transport.RootedBackend = (*Pipeline)(nil)
 
 // UseRoots implements transport.RootedBackend: the store that NewPipeline created is
-// replaced by one confined to roots (loader.WithRoots), so a symlink or ".."
+// replaced by one confined to roots (objstore.WithRoots), so a symlink or ".."
 // cannot lead a request out of them. A Pipeline confined once refuses other
 // roots (one Pipeline behind two servers must be given the same ones). A
 // store given with WithStore is used as it is: confine it yourself
-// (a loader.LocalStore or Mux with loader.WithRoots) when it reads local
+// (an objstore.LocalStore or Mux with objstore.WithRoots) when it reads local
 // files for a server reachable by others.
 func (p *Pipeline) UseRoots(roots []string) error {
 	roots = append([]string{}, roots...)
@@ -32,8 +32,8 @@ func (p *Pipeline) UseRoots(roots []string) error {
 		}
 		return nil
 	}
-	opts := append(slices.Clone(p.cfg.storeOpts), loader.WithLocalOptions(loader.WithRoots(roots...)))
-	m, err := loader.NewStore(context.Background(), opts...)
+	opts := append(slices.Clone(p.cfg.storeOpts), objstore.WithLocalOptions(objstore.WithRoots(roots...)))
+	m, err := objstore.NewStore(context.Background(), opts...)
 	if err != nil {
 		return fmt.Errorf("feed: %w", err)
 	}

@@ -23,7 +23,8 @@ import (
 	"github.com/meshfeed/meshfeed/batching"
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/loader"
-	"github.com/meshfeed/meshfeed/loader/loadertest"
+	"github.com/meshfeed/meshfeed/objstore"
+	"github.com/meshfeed/meshfeed/objstore/objstoretest"
 	"github.com/meshfeed/meshfeed/shape"
 	"github.com/meshfeed/meshfeed/transport"
 )
@@ -605,7 +606,7 @@ func TestPipelineShaping(t *testing.T) {
 // TestPipelineGCS: the same contract over the in-process GCS emulator.
 func TestPipelineGCS(t *testing.T) {
 	spec := pipeSpec()
-	store := loadertest.StartFakeGCS(t, "bucket")
+	store := objstoretest.StartFakeGCS(t, "bucket")
 	if _, err := datagen.Write(context.Background(), store, "gs://bucket/train/ds", spec); err != nil {
 		t.Fatalf("datagen.Write to fake GCS: %v", err)
 	}
@@ -730,9 +731,9 @@ func TestPipelineStreamDirect(t *testing.T) {
 	}
 }
 
-// readLog is a loader.Store that records every ReadAt.
+// readLog is an objstore.Store that records every ReadAt.
 type readLog struct {
-	loader.Store
+	objstore.Store
 	mu    sync.Mutex
 	reads []readAt
 }
@@ -742,7 +743,7 @@ type readAt struct {
 	off, to int64
 }
 
-func (s *readLog) ReadAt(ctx context.Context, obj loader.Object, p []byte, off int64) error {
+func (s *readLog) ReadAt(ctx context.Context, obj objstore.Object, p []byte, off int64) error {
 	s.mu.Lock()
 	s.reads = append(s.reads, readAt{obj.URI, off, off + int64(len(p))})
 	s.mu.Unlock()
@@ -775,7 +776,7 @@ func (s *readLog) rowGroupsRead(ds *loader.Dataset) map[int]bool {
 func TestPipelineReadsOnlyItsRowGroups(t *testing.T) {
 	spec := pipeSpec()
 	dir := writeDataset(t, spec)
-	local, err := loader.NewStore(context.Background())
+	local, err := objstore.NewStore(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -988,7 +989,7 @@ func TestPipelineMapCache(t *testing.T) {
 	dir := writeDataset(t, spec)
 	mem := checkedMem(t)
 	p, err := NewPipeline(context.Background(), WithAllocator(mem),
-		WithStoreOptions(loader.WithLocalOptions(loader.WithMapCache(1<<30))))
+		WithStoreOptions(objstore.WithLocalOptions(objstore.WithMapCache(1<<30))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -999,7 +1000,7 @@ func TestPipelineMapCache(t *testing.T) {
 	req := pipeRequest(dir, B, D, []int{0, 1, 2, 3}, transport.LastBatchDrop)
 	req.Shuffle = transport.Shuffle{Enabled: true}
 	model := newRefModel(t, spec, req)
-	stats := p.cfg.store.(loader.StatsReporter).Stats()
+	stats := p.cfg.store.(objstore.StatsReporter).Stats()
 	for stream := range 2 {
 		steps, err := readSteps(t, context.Background(), ts.Client, req, false)
 		if err != nil {

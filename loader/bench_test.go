@@ -19,9 +19,11 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/klauspost/compress/snappy"
 
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/loader"
-	"github.com/meshfeed/meshfeed/loader/loadertest"
+	"github.com/meshfeed/meshfeed/objstore"
+	"github.com/meshfeed/meshfeed/objstore/objstoretest"
 )
 
 // End-to-end benchmarks of the loader through its public API, on synthetic
@@ -53,7 +55,7 @@ func reportRows(b *testing.B, rowsPerOp int64, ops int) {
 // decode worker or GOMAXPROCS of them, into memory.DefaultAllocator or (pool,)
 // a loader.PoolAllocator, which reuses the released records' memory without
 // clearing it. mapcache keeps the files mapped between passes
-// (loader.WithMapCache). One pass runs before the timer in every variant
+// (objstore.WithMapCache). One pass runs before the timer in every variant
 // (it fills the pool and, with mapcache, maps the files). Local files are mapped (WithMmap); MESHFEED_BENCH_MMAP=0
 // reads them with ReadAt instead, for comparison.
 func BenchmarkDecode(b *testing.B) {
@@ -90,11 +92,11 @@ func benchDecode(b *testing.B, dir string, cols []string, workers int, rows int6
 	ctx := context.Background()
 	warmPageCache(b, dir)
 	size := measureDecoded(b, dir, cols, rows)
-	var storeOpts []loader.LocalOption
+	var storeOpts []objstore.LocalOption
 	if mapCache {
-		storeOpts = append(storeOpts, loader.WithMapCache(1<<40))
+		storeOpts = append(storeOpts, objstore.WithMapCache(1<<40))
 	}
-	store := loader.NewLocalStore(storeOpts...)
+	store := objstore.NewLocalStore(storeOpts...)
 	defer store.Close()
 	opts := []loader.Option{loader.WithColumns(cols...), loader.WithDecodeWorkers(workers)}
 	if os.Getenv("MESHFEED_BENCH_MMAP") == "0" {
@@ -110,7 +112,7 @@ func benchDecode(b *testing.B, dir string, cols []string, workers int, rows int6
 	}
 	var mem memory.Allocator = memory.DefaultAllocator
 	if pool {
-		mem = loader.NewPoolAllocator()
+		mem = arrowmem.NewPoolAllocator()
 	}
 	pass := func() {
 		r := ds.NewReader(ctx, refs, mem)
@@ -273,21 +275,21 @@ const gcsBenchRows = 1_000_000
 
 // putDataset uploads every file of dir (with its base name) under
 // gs://bucket/prefix/ and returns the prefix URI.
-func putDataset(b *testing.B, store loader.Store, dir, bucket, prefix string) string {
+func putDataset(b *testing.B, store objstore.Store, dir, bucket, prefix string) string {
 	b.Helper()
 	for _, p := range datasetFiles(b, dir) {
 		data, err := os.ReadFile(p)
 		if err != nil {
 			b.Fatal(err)
 		}
-		loadertest.PutObject(b, store, loadertest.URI(bucket, prefix+"/"+filepath.Base(p)), data)
+		objstoretest.PutObject(b, store, objstoretest.URI(bucket, prefix+"/"+filepath.Base(p)), data)
 	}
-	return loadertest.URI(bucket, prefix) + "/"
+	return objstoretest.URI(bucket, prefix) + "/"
 }
 
 // byteRange is one ranged read of an object.
 type byteRange struct {
-	obj     loader.Object
+	obj     objstore.Object
 	off, n  int64
 	objName string
 }
@@ -301,7 +303,7 @@ func projectedRanges(b *testing.B, ds *loader.Dataset) ([]byteRange, int64) {
 	var total int64
 	for _, ref := range ds.RowGroups() {
 		f := ds.Files[ref.File]
-		_, name, err := loader.ParseGCSURI(f.Object.URI)
+		_, name, err := objstore.ParseGCSURI(f.Object.URI)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -367,7 +369,7 @@ func BenchmarkGCS(b *testing.B) {
 	spec.Tokens = false
 	dir := cachedDataset(b, spec)
 	const bucket = "bench-gcs"
-	store := loadertest.StartFakeGCS(b, bucket)
+	store := objstoretest.StartFakeGCS(b, bucket)
 	prefix := putDataset(b, store, dir, bucket, "ds")
 	ds, err := loader.Open(ctx, store, []string{prefix}, loader.WithColumns(benchColsBase...))
 	if err != nil {
@@ -413,7 +415,7 @@ func BenchmarkGCS(b *testing.B) {
 
 	b.Run("loader", func(b *testing.B) {
 		refs := ds.RowGroups()
-		mem := loader.NewPoolAllocator() // the server's allocator
+		mem := arrowmem.NewPoolAllocator() // the server's allocator
 		b.SetBytes(projected)
 		b.ReportAllocs()
 		var fetched int64
@@ -452,7 +454,7 @@ func BenchmarkPlan1000Files(b *testing.B) {
 	}
 	b.Run("gcs", func(b *testing.B) {
 		const bucket = "bench-plan"
-		store := loadertest.StartFakeGCS(b, bucket)
+		store := objstoretest.StartFakeGCS(b, bucket)
 		prefix := putDataset(b, store, dir, bucket, "plan")
 		b.ReportAllocs()
 		for b.Loop() {
@@ -466,7 +468,7 @@ func BenchmarkPlan1000Files(b *testing.B) {
 	b.Run("local", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			store := loader.NewLocalStore()
+			store := objstore.NewLocalStore()
 			ds, err := loader.Open(ctx, store, []string{dir}, loader.WithFooterCache(nil))
 			store.Close()
 			if err != nil {

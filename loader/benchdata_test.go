@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // Helpers of bench_test.go: synthetic datasets generated once into a cache
@@ -202,7 +203,7 @@ func measureDecoded(b *testing.B, dir string, cols []string, rows int64) decoded
 		return d
 	}
 	ctx := context.Background()
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ds, err := loader.Open(ctx, store, []string{dir}, loader.WithColumns(cols...))
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // Format is a file format the loader decodes.
@@ -67,7 +69,7 @@ type RowGroupMeta struct {
 
 // File is one planned file: its object, full schema and row groups.
 type File struct {
-	Object Object
+	Object objstore.Object
 	Format Format
 	// Schema is the file's full Arrow schema (before projection).
 	Schema *arrow.Schema
@@ -113,7 +115,7 @@ type Dataset struct {
 	// Schema is the projected output schema, the same for every file.
 	Schema *arrow.Schema
 
-	store    Store
+	store    objstore.Store
 	cfg      config
 	decoders []rowGroupDecoder
 }
@@ -121,11 +123,11 @@ type Dataset struct {
 // Open matches patterns on store, reads every footer (concurrently, bounded,
 // cached), projects and checks the schemas, and returns the plan-ready
 // dataset. No data page is read.
-func Open(ctx context.Context, store Store, patterns []string, opts ...Option) (*Dataset, error) {
+func Open(ctx context.Context, store objstore.Store, patterns []string, opts ...Option) (*Dataset, error) {
 	if _, err := newConfig(opts); err != nil {
 		return nil, err
 	}
-	objs, err := Match(ctx, store, patterns)
+	objs, err := objstore.Match(ctx, store, patterns)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +135,7 @@ func Open(ctx context.Context, store Store, patterns []string, opts ...Option) (
 }
 
 // OpenObjects is Open over an explicit object list (sorted here by URI).
-func OpenObjects(ctx context.Context, store Store, objs []Object, opts ...Option) (*Dataset, error) {
+func OpenObjects(ctx context.Context, store objstore.Store, objs []objstore.Object, opts ...Option) (*Dataset, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
@@ -141,7 +143,7 @@ func OpenObjects(ctx context.Context, store Store, objs []Object, opts ...Option
 	if len(objs) == 0 {
 		return nil, fmt.Errorf("loader: no files to open: %w", ErrNotFound)
 	}
-	objs = append([]Object(nil), objs...)
+	objs = append([]objstore.Object(nil), objs...)
 	sortObjects(objs)
 
 	files := make([]*File, len(objs))
@@ -170,17 +172,16 @@ func OpenObjects(ctx context.Context, store Store, objs []Object, opts ...Option
 	return ds, nil
 }
 
-func sortObjects(objs []Object) {
-	slices.SortFunc(objs, func(a, b Object) int { return strings.Compare(a.URI, b.URI) })
+func sortObjects(objs []objstore.Object) {
+	slices.SortFunc(objs, func(a, b objstore.Object) int { return strings.Compare(a.URI, b.URI) })
 }
 
 // readFooter reads (or takes from the cache) the footer of one object.
-func readFooter(ctx context.Context, store Store, obj Object, cfg *config) (*File, error) {
+func readFooter(ctx context.Context, store objstore.Store, obj objstore.Object, cfg *config) (*File, error) {
 	if obj.Size == 0 {
 		return nil, fmt.Errorf("loader: %s: empty object (0 bytes): %w; remove it or regenerate the file", obj.URI, ErrCorrupt)
 	}
-	key := obj.CacheKey()
-	if ft, ok := cfg.footerCache.get(key); ok {
+	if ft, ok := cfg.footerCache.Get(obj); ok {
 		return newFile(obj, ft)
 	}
 	var ft footer
@@ -194,11 +195,11 @@ func readFooter(ctx context.Context, store Store, obj Object, cfg *config) (*Fil
 	if err != nil {
 		return nil, err
 	}
-	cfg.footerCache.put(key, ft)
+	cfg.footerCache.Put(obj, ft)
 	return newFile(obj, ft)
 }
 
-func newFile(obj Object, ft footer) (*File, error) {
+func newFile(obj objstore.Object, ft footer) (*File, error) {
 	f := &File{Object: obj, Format: formatOf(obj.URI), Schema: ft.schema(), footer: ft}
 	rgs, err := ft.rowGroups(nil)
 	if err != nil {
@@ -349,7 +350,7 @@ func (ds *Dataset) RowGroups() []RowGroupRef {
 }
 
 // Store returns the store the dataset reads from.
-func (ds *Dataset) Store() Store { return ds.store }
+func (ds *Dataset) Store() objstore.Store { return ds.store }
 
 // primaryList reports whether t is a list type the primary decoder emits
 // (list or fixed_size_list of non-nullable primitives).

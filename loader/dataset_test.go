@@ -20,12 +20,13 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 
 	"github.com/meshfeed/meshfeed/loader"
-	"github.com/meshfeed/meshfeed/loader/loadertest"
+	"github.com/meshfeed/meshfeed/objstore"
+	"github.com/meshfeed/meshfeed/objstore/objstoretest"
 )
 
 // recordingStore wraps a Store and records every ranged read.
 type recordingStore struct {
-	loader.Store
+	objstore.Store
 	mu    sync.Mutex
 	reads []readRec
 }
@@ -35,7 +36,7 @@ type readRec struct {
 	off, len int64
 }
 
-func (s *recordingStore) ReadAt(ctx context.Context, obj loader.Object, p []byte, off int64) error {
+func (s *recordingStore) ReadAt(ctx context.Context, obj objstore.Object, p []byte, off int64) error {
 	s.mu.Lock()
 	s.reads = append(s.reads, readRec{obj.URI, off, int64(len(p))})
 	s.mu.Unlock()
@@ -90,7 +91,7 @@ func writeIDFiles(t testing.TB, dir string, files, rowsPerFile, rg int) []string
 func TestPlanningReadsOnlyFooters(t *testing.T) {
 	dir := t.TempDir()
 	paths := writeIDFiles(t, dir, 3, 1000, 300)
-	rs := &recordingStore{Store: loader.NewLocalStore()}
+	rs := &recordingStore{Store: objstore.NewLocalStore()}
 	defer rs.Close()
 	ctx := context.Background()
 	// Default: one optimistic tail read per file.
@@ -134,7 +135,7 @@ func TestPlanningReadsOnlyFooters(t *testing.T) {
 func TestFooterCache(t *testing.T) {
 	dir := t.TempDir()
 	paths := writeIDFiles(t, dir, 2, 500, 200)
-	rs := &recordingStore{Store: loader.NewLocalStore()}
+	rs := &recordingStore{Store: objstore.NewLocalStore()}
 	defer rs.Close()
 	cache := loader.NewFooterCache(16)
 	ctx := context.Background()
@@ -167,7 +168,7 @@ func TestFooterCache(t *testing.T) {
 func TestProjectionAndCoalescing(t *testing.T) {
 	dir := t.TempDir()
 	writeIDFiles(t, dir, 1, 2000, 2000)
-	rs := &recordingStore{Store: loader.NewLocalStore()}
+	rs := &recordingStore{Store: objstore.NewLocalStore()}
 	defer rs.Close()
 	ctx := context.Background()
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
@@ -238,7 +239,7 @@ func TestSchemaMismatch(t *testing.T) {
 	defer b.Release()
 	writeParquet(t, filepath.Join(dir, "b.parquet"), b)
 
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ctx := context.Background()
 	_, err := loader.Open(ctx, store, []string{dir}, loader.WithColumns("id", "label"))
@@ -267,7 +268,7 @@ func TestNullWithoutFill(t *testing.T) {
 	defer rec.Release()
 	path := filepath.Join(dir, "nulls.parquet")
 	writeParquet(t, path, rec)
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ctx := context.Background()
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
@@ -374,7 +375,7 @@ func TestBadFiles(t *testing.T) {
 			return b
 		}), true, loader.ErrCorrupt, []string{"row group 0"}},
 	}
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ctx := context.Background()
 	for _, tc := range cases {
@@ -413,7 +414,7 @@ func TestBadFiles(t *testing.T) {
 }
 
 func TestNoMatch(t *testing.T) {
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	dir := t.TempDir()
 	_, err := loader.Open(context.Background(), store, []string{dir + "/*.parquet"})
@@ -427,7 +428,7 @@ func TestNoMatch(t *testing.T) {
 func TestReaderOrderAndBudget(t *testing.T) {
 	dir := t.TempDir()
 	writeIDFiles(t, dir, 3, 1000, 128)
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ctx := context.Background()
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
@@ -478,7 +479,7 @@ func TestReaderCancel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	dir := t.TempDir()
 	writeIDFiles(t, dir, 2, 1000, 100)
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
@@ -516,13 +517,13 @@ func TestGCSSameAsLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gcs := loadertest.StartFakeGCS(t, "bucket")
-	uri := loadertest.URI("bucket", "train/all.parquet")
-	loadertest.PutObject(t, gcs, uri, data)
+	gcs := objstoretest.StartFakeGCS(t, "bucket")
+	uri := objstoretest.URI("bucket", "train/all.parquet")
+	objstoretest.PutObject(t, gcs, uri, data)
 	ctx := context.Background()
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
-	local := loader.NewLocalStore()
+	local := objstore.NewLocalStore()
 	defer local.Close()
 	dl, err := loader.Open(ctx, local, []string{path})
 	if err != nil {
@@ -556,7 +557,7 @@ func TestGCSSameAsLocal(t *testing.T) {
 func TestReaderOwnBudget(t *testing.T) {
 	dir := t.TempDir()
 	writeIDFiles(t, dir, 1, 2000, 100)
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ctx := context.Background()
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())

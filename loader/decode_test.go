@@ -19,6 +19,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // The decoder (parquet-go pages into Arrow buffers) is checked against an
@@ -197,7 +198,7 @@ func oracleColumn(t testing.TB, tbl arrow.Table, name string) string {
 
 // checkAgainstOracle decodes every row group of path and compares each
 // column with pqarrow's reading. fill replaces nulls in the oracle text.
-func checkAgainstOracle(t *testing.T, store loader.Store, path string, fill map[string]float64) {
+func checkAgainstOracle(t *testing.T, store objstore.Store, path string, fill map[string]float64) {
 	t.Helper()
 	ctx := context.Background()
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
@@ -246,7 +247,7 @@ func TestDecodeMatchesArrowGo(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	rec := testRecord(t, rng, 3000, true)
 	defer rec.Release()
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 
 	codecs := map[string]compress.Compression{

@@ -1,19 +1,16 @@
 // Package loader answers one question: where are the rows, and how do they get
 // into Arrow memory fast?
 //
-// It owns sources (local paths, directories and globs; gs:// objects through
-// cloud.google.com/go/storage), the [Store] interface those sit behind, footer
-// and schema reading for planning, column projection, coalesced ranged reads with
-// bounded read-ahead, and decoding Parquet and Arrow IPC column chunks into Arrow
-// arrays allocated from a caller-supplied memory.Allocator.
+// It owns datasets over the objects of an objstore.Store (Open matches the
+// patterns there), footer and schema reading for planning, column projection,
+// coalesced ranged reads with bounded read-ahead, and decoding Parquet and
+// Arrow IPC column chunks into Arrow arrays allocated from a caller-supplied
+// memory.Allocator. Where the bytes are, and how they are listed, fetched or
+// mapped, is package objstore's question.
 //
 // It knows nothing of batches, steps, streams or meshes: package batching decides
 // which row groups are read in which order, and package shard which process
 // needs which slice.
-//
-// A [LocalStore] given [WithRoots] serves only files inside those directories,
-// resolving every path, glob match and directory entry through [os.Root]: a
-// symlink or ".." leading out of a root is an error wrapping ErrOutsideRoot.
 //
 // # Caveats
 //
@@ -22,14 +19,13 @@
 // that Release. Planning never reads a data page: row counts and column chunk
 // byte ranges come from the footers alone.
 //
-// Local files are mapped with mmap for decoding (see [WithMmap] and [Mapper]);
-// no decoded array points into a mapping, and every mapping is released once
-// its row group is decoded, unless the store keeps whole files mapped between
-// reads ([WithMapCache], for repeated passes over page-cache-warm files: the
-// page-table work of mapping is then paid once per file, not per pass). A file truncated while mapped raises SIGBUS when
-// a lost page is touched: during decoding the loader turns it into an error
-// wrapping ErrNotFound, but files must be replaced by renaming new ones into
-// place, never truncated and rewritten while a dataset reads them.
+// Local files are mapped with mmap for decoding (see [WithMmap] and
+// objstore.Mapper); no decoded array points into a mapping, and every mapping
+// is released once its row group is decoded, unless the store keeps whole
+// files mapped between reads (objstore.WithMapCache). A file truncated while
+// mapped raises SIGBUS when a lost page is touched: during decoding the
+// loader turns it into an error wrapping ErrNotFound (objstore's caveats
+// say why files must be renamed into place instead).
 //
 // A [RowGroupReader] reads a ref with a row range ([RowGroupRef] Start and
 // End, or any ref under [WithReaderMaxPiece]) as a piece: a record of those
@@ -72,8 +68,9 @@
 // Arrow nulls with [WithNullsAsValidity]. A fill stands in for null values
 // and null list elements; a null list becomes empty.
 //
-// With a [PoolAllocator] (or any [UninitializedAllocator]) the values of
-// fixed-width columns are decoded into memory that is not cleared first; the
-// loader writes every byte of those buffers that an array exposes. A
-// PoolAllocator reuses a record's memory as soon as it is released.
+// With an arrowmem.PoolAllocator (or any arrowmem.UninitializedAllocator) the
+// values of fixed-width columns are decoded into memory that is not cleared
+// first; the loader writes every byte of those buffers that an array
+// exposes. A PoolAllocator reuses a record's memory as soon as it is
+// released.
 package loader

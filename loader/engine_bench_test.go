@@ -14,6 +14,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // BenchmarkPageEngine compares parquet-go's page engine (decodeChunk) with
@@ -45,7 +47,7 @@ func BenchmarkPageEngine(b *testing.B) {
 		{"plainstr", "plainstr", nil},
 	} {
 		ctx := context.Background()
-		store := NewLocalStore()
+		store := objstore.NewLocalStore()
 		ds, err := Open(ctx, store, []string{path}, append([]Option{WithColumns(c.col), WithFooterCache(nil)}, c.opts...)...)
 		if err != nil {
 			b.Fatal(err)

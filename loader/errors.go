@@ -1,12 +1,21 @@
 package loader
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/meshfeed/meshfeed/objstore"
+)
 
 // Sentinel errors. Errors returned by this package wrap one of these (test with
-// errors.Is) together with the object, row group and column they concern.
+// errors.Is) together with the object, row group and column they concern, or
+// a sentinel of package objstore (ErrUnavailable, ErrOutsideRoot, ...) for
+// what the store found.
 var (
-	// ErrNotFound: an object, or a glob with no match, does not exist.
-	ErrNotFound = errors.New("not found")
+	// ErrNotFound: an object, or a glob with no match, does not exist, or a
+	// file changed under a mapping while it was decoded. It is
+	// objstore.ErrNotFound itself, so that one errors.Is test covers what
+	// the store and the loader find missing.
+	ErrNotFound = objstore.ErrNotFound
 	// ErrCorrupt: a file's bytes are not valid Parquet or Arrow IPC (bad magic,
 	// truncated or undecodable footer, corrupt page).
 	ErrCorrupt = errors.New("corrupt file")
@@ -20,12 +29,4 @@ var (
 	ErrColumnNotFound = errors.New("column not found")
 	// ErrNull: a null in a numeric column that has no fill value.
 	ErrNull = errors.New("null value")
-	// ErrUnavailable: storage kept failing until the retry budget ran out, or a
-	// read stalled past its stall timeout.
-	ErrUnavailable = errors.New("storage unavailable")
 )
-
-// ErrOutsideRoot: a local path lies outside the store's allowed roots
-// (see [WithRoots]), lexically or because a symlink or ".." on the way leads
-// out of its root.
-var ErrOutsideRoot = errors.New("outside the allowed roots")

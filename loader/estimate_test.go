@@ -16,6 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // arrayBytes is the bytes of a's buffers as decoded: what holding it costs.
@@ -91,7 +92,7 @@ func TestDecodedBytesEstimate(t *testing.T) {
 		"nostats":      {parquet.WithCompression(compress.Codecs.Zstd), parquet.WithStats(false)},
 	}
 	ctx := context.Background()
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	for name, props := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -18,6 +18,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/format"
+
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
 )
 
 // Fast path: fixed-width columns, and lists of them, without nulls in PLAIN
@@ -118,7 +120,7 @@ func (c *colDecoder) decodeFastRows(v chunkView, r rowRange, o outSpec) (arrow.A
 	}
 	// Every page inside the range writes its part, and so do the pages
 	// across its ends: together they write every value of the buffer.
-	values := newValuesBuf(o.mem, int((vals.hi-vals.lo)*int64(c.elemSize)))
+	values := arrowmem.NewOverwriteBuffer(o.mem, int((vals.hi-vals.lo)*int64(c.elemSize)))
 	defer values.Release() // the array holds its own reference
 	if err := c.writePages(pages, v.codec, vals, values.Bytes(), o.ed); err != nil {
 		return nil, err
@@ -577,7 +579,7 @@ func (c *colDecoder) decodeFastListRows(v chunkView, o outSpec) (arrow.Array, er
 	if total*int64(c.elemSize) > o.maxBytes || total > math.MaxInt32 {
 		return nil, errFallback // decodeChunk reports the limit
 	}
-	values := newValuesBuf(mem, int(total)*c.elemSize)
+	values := arrowmem.NewOverwriteBuffer(mem, int(total)*c.elemSize)
 	defer values.Release() // the array holds its own references
 	offsets := newBuf(mem, 4*(int(rows)+1))
 	defer offsets.Release()

@@ -25,6 +25,7 @@ import (
 	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/meshfeed/meshfeed/internal/testseed"
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // The fast path (fastpath.go) must be taken for the benchmark's layout
@@ -272,7 +273,7 @@ func readColumn(t *testing.T, path, col string) (fast int64, rowGroups int) {
 	ctx := context.Background()
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
-	store := NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ds, err := Open(ctx, store, []string{path}, WithColumns(col), WithFill(map[string]float64{"maybe": -1}), WithFooterCache(nil))
 	if err != nil {

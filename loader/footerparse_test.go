@@ -12,6 +12,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	pq "github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // Planning parses each footer once (parquet-go's parse); arrow-go's parse is
@@ -63,7 +65,7 @@ func writeNullable(t *testing.T, path string, withNulls, storeSchema bool, props
 
 func openFooters(t *testing.T, paths []string, opts ...Option) []*parquetFooter {
 	t.Helper()
-	store := NewLocalStore()
+	store := objstore.NewLocalStore()
 	t.Cleanup(func() { store.Close() })
 	ds, err := Open(context.Background(), store, paths, append(opts, WithFooterCache(nil))...)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/parquet-go/parquet-go/deprecated"
 	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
@@ -29,22 +30,22 @@ type memStore struct {
 	data []byte
 }
 
-func (m *memStore) obj() loader.Object {
-	return loader.Object{URI: m.uri, Size: int64(len(m.data)), ModTime: time.Unix(1, 0)}
+func (m *memStore) obj() objstore.Object {
+	return objstore.Object{URI: m.uri, Size: int64(len(m.data)), ModTime: time.Unix(1, 0)}
 }
-func (m *memStore) List(ctx context.Context, prefix string) ([]loader.Object, error) {
+func (m *memStore) List(ctx context.Context, prefix string) ([]objstore.Object, error) {
 	if strings.HasPrefix(m.uri, prefix) {
-		return []loader.Object{m.obj()}, nil
+		return []objstore.Object{m.obj()}, nil
 	}
 	return nil, nil
 }
-func (m *memStore) Stat(ctx context.Context, uri string) (loader.Object, error) {
+func (m *memStore) Stat(ctx context.Context, uri string) (objstore.Object, error) {
 	if uri != m.uri {
-		return loader.Object{}, fmt.Errorf("%s: %w", uri, loader.ErrNotFound)
+		return objstore.Object{}, fmt.Errorf("%s: %w", uri, loader.ErrNotFound)
 	}
 	return m.obj(), nil
 }
-func (m *memStore) ReadAt(ctx context.Context, o loader.Object, p []byte, off int64) error {
+func (m *memStore) ReadAt(ctx context.Context, o objstore.Object, p []byte, off int64) error {
 	if off < 0 || off+int64(len(p)) > int64(len(m.data)) {
 		return fmt.Errorf("%s: read [%d, %d) past %d bytes: %w", o.URI, off, off+int64(len(p)), len(m.data), io.ErrUnexpectedEOF)
 	}

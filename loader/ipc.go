@@ -13,6 +13,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	flatbuffers "github.com/google/flatbuffers/go"
+
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // Arrow IPC files (Feather v2): a row group is one record batch. arrow-go's
@@ -37,7 +39,7 @@ type ipcFooter struct {
 	blocks    []ipcBlock
 }
 
-func readIPCFooter(ctx context.Context, store Store, obj Object, cfg *config) (ft footer, err error) {
+func readIPCFooter(ctx context.Context, store objstore.Store, obj objstore.Object, cfg *config) (ft footer, err error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("loader: %s: %s: %w; the file is truncated or not an Arrow IPC file: rewrite it", obj.URI, fmt.Sprintf(format, args...), ErrCorrupt)
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	pq "github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
+
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // Corrupt definition levels in a fixed_size_list column are refused, never
@@ -76,7 +78,7 @@ func TestCorruptDefinitionLevels(t *testing.T) {
 func corruptDefLevels(t *testing.T, path, col string, k int, mut func([]byte)) []byte {
 	t.Helper()
 	ctx := context.Background()
-	store := NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ds, err := Open(ctx, store, []string{path}, WithColumns(col), WithFooterCache(nil))
 	if err != nil {
@@ -123,7 +125,7 @@ func corruptDefLevels(t *testing.T, path, col string, k int, mut func([]byte)) [
 func readAllOf(t *testing.T, path, col string) error {
 	t.Helper()
 	ctx := context.Background()
-	store := NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ds, err := Open(ctx, store, []string{path}, WithColumns(col), WithFooterCache(nil))
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // Lists of numbers whose elements hold nulls ([[1, null, 3]]), beside empty
@@ -67,7 +68,7 @@ func TestListNullElements(t *testing.T) {
 	defer rec.Release()
 	dir := t.TempDir()
 	ctx := context.Background()
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	for _, v2 := range []bool{false, true} {
 		name := fmt.Sprintf("v2=%v", v2)
@@ -187,7 +188,7 @@ func TestStringPagesAfterNulls(t *testing.T) {
 	arr.Release()
 	defer rec.Release()
 	ctx := context.Background()
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	dir := t.TempDir()
 	for _, dict := range []bool{false, true} {

@@ -17,6 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // logicalRecord holds one column of each logical type whose meaning a
@@ -71,7 +72,7 @@ func TestLogicalTypesKeepTheirMeaning(t *testing.T) {
 	defer rec.Release()
 	dir := t.TempDir()
 	ctx := context.Background()
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	for name, props := range map[string][]parquet.WriterProperty{
 		"flba":    nil,
@@ -149,7 +150,7 @@ func TestFallbackMemoryLimit(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ctx := context.Background()
 	ds, err := loader.Open(ctx, store, []string{path}, loader.WithColumns("dec38"), loader.WithMaxRowGroupBytes(1000))

@@ -1,7 +1,6 @@
 package loader
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -13,6 +12,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	pq "github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
+
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // Local files are decoded from mmap'd pages (WithMmap, default on) when the
@@ -44,7 +45,7 @@ var mmapCols = []string{"id", "label", "features", "nfeatures", "flag", "small",
 
 // readAllChecked reads every row group of path through a RowGroupReader,
 // checks every column against the generators and returns the reader's stats.
-func readAllChecked(t *testing.T, store Store, path string, mem memory.Allocator, opts ...Option) (fetched, mapped int64) {
+func readAllChecked(t *testing.T, store objstore.Store, path string, mem memory.Allocator, opts ...Option) (fetched, mapped int64) {
 	t.Helper()
 	ctx := context.Background()
 	opts = append([]Option{WithColumns(mmapCols...), WithFill(map[string]float64{"maybe": -1}), WithFooterCache(nil)}, opts...)
@@ -75,7 +76,7 @@ func readAllChecked(t *testing.T, store Store, path string, mem memory.Allocator
 	return r.Stats().FetchedBytes.Load(), r.Stats().MappedBytes.Load()
 }
 
-type plainStore struct{ Store } // hides LocalStore's Map
+type plainStore struct{ objstore.Store } // hides LocalStore's Map
 
 func TestMmapPath(t *testing.T) {
 	path := mmapFile(t, compress.Codecs.Snappy)
@@ -92,9 +93,9 @@ func TestMmapPath(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 			defer mem.AssertSize(t, 0)
-			local := NewLocalStore()
+			local := objstore.NewLocalStore()
 			defer local.Close()
-			var store Store = local
+			var store objstore.Store = local
 			if !tc.mapper {
 				store = plainStore{local}
 			}
@@ -115,7 +116,7 @@ func TestMmapPath(t *testing.T) {
 			if tc.wantMap && local.Stats().Maps.Load() == 0 {
 				t.Errorf("store Maps = 0, want > 0")
 			}
-			if n := local.liveMaps.Load(); n != 0 {
+			if n := local.Stats().LiveMaps.Load(); n != 0 {
 				t.Errorf("%d mappings live after the reader closed, want 0", n)
 			}
 		})
@@ -124,7 +125,7 @@ func TestMmapPath(t *testing.T) {
 
 func TestMmapThroughMux(t *testing.T) {
 	path := mmapFile(t, compress.Codecs.Uncompressed)
-	m, err := NewStore(context.Background())
+	m, err := objstore.NewStore(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,70 +136,12 @@ func TestMmapThroughMux(t *testing.T) {
 	if mapped == 0 || mapped != fetched {
 		t.Errorf("MappedBytes = %d, want FetchedBytes %d", mapped, fetched)
 	}
-	if n := m.local.liveMaps.Load(); n != 0 {
+	if n := m.Stats().LiveMaps.Load(); n != 0 {
 		t.Errorf("%d mappings live after the reader closed, want 0", n)
 	}
-	_, _, err = m.Map(context.Background(), Object{URI: "s3://b/o"}, 0, 1)
-	if !errors.Is(err, ErrUnsupported) {
-		t.Errorf("Map(s3://b/o) = %v, want ErrUnsupported", err)
-	}
-}
-
-func TestLocalStoreMap(t *testing.T) {
-	ctx := context.Background()
-	content := make([]byte, 3*os.Getpagesize()+123)
-	for i := range content {
-		content[i] = byte(i*7 + i>>8)
-	}
-	path := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(path, content, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s := NewLocalStore()
-	defer s.Close()
-	obj, err := s.Stat(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	size := int64(len(content))
-	for _, tc := range []struct {
-		off, n  int64
-		wantErr error
-	}{
-		{0, size, nil},
-		{1, 10, nil},
-		{int64(os.Getpagesize()) - 3, 7, nil}, // straddles a page boundary
-		{size - 1, 1, nil},
-		{100, 0, nil},
-		{size - 1, 2, io.ErrUnexpectedEOF},
-		{size + 5, 1, io.ErrUnexpectedEOF},
-	} {
-		b, release, err := s.Map(ctx, obj, tc.off, tc.n)
-		if tc.wantErr != nil {
-			if !errors.Is(err, tc.wantErr) {
-				t.Errorf("Map(%d, %d) = %v, want %v", tc.off, tc.n, err, tc.wantErr)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("Map(%d, %d) = %v, want nil", tc.off, tc.n, err)
-			continue
-		}
-		if !bytes.Equal(b, content[tc.off:tc.off+tc.n]) {
-			t.Errorf("Map(%d, %d) returned other bytes than the file's", tc.off, tc.n)
-		}
-		release()
-	}
-	if n := s.liveMaps.Load(); n != 0 {
-		t.Errorf("%d mappings live after release, want 0", n)
-	}
-	// A replaced file is another version: Map refuses it, as ReadAt does.
-	if err := os.WriteFile(path, content[:100], 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s.forget(path)
-	if _, _, err := s.Map(ctx, obj, 0, 10); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Map of a replaced file = %v, want ErrNotFound", err)
+	_, _, err = m.Map(context.Background(), objstore.Object{URI: "s3://b/o"}, 0, 1)
+	if !errors.Is(err, objstore.ErrUnsupported) {
+		t.Errorf("Map(s3://b/o) = %v, want objstore.ErrUnsupported", err)
 	}
 }
 
@@ -208,22 +151,22 @@ func TestLocalStoreMap(t *testing.T) {
 func TestMmapTruncatedWhileMapped(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		opts     []LocalOption
+		opts     []objstore.LocalOption
 		fileMaps int64
 	}{
 		{"range", nil, 0},
-		{"map_cache", []LocalOption{WithMapCache(1 << 30)}, 1},
+		{"map_cache", []objstore.LocalOption{objstore.WithMapCache(1 << 30)}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := mmapFile(t, compress.Codecs.Uncompressed)
 			ctx := context.Background()
-			store := NewLocalStore(tc.opts...)
+			store := objstore.NewLocalStore(tc.opts...)
 			defer store.Close()
 			ds, err := Open(ctx, store, []string{path}, WithColumns("id", "features"), WithFooterCache(nil))
 			if err != nil {
 				t.Fatal(err)
 			}
-			testHookFetched = func(Object) {
+			testHookFetched = func(objstore.Object) {
 				if err := os.Truncate(path, 0); err != nil {
 					t.Error(err)
 				}
@@ -247,7 +190,7 @@ func TestMmapTruncatedWhileMapped(t *testing.T) {
 				t.Errorf("error %v, want ErrNotFound", err)
 			}
 			t.Log(err)
-			if n := store.liveMaps.Load(); n != 0 {
+			if n := store.Stats().LiveMaps.Load(); n != 0 {
 				t.Errorf("%d mappings live after a failed decode, want 0", n)
 			}
 		})

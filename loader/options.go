@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // config holds every setting of a Dataset. newConfig sets the defaults; each
@@ -26,7 +28,7 @@ type config struct {
 	maxRowGroupBytes int64
 	mmap             bool
 	validity         bool
-	store            Store // set by Open: the store the dataset reads from
+	store            objstore.Store // set by Open: the store the dataset reads from
 }
 
 // Option configures Open.
@@ -133,6 +135,17 @@ func WithReadAhead(bytes int64) Option { return func(c *config) { c.readAheadByt
 // WithDecodeWorkers sets how many row groups a RowGroupReader decodes at once.
 // Default GOMAXPROCS.
 func WithDecodeWorkers(n int) Option { return func(c *config) { c.decodeWorkers = n } }
+
+// FooterCache keeps the footers Open parsed, keyed by object version
+// (objstore.FooterCache): re-planning the same files reads no footer twice.
+// A nil *FooterCache caches nothing.
+type FooterCache = objstore.FooterCache[footer]
+
+// NewFooterCache returns a cache holding at most maxEntries footers (least
+// recently used evicted first). maxEntries <= 0 returns nil: no caching.
+func NewFooterCache(maxEntries int) *FooterCache { return objstore.NewFooterCache[footer](maxEntries) }
+
+var defaultFooterCache = NewFooterCache(4096)
 
 // WithFooterCache sets the cache of parsed footers. Default: a process-wide
 // cache of 4096 footers keyed by Object.CacheKey. nil disables caching.

@@ -14,6 +14,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/format"
+
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // parquetFooter is the parsed footer of one Parquet file.
@@ -35,8 +37,8 @@ type parquetFooter struct {
 // footer parser. It reports short reads as errors, as io.ReaderAt must.
 type storeReaderAt struct {
 	ctx   context.Context
-	store Store
-	obj   Object
+	store objstore.Store
+	obj   objstore.Object
 }
 
 func (r *storeReaderAt) ReadAt(p []byte, off int64) (int, error) {
@@ -74,7 +76,7 @@ func (t *tailReaderAt) ReadAt(p []byte, off int64) (int, error) {
 // classify wraps ErrCorrupt unless err came from storage (unavailable, not
 // found, cancelled), which keeps its own sentinel.
 func classify(err error) error {
-	for _, keep := range []error{ErrUnavailable, ErrNotFound, context.Canceled, context.DeadlineExceeded} {
+	for _, keep := range []error{objstore.ErrUnavailable, ErrNotFound, context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, keep) {
 			return err
 		}
@@ -82,7 +84,7 @@ func classify(err error) error {
 	return fmt.Errorf("%w: %w", ErrCorrupt, err)
 }
 
-func readParquetFooter(ctx context.Context, store Store, obj Object, cfg *config) (ft footer, err error) {
+func readParquetFooter(ctx context.Context, store objstore.Store, obj objstore.Object, cfg *config) (ft footer, err error) {
 	const minSize = 4 + 4 + 4 // magic, footer length, magic
 	if obj.Size < minSize {
 		return nil, fmt.Errorf("loader: %s: %d bytes is too small to be a Parquet file: %w; rewrite the file", obj.URI, obj.Size, ErrCorrupt)

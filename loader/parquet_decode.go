@@ -12,6 +12,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/encoding"
+
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // colKind is how a projected column is laid out in Parquet and Arrow.
@@ -47,7 +50,7 @@ type colDecoder struct {
 type parquetDecoder struct {
 	f        *File
 	footer   *parquetFooter
-	store    Store
+	store    objstore.Store
 	pf       *parquet.File
 	cols     []colDecoder
 	sch      *arrow.Schema
@@ -243,7 +246,7 @@ func (c *colDecoder) decodeChunk(fcc *parquet.FileColumnChunk, ra io.ReaderAt, r
 	// Fixed-width values are written whole before finish accepts them (it
 	// checks the count), so they need no clearing; a bitmap's last byte
 	// keeps bits no page writes, so booleans do.
-	values := newValuesBuf
+	values := arrowmem.NewOverwriteBuffer
 	if c.elemSize == 0 {
 		values = newBuf
 	}

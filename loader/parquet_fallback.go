@@ -15,6 +15,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/parquet-go/parquet-go/format"
+
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // Fallback decoding through arrow-go (pqarrow) for column chunks that
@@ -91,7 +93,7 @@ func (r *readerAtSeeker) Seek(off int64, whence int) (int64, error) {
 	return r.pos, nil
 }
 
-func (d *parquetDecoder) arrowMeta(ctx context.Context, store Store) (*metadata.FileMetaData, error) {
+func (d *parquetDecoder) arrowMeta(ctx context.Context, store objstore.Store) (*metadata.FileMetaData, error) {
 	return d.footer.arrowMD()
 }
 

@@ -10,6 +10,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/parquet-go/parquet-go/format"
+
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
 )
 
 // Pieces: a row range of a row group read and decoded by itself, so that a
@@ -443,23 +445,9 @@ func (d *parquetDecoder) wholeColumn(ctx context.Context, ds *Dataset, rg, i int
 		for _, ch := range chunks {
 			e.extra += ch.Length
 		}
-		e.extra += dataBytes(a.Data())
+		e.extra += arrowmem.DataBytes(a.Data())
 	}
 	return a, nil
-}
-
-// dataBytes returns the bytes of an array's buffers, children included.
-func dataBytes(d arrow.ArrayData) int64 {
-	var n int64
-	for _, b := range d.Buffers() {
-		if b != nil {
-			n += int64(b.Len())
-		}
-	}
-	for _, c := range d.Children() {
-		n += dataBytes(c)
-	}
-	return n
 }
 
 // fileIndex returns the index of f in ds.Files.

@@ -19,6 +19,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/snappy"
+
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // List columns in v1 data pages without an offset index (what pyarrow and
@@ -117,7 +119,7 @@ func TestPiecesStreamV1Lists(t *testing.T) {
 				pq.WithDataPageSize(1<<10),
 				pq.WithPageIndexEnabled(false))
 			ctx := context.Background()
-			store := NewLocalStore()
+			store := objstore.NewLocalStore()
 			defer store.Close()
 			for k, col := range []string{"tokens", "rtokens", "stokens"} {
 				t.Run(col, func(t *testing.T) {
@@ -234,7 +236,7 @@ func TestPiecesV1ListCorruptLevels(t *testing.T) {
 		pq.WithDataPageVersion(pq.DataPageV1),
 		pq.WithDataPageSize(1<<10))
 	ctx := context.Background()
-	store := NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ds, err := Open(ctx, store, []string{path}, WithColumns("rtokens"), WithFooterCache(nil))
 	if err != nil {
@@ -395,7 +397,7 @@ func TestSnappyLevels(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	store := NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	obj, err := store.Stat(ctx, path)
 	if err != nil {
@@ -454,7 +456,7 @@ func TestPiecesV1ListEmptyLists(t *testing.T) {
 				pq.WithMaxRowGroupLength(3000),
 				pq.WithDataPageSize(1<<10))
 			ctx := context.Background()
-			store := NewLocalStore()
+			store := objstore.NewLocalStore()
 			defer store.Close()
 			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 			defer mem.AssertSize(t, 0)

@@ -14,6 +14,9 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
+
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // The pages of a piece (pieces.go): where a streamed column's data pages lie
@@ -95,7 +98,7 @@ func (d *parquetDecoder) pages(ctx context.Context, ds *Dataset, rg, i int, stat
 // start a row, levels not RLE-encoded, a v1 list page holding a null or
 // empty list, counts that do not add up): the column is then decoded
 // whole, and decoding reports what is wrong with it.
-func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c *colDecoder, stats *ReadStats) ([]pageLoc, error) {
+func (d *parquetDecoder) locatePages(ctx context.Context, store objstore.Store, rg int, c *colDecoder, stats *ReadStats) ([]pageLoc, error) {
 	cc := &d.pf.Metadata().RowGroups[rg].Columns[c.leaf]
 	md := &cc.MetaData
 	rows := d.f.RowGroups[rg].Rows
@@ -211,8 +214,8 @@ func (d *parquetDecoder) locatePages(ctx context.Context, store Store, rg int, c
 // locatePages walks their headers: from the window of headers read (win, at
 // file offset wpos) when it holds them, else from a read of their own.
 type listLevels struct {
-	store Store
-	obj   Object
+	store objstore.Store
+	obj   objstore.Object
 	stats *ReadStats
 	win   []byte
 	wpos  int64
@@ -694,7 +697,7 @@ func (c *colDecoder) listValues(pages []fastPage, codec format.CompressionCodec,
 		return nil, errFallback // decodeChunk reports the limit
 	}
 	mem := o.mem
-	values := newValuesBuf(mem, n*c.elemSize)
+	values := arrowmem.NewOverwriteBuffer(mem, n*c.elemSize)
 	defer values.Release() // the array holds its own references
 	offsets := newBuf(mem, 4*(int(hi-lo)+1))
 	defer offsets.Release()
@@ -822,7 +825,7 @@ func (c *colDecoder) narrow(a arrow.Array, mem memory.Allocator) (arrow.Array, e
 	}
 	n := vals.Len()
 	raw := vals.Buffers()[1].Bytes()[vals.Offset()*4 : (vals.Offset()+n)*4]
-	out := newValuesBuf(mem, n*c.elemSize)
+	out := arrowmem.NewOverwriteBuffer(mem, n*c.elemSize)
 	defer out.Release()
 	if err := convertInto(out.Bytes(), c.elem.ID(), raw, parquet.Int32, n); err != nil {
 		return nil, err

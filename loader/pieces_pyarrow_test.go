@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // TestPyarrowFilesInPieces reads every good file pyarrow wrote in pieces of
@@ -24,7 +25,7 @@ func TestPyarrowFilesInPieces(t *testing.T) {
 	seed := testSeed(t)
 	r := rand.New(rand.NewPCG(seed, seed^0x9a7e))
 	m := readManifest(t)
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ctx := context.Background()
 	for _, f := range m.Files {

@@ -16,6 +16,8 @@ import (
 	pq "github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
+
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // Pieces (pieces.go): rows [a, b) of a row group read by themselves must be
@@ -139,7 +141,7 @@ func openChecked(t *testing.T, path string, opts ...Option) (*Dataset, *memory.C
 	t.Helper()
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	t.Cleanup(func() { mem.AssertSize(t, 0) })
-	store := NewLocalStore()
+	store := objstore.NewLocalStore()
 	t.Cleanup(func() { store.Close() })
 	ds, err := Open(context.Background(), store, []string{path}, append(opts, WithFooterCache(nil))...)
 	if err != nil {
@@ -322,7 +324,7 @@ func TestArrowRowBytes(t *testing.T) {
 	defer rec.Release()
 	path := filepath.Join(t.TempDir(), "f.parquet")
 	writeFastFile(t, path, []arrow.RecordBatch{rec}, pq.WithDictionaryDefault(false))
-	store := NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ds, err := Open(context.Background(), store, []string{path}, WithColumns("id", "features", "small"), WithFooterCache(nil))
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // Files written by pyarrow (testdata/make_pyarrow_files.py), each with the
@@ -56,7 +57,7 @@ type pyExpect struct {
 // openExpected reads pyarrow's expected values of file name (from expect)
 // and opens it, columns holding nulls given a fill of 0 (numbers only; the
 // null error itself is TestPyarrowNulls).
-func openExpected(ctx context.Context, t *testing.T, store loader.Store, name, expect string) (pyExpect, *loader.Dataset) {
+func openExpected(ctx context.Context, t *testing.T, store objstore.Store, name, expect string) (pyExpect, *loader.Dataset) {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(pyarrowDir, expect))
 	if err != nil {
@@ -162,7 +163,7 @@ func canonical(t *testing.T, raw json.RawMessage) string {
 
 func TestPyarrowFiles(t *testing.T) {
 	m := readManifest(t)
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ctx := context.Background()
 	seen := 0
@@ -225,7 +226,7 @@ func TestPyarrowFiles(t *testing.T) {
 }
 
 func TestPyarrowNulls(t *testing.T) {
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ctx := context.Background()
 	p := filepath.Join(pyarrowDir, "nulls.parquet")
@@ -236,7 +237,7 @@ func TestPyarrowNulls(t *testing.T) {
 }
 
 func TestPyarrowSchemaMismatch(t *testing.T) {
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ctx := context.Background()
 	a, b, order := filepath.Join(pyarrowDir, "mismatch_a.parquet"), filepath.Join(pyarrowDir, "mismatch_b.parquet"), filepath.Join(pyarrowDir, "mismatch_order.parquet")
@@ -256,7 +257,7 @@ func TestPyarrowSchemaMismatch(t *testing.T) {
 
 func TestPyarrowBadFiles(t *testing.T) {
 	m := readManifest(t)
-	store := loader.NewLocalStore()
+	store := objstore.NewLocalStore()
 	defer store.Close()
 	ctx := context.Background()
 	n := 0

@@ -12,6 +12,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // ReadStats counts what reading row groups cost. All fields are updated
@@ -59,8 +61,8 @@ type span struct {
 // group. A read outside them goes to storage and counts as a miss.
 type spanReader struct {
 	ctx    context.Context
-	store  Store
-	obj    Object
+	store  objstore.Store
+	obj    objstore.Object
 	spans  []span // sorted by off, disjoint
 	stats  *ReadStats
 	mapped bool // some spans are mappings of the file
@@ -206,7 +208,7 @@ func (ds *Dataset) fetch(ctx context.Context, fi, rg int, stats *ReadStats) (*sp
 func (ds *Dataset) fetchChunks(ctx context.Context, fi, rg int, chunks []Chunk, stats *ReadStats) (*spanReader, error) {
 	f := ds.Files[fi]
 	spans := coalesce(chunks, ds.cfg.coalesceGap, ds.cfg.maxCoalesced)
-	mapper, _ := ds.store.(Mapper)
+	mapper, _ := ds.store.(objstore.Mapper)
 	if !ds.cfg.mmap {
 		mapper = nil
 	}
@@ -281,12 +283,12 @@ func (ds *Dataset) readRowGroup(ctx context.Context, file, rowGroup int, mem mem
 
 // testHookFetched, when set by a test, runs between fetching a row group and
 // decoding it.
-var testHookFetched func(obj Object)
+var testHookFetched func(obj objstore.Object)
 
 // faultErr returns the error for a recovered panic that is a memory fault
 // (with fetch's SetPanicOnFault, a mapped page of a file truncated while it
 // was read), or nil for any other panic.
-func faultErr(obj Object, rg int, r any) error {
+func faultErr(obj objstore.Object, rg int, r any) error {
 	if _, ok := r.(interface{ Addr() uintptr }); !ok {
 		return nil
 	}

@@ -8,6 +8,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	pq "github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
+
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // TestRoute: which decoder each column of fastRecord's file takes, by
@@ -36,7 +38,7 @@ func TestRoute(t *testing.T) {
 			ver = pq.DataPageV2
 		}
 		writeFastFile(t, path, []arrow.RecordBatch{rec}, pq.WithCompression(tc.codec), pq.WithDataPageVersion(ver))
-		store := NewLocalStore()
+		store := objstore.NewLocalStore()
 		defer store.Close()
 		for col, want := range tc.want {
 			ds, err := Open(context.Background(), store, []string{path}, WithColumns(col), WithFooterCache(nil), WithNullsAsValidity())

@@ -148,7 +148,7 @@ type StatsReporter interface {
 // themselves, such as the Pipeline. New hands them the server's local allowed
 // roots (absolute, cleaned) before it serves anything, so that every local
 // path a request names, and every file its globs and directories expand to,
-// is resolved and opened inside its root (loader.WithRoots, os.Root): the
+// is resolved and opened inside its root (objstore.WithRoots, os.Root): the
 // server's own check of a request's URIs is lexical, and cannot see symlinks.
 // UseRoots returns an error when the backend cannot confine itself to roots;
 // New then fails.

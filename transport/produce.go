@@ -15,9 +15,10 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
+
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
 )
 
 // admitStream takes one of the server's stream slots (ErrTooManyStreams when
@@ -273,33 +274,12 @@ func (s *skipFirst) Send(fd *flight.FlightData) error {
 }
 
 // recordBytes returns the bytes of the buffers of rec's columns (children and
-// dictionaries included): what a queued record holds in memory.
+// dictionaries included): what a queued record holds in memory. A
+// multiRecord is counted by what its concatenation holds, without building
+// it (arrowmem.RecordBytes would concatenate it to see its columns).
 func recordBytes(rec arrow.RecordBatch) int64 {
 	if m, ok := rec.(*multiRecord); ok {
-		return m.size // what its concatenation holds, without building it
+		return m.size
 	}
-	var n int64
-	for _, col := range rec.Columns() {
-		n += dataBytes(col.Data())
-	}
-	return n
-}
-
-func dataBytes(d arrow.ArrayData) int64 {
-	var n int64
-	for _, b := range d.Buffers() {
-		if b != nil {
-			n += int64(b.Len())
-		}
-	}
-	for _, c := range d.Children() {
-		n += dataBytes(c)
-	}
-	if d.DataType().ID() == arrow.DICTIONARY {
-		// Data.Dictionary returns a typed nil when there is none.
-		if dict, ok := d.Dictionary().(*array.Data); ok && dict != nil {
-			n += dataBytes(dict)
-		}
-	}
-	return n
+	return arrowmem.RecordBytes(rec)
 }

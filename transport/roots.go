@@ -100,7 +100,7 @@ func (l location) under(root location) bool {
 // "a/../b" literally) is what a root means there. Local paths are checked
 // again on disk: New confines a RootedBackend (the Pipeline) to the local
 // roots, which then resolves every path, glob match and directory entry
-// through os.Root (loader.WithRoots).
+// through os.Root (objstore.WithRoots).
 func checkRoots(uris []string, roots []location) error {
 	var p problems
 	for _, u := range uris {

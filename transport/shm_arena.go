@@ -14,6 +14,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"golang.org/x/sys/unix"
+
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
 )
 
 // Arena defaults.
@@ -103,8 +105,10 @@ func (a *shmArena) take(size int) ([]byte, bool) {
 	return nil, false
 }
 
-// AllocateUninitialized returns size bytes whose contents are unspecified
-// (the loader's UninitializedAllocator: it overwrites them whole).
+var _ arrowmem.UninitializedAllocator = (*shmArena)(nil)
+
+// AllocateUninitialized implements arrowmem.UninitializedAllocator: size
+// bytes whose contents are unspecified (the caller overwrites them whole).
 func (a *shmArena) AllocateUninitialized(size int) []byte {
 	if size >= shmArenaMin {
 		if b, ok := a.take(size); ok {
@@ -112,7 +116,7 @@ func (a *shmArena) AllocateUninitialized(size int) []byte {
 		}
 		a.spills.Add(1)
 	}
-	if u, ok := a.fallback.(interface{ AllocateUninitialized(int) []byte }); ok {
+	if u, ok := a.fallback.(arrowmem.UninitializedAllocator); ok {
 		return u.AllocateUninitialized(size)
 	}
 	return a.fallback.Allocate(size)

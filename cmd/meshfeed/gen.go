@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/meshfeed/meshfeed/internal/datagen"
-	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // genStdout is where gen reports what it wrote (a variable for tests).
@@ -264,7 +264,7 @@ func genRemoveStaleParts(dir string, plan []datagen.FilePlan) error {
 // store (STORAGE_EMULATOR_HOST points it at an emulator). --if-absent skips
 // when the manifest object already describes the same dataset.
 func runGenGCS(ctx context.Context, g genArgs) error {
-	store, err := loader.NewStore(ctx)
+	store, err := objstore.NewStore(ctx)
 	if err != nil {
 		return err
 	}

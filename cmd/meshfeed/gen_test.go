@@ -13,7 +13,7 @@ import (
 
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/loader"
-	"github.com/meshfeed/meshfeed/loader/loadertest"
+	"github.com/meshfeed/meshfeed/objstore/objstoretest"
 )
 
 func TestParseGenArgs(t *testing.T) {
@@ -108,7 +108,7 @@ func TestParseGenArgsHelp(t *testing.T) {
 // TestRunGenGCS writes a dataset to the in-process GCS emulator and reads it
 // back through the loader.
 func TestRunGenGCS(t *testing.T) {
-	fake := loadertest.NewFakeGCS(t, "bucket")
+	fake := objstoretest.NewFakeGCS(t, "bucket")
 	t.Setenv("STORAGE_EMULATOR_HOST", fake.URL)
 	genCaptureStdout(t)
 	ctx := context.Background()

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // inspectStdout is where inspect prints (a variable for tests).
@@ -52,7 +53,7 @@ func runInspect(ctx context.Context, args []string) error {
 		fs.Usage()
 		return fmt.Errorf("inspect: no dataset URI given")
 	}
-	store, err := loader.NewStore(ctx)
+	store, err := objstore.NewStore(ctx)
 	if err != nil {
 		return err
 	}

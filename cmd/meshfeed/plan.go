@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshfeed/meshfeed/batching"
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/shard"
 )
 
@@ -304,7 +305,7 @@ func runPlan(ctx context.Context, args []string) error {
 	}
 	a.cfg.D = layout.D()
 
-	store, err := loader.NewStore(ctx)
+	store, err := objstore.NewStore(ctx)
 	if err != nil {
 		return err
 	}

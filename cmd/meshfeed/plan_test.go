@@ -16,6 +16,7 @@ import (
 	"github.com/meshfeed/meshfeed/batching"
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // planJSON is the JSON contract of `plan --json`, spelled out independently of
@@ -256,7 +257,7 @@ func TestPlanSameStepsAnyProcesses(t *testing.T) {
 func TestPlanBytes(t *testing.T) {
 	dir, _ := planDataset(t, 1000, 3, 70)
 	ctx := context.Background()
-	store, err := loader.NewStore(ctx)
+	store, err := objstore.NewStore(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +453,7 @@ func TestPlanBadFlags(t *testing.T) {
 func TestPlanShuffle(t *testing.T) {
 	dir, _ := planDataset(t, 1000, 3, 70)
 	ctx := context.Background()
-	store, err := loader.NewStore(ctx)
+	store, err := objstore.NewStore(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,10 +11,11 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
 	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 var readStdout io.Writer = os.Stdout
@@ -28,7 +29,7 @@ func runRead(ctx context.Context, args []string) error {
 	fs.Var(&cols, "columns", "comma-separated columns to read (default: all)")
 	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "row groups decoded at once")
 	readAhead := fs.Int64("read-ahead", loader.DefaultReadAhead, "in-flight byte budget (compressed + decoded)")
-	mapCache := fs.Int64("map-cache", 0, "keep local files of up to this many bytes in all mapped between reads (see loader.WithMapCache); 0: off")
+	mapCache := fs.Int64("map-cache", 0, "keep local files of up to this many bytes in all mapped between reads (see objstore.WithMapCache); 0: off")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: meshfeed read [--columns a,b] [--workers N] [--read-ahead BYTES] [--map-cache BYTES] URI...")
 		fs.PrintDefaults()
@@ -40,7 +41,7 @@ func runRead(ctx context.Context, args []string) error {
 		fs.Usage()
 		return fmt.Errorf("read: no dataset URI given")
 	}
-	store, err := loader.NewStore(ctx, loader.WithLocalOptions(mapCacheOptions(*mapCache)...))
+	store, err := objstore.NewStore(ctx, objstore.WithLocalOptions(mapCacheOptions(*mapCache)...))
 	if err != nil {
 		return err
 	}
@@ -77,7 +78,7 @@ func runRead(ctx context.Context, args []string) error {
 			return err
 		}
 		rows += rec.NumRows()
-		decoded += recordBytes(rec)
+		decoded += arrowmem.RecordBytes(rec)
 		rec.Release()
 	}
 	el := time.Since(t1).Seconds()
@@ -89,31 +90,11 @@ func runRead(ctx context.Context, args []string) error {
 	return nil
 }
 
-// recordBytes sums the sizes of a record's buffers.
-func recordBytes(rec arrow.RecordBatch) int64 {
-	var n int64
-	var walk func(d arrow.ArrayData)
-	walk = func(d arrow.ArrayData) {
-		for _, b := range d.Buffers() {
-			if b != nil {
-				n += int64(b.Len())
-			}
-		}
-		for _, c := range d.Children() {
-			walk(c)
-		}
-	}
-	for _, c := range rec.Columns() {
-		walk(c.Data())
-	}
-	return n
-}
-
 // mapCacheOptions configures the local store for --map-cache: the cache,
 // and room for many files' handles, which the cached mappings live with.
-func mapCacheOptions(bytes int64) []loader.LocalOption {
+func mapCacheOptions(bytes int64) []objstore.LocalOption {
 	if bytes <= 0 {
 		return nil
 	}
-	return []loader.LocalOption{loader.WithMapCache(bytes), loader.WithMaxOpenFiles(4096)}
+	return []objstore.LocalOption{objstore.WithMapCache(bytes), objstore.WithMaxOpenFiles(4096)}
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/meshfeed/meshfeed/feed"
-	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // newPipelineBackend builds the real backend (feed: loader, batching and
@@ -12,5 +12,5 @@ import (
 // codes of feed's ErrorCodes, which the server applies itself.
 func newPipelineBackend(ctx context.Context, readAhead, mapCache int64) (*feed.Pipeline, error) {
 	return feed.NewPipeline(ctx, feed.WithReadAhead(readAhead),
-		feed.WithStoreOptions(loader.WithLocalOptions(mapCacheOptions(mapCache)...)))
+		feed.WithStoreOptions(objstore.WithLocalOptions(mapCacheOptions(mapCache)...)))
 }

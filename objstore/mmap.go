@@ -1,4 +1,4 @@
-package loader
+package objstore
 
 import (
 	"context"
@@ -51,13 +51,13 @@ func (s *LocalStore) Map(ctx context.Context, obj Object, off, n int64) ([]byte,
 	}
 	end := off + n
 	if off < 0 || n < 0 {
-		return nil, nil, fmt.Errorf("loader: map %s [%d, %d): negative offset or length", path, off, end)
+		return nil, nil, fmt.Errorf("objstore: map %s [%d, %d): negative offset or length", path, off, end)
 	}
 	if n == 0 {
 		return []byte{}, func() {}, nil
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, nil, fmt.Errorf("loader: map %s [%d, %d): %w", path, off, end, err)
+		return nil, nil, fmt.Errorf("objstore: map %s [%d, %d): %w", path, off, end, err)
 	}
 	f, err := s.acquire(path, obj)
 	if err != nil {
@@ -65,7 +65,7 @@ func (s *LocalStore) Map(ctx context.Context, obj Object, off, n int64) ([]byte,
 	}
 	if end > f.size {
 		s.release(f)
-		return nil, nil, fmt.Errorf("loader: map %s [%d, %d): the file has %d bytes: %w", path, off, end, f.size, io.ErrUnexpectedEOF)
+		return nil, nil, fmt.Errorf("objstore: map %s [%d, %d): the file has %d bytes: %w", path, off, end, f.size, io.ErrUnexpectedEOF)
 	}
 	if s.cfg.mapCache > 0 && f.size <= s.cfg.mapCache {
 		return s.mapCached(f, off, n)
@@ -74,19 +74,19 @@ func (s *LocalStore) Map(ctx context.Context, obj Object, off, n int64) ([]byte,
 	page := int64(os.Getpagesize())
 	start := off &^ (page - 1)
 	if end-start > math.MaxInt {
-		return nil, nil, fmt.Errorf("loader: map %s [%d, %d): range too large", path, off, end)
+		return nil, nil, fmt.Errorf("objstore: map %s [%d, %d): range too large", path, off, end)
 	}
 	rc, err := f.f.SyscallConn()
 	if err != nil {
-		return nil, nil, fmt.Errorf("loader: map %s: %w", path, err)
+		return nil, nil, fmt.Errorf("objstore: map %s: %w", path, err)
 	}
 	var m []byte
 	var merr error
 	if err := rc.Control(func(fd uintptr) { m, merr = mmapRange(fd, start, int(end-start)) }); err != nil {
-		return nil, nil, fmt.Errorf("loader: map %s: %w", path, err)
+		return nil, nil, fmt.Errorf("objstore: map %s: %w", path, err)
 	}
 	if merr != nil {
-		return nil, nil, fmt.Errorf("loader: map %s [%d, %d): %w", path, off, end, merr)
+		return nil, nil, fmt.Errorf("objstore: map %s [%d, %d): %w", path, off, end, merr)
 	}
 	release := s.handOut(n, func() { munmapRange(m) }) // fails only for a range that is not mapped
 	lo := off - start
@@ -102,7 +102,7 @@ func (m *Mux) Map(ctx context.Context, obj Object, off, n int64) ([]byte, func()
 	}
 	mp, ok := s.(Mapper)
 	if !ok {
-		return nil, nil, fmt.Errorf("loader: map %s: %w: the store has no mmap", obj.URI, ErrUnsupported)
+		return nil, nil, fmt.Errorf("objstore: map %s: %w: the store has no mmap", obj.URI, ErrUnsupported)
 	}
 	return mp.Map(ctx, obj, off, n)
 }
@@ -117,7 +117,7 @@ const populateChunk = 64 << 10
 func (s *LocalStore) mapCached(f *openFile, off, n int64) ([]byte, func(), error) {
 	fail := func(err error) ([]byte, func(), error) {
 		s.release(f)
-		return nil, nil, fmt.Errorf("loader: map %s [%d, %d): %w", f.path, off, off+n, err)
+		return nil, nil, fmt.Errorf("objstore: map %s [%d, %d): %w", f.path, off, off+n, err)
 	}
 	f.mapMu.Lock()
 	if f.whole == nil {
@@ -141,7 +141,7 @@ func (s *LocalStore) mapCached(f *openFile, off, n int64) ([]byte, func(), error
 		}
 		f.whole = m
 		f.populated = make([]atomic.Uint64, (f.size+populateChunk*64-1)/(populateChunk*64))
-		s.fileMapsLive.Add(1)
+		s.cfg.stats.LiveFileMaps.Add(1)
 		s.cfg.stats.FileMaps.Add(1)
 		s.mu.Lock()
 		s.admitMappingLocked(f)
@@ -157,14 +157,14 @@ func (s *LocalStore) mapCached(f *openFile, off, n int64) ([]byte, func(), error
 // handOut counts a Map result of n bytes and returns its release, which
 // runs free once.
 func (s *LocalStore) handOut(n int64, free func()) func() {
-	s.liveMaps.Add(1)
+	s.cfg.stats.LiveMaps.Add(1)
 	s.cfg.stats.Maps.Add(1)
 	s.cfg.stats.BytesMapped.Add(n)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			free()
-			s.liveMaps.Add(-1)
+			s.cfg.stats.LiveMaps.Add(-1)
 		})
 	}
 }

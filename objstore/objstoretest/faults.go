@@ -1,4 +1,4 @@
-package loadertest
+package objstoretest
 
 import (
 	"fmt"
@@ -85,7 +85,7 @@ func NewFaultFront(t testing.TB, upstream string) *FaultFront {
 	t.Helper()
 	u, err := url.Parse(upstream)
 	if err != nil || u.Scheme == "" || u.Host == "" {
-		t.Fatalf("loadertest: NewFaultFront(%q): want an http://host:port URL (%v)", upstream, err)
+		t.Fatalf("objstoretest: NewFaultFront(%q): want an http://host:port URL (%v)", upstream, err)
 	}
 	f := &FaultFront{
 		t:         t,
@@ -104,7 +104,7 @@ func NewFaultFront(t testing.TB, upstream string) *FaultFront {
 }
 
 // URL returns the front's base URL, "http://127.0.0.1:PORT"; pass it to
-// loader.WithGCSEndpoint or NewStore.
+// objstore.WithGCSEndpoint or NewStore.
 func (f *FaultFront) URL() string { return f.srv.URL }
 
 // Arm replaces the armed fault: the next n media requests (n < 0: all of
@@ -116,13 +116,13 @@ func (f *FaultFront) URL() string { return f.srv.URL }
 func (f *FaultFront) Arm(kind FaultKind, status int, at int64, n int) {
 	switch {
 	case kind < FaultNone || kind > FaultStall:
-		f.t.Errorf("loadertest: FaultFront.Arm(%v): unknown fault kind", kind)
+		f.t.Errorf("objstoretest: FaultFront.Arm(%v): unknown fault kind", kind)
 		return
 	case kind == FaultStatus && (status < 100 || status > 999):
-		f.t.Errorf("loadertest: FaultFront.Arm(%v, %d): not an HTTP status", kind, status)
+		f.t.Errorf("objstoretest: FaultFront.Arm(%v, %d): not an HTTP status", kind, status)
 		return
 	case at < 0:
-		f.t.Errorf("loadertest: FaultFront.Arm(%v, at=%d): negative byte offset", kind, at)
+		f.t.Errorf("objstoretest: FaultFront.Arm(%v, at=%d): negative byte offset", kind, at)
 		return
 	}
 	f.mu.Lock()
@@ -170,7 +170,7 @@ func (f *FaultFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if kind == FaultStatus {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
-		fmt.Fprintf(w, `{"error":{"code":%d,"message":"injected by loadertest.FaultFront"}}`, code)
+		fmt.Fprintf(w, `{"error":{"code":%d,"message":"injected by objstoretest.FaultFront"}}`, code)
 		return
 	}
 

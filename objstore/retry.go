@@ -1,4 +1,4 @@
-package loader
+package objstore
 
 import (
 	"context"
@@ -12,13 +12,33 @@ import (
 	"time"
 )
 
-// The storage client's HTTP reader reopens a broken body by itself, inside one
-// Read call, with no backoff and no limit: a connection that dies at byte 0 on
-// every reopen loops until the context ends, and a stalled body blocks until
-// then too. GCSStore therefore sends its reads through trackingTransport,
-// which sees every request of a ReadAt (the store's own attempts and the
-// client's reopens alike) and every byte of their bodies, and applies one
-// budget to all of them:
+// Defaults of the retry options of the HTTP stores (GCSStore).
+const (
+	// DefaultStallTimeout: see WithStallTimeout.
+	DefaultStallTimeout = 30 * time.Second
+	// DefaultRetryAttempts: see WithRetryBudget.
+	DefaultRetryAttempts = 10
+	// DefaultRetryDuration: see WithRetryBudget.
+	DefaultRetryDuration = 2 * time.Minute
+	// DefaultRetryInitialWait: see WithRetryBackoff.
+	DefaultRetryInitialWait = 100 * time.Millisecond
+	// DefaultRetryMaxWait: see WithRetryBackoff.
+	DefaultRetryMaxWait = 10 * time.Second
+)
+
+// Retries of ranged reads over HTTP, for every HTTP-based store (GCSStore
+// today). A store uses them in three steps: its config holds a retryConfig
+// (its options set the fields; setDefaults fills the rest), its HTTP client
+// sends through a trackingTransport, and its ReadAt makes a readTracker and
+// calls its read method with one ranged request (the part of p still
+// missing) and a classifier of the errors that retrying cannot help.
+//
+// Why a transport: the storage client's HTTP reader reopens a broken body by
+// itself, inside one Read call, with no backoff and no limit: a connection
+// that dies at byte 0 on every reopen loops until the context ends, and a
+// stalled body blocks until then too. trackingTransport sees every request
+// of a ReadAt (the store's own attempts and the client's reopens alike) and
+// every byte of their bodies, and applies one budget to all of them:
 //
 //   - each request after the first of a ReadAt is a retry; it waits a
 //     jittered exponential backoff unless bytes arrived since the previous
@@ -38,9 +58,39 @@ var errStalled = errors.New("read stalled")
 
 type trackerKey struct{}
 
-// readTracker follows one GCSStore.ReadAt across all its HTTP requests.
+// retryConfig is the retry budget, backoff and stall timeout of an HTTP
+// store's reads (see WithRetryBudget, WithRetryBackoff, WithStallTimeout).
+type retryConfig struct {
+	stallTimeout time.Duration
+	maxAttempts  int
+	maxDuration  time.Duration
+	initialWait  time.Duration
+	maxWait      time.Duration
+}
+
+// setDefaults replaces zero or negative fields by the package defaults.
+func (c *retryConfig) setDefaults() {
+	if c.stallTimeout <= 0 {
+		c.stallTimeout = DefaultStallTimeout
+	}
+	if c.maxAttempts <= 0 {
+		c.maxAttempts = DefaultRetryAttempts
+	}
+	if c.maxDuration <= 0 {
+		c.maxDuration = DefaultRetryDuration
+	}
+	if c.initialWait <= 0 {
+		c.initialWait = DefaultRetryInitialWait
+	}
+	if c.maxWait <= 0 {
+		c.maxWait = DefaultRetryMaxWait
+	}
+	c.maxWait = max(c.maxWait, c.initialWait)
+}
+
+// readTracker follows one ReadAt across all its HTTP requests.
 type readTracker struct {
-	cfg      *gcsConfig
+	cfg      *retryConfig
 	stats    *StoreStats
 	start    time.Time
 	deadline time.Time
@@ -59,9 +109,48 @@ type readTracker struct {
 	gaveUp       bool
 }
 
-func newReadTracker(cfg *gcsConfig, stats *StoreStats) *readTracker {
+func newReadTracker(cfg *retryConfig, stats *StoreStats) *readTracker {
 	now := time.Now()
-	return &readTracker{cfg: cfg, stats: stats, start: now, deadline: now.Add(cfg.retryDuration)}
+	return &readTracker{cfg: cfg, stats: stats, start: now, deadline: now.Add(cfg.maxDuration)}
+}
+
+// read fills p with the bytes at off by attempts of once, a ranged request
+// of the bytes still missing that returns how many it placed, under the
+// tracker's budget; a read that breaks off resumes at the first missing
+// byte. final classifies a failed attempt's error: non-nil ends the read
+// with that error (past the end, not found, permission: retrying cannot
+// help), nil lets the budget decide. what names the read in errors
+// ("read gs://b/o [0, 10)"). It counts a successful read in the stats.
+func (t *readTracker) read(ctx context.Context, what string, p []byte, off int64,
+	once func(ctx context.Context, p []byte, off int64) (int, error), final func(error) error) error {
+	done := 0
+	for {
+		before := t.requestCount()
+		actx, cancel := t.attempt(ctx)
+		n, err := once(actx, p[done:], off+int64(done))
+		stalled := errors.Is(context.Cause(actx), errStalled)
+		cancel(nil)
+		t.endAttempt()
+		done += n
+		if err == nil {
+			t.stats.Reads.Add(1)
+			t.stats.BytesRead.Add(int64(len(p)))
+			return nil
+		}
+		switch {
+		case ctx.Err() != nil:
+			return fmt.Errorf("objstore: %s: %w", what, context.Cause(ctx))
+		case errors.Is(err, errRetryBudget):
+			return t.unavailable(what, err)
+		}
+		if ferr := final(err); ferr != nil {
+			return ferr
+		}
+		if !stalled && t.requestCount() == before {
+			// Failed before sending anything: retrying cannot help.
+			return fmt.Errorf("objstore: %s: %w", what, err)
+		}
+	}
 }
 
 // attempt returns a context for one attempt of the read; its requests are
@@ -202,9 +291,9 @@ func (t *readTracker) unavailable(what string, lastErr error) error {
 	if last == "" && lastErr != nil {
 		last = lastErr.Error()
 	}
-	return fmt.Errorf("loader: %s: %w: gave up after %d requests in %v (%d stalled; budget %d attempts without progress, %v); last failure: %s",
+	return fmt.Errorf("objstore: %s: %w: gave up after %d requests in %v (%d stalled; budget %d attempts without progress, %v); last failure: %s",
 		what, ErrUnavailable, t.requests, time.Since(t.start).Round(time.Millisecond), t.stalls,
-		t.cfg.maxAttempts, t.cfg.retryDuration, last)
+		t.cfg.maxAttempts, t.cfg.maxDuration, last)
 }
 
 // trackingTransport applies a readTracker found in a request's context.
@@ -260,14 +349,14 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 }
 
 // backoff returns the wait before the retry that follows the given number of
-// consecutive failures: exponential from retryInitial, capped at retryMax,
+// consecutive failures: exponential from initialWait, capped at maxWait,
 // with the upper half jittered.
-func (c *gcsConfig) backoff(failures int) time.Duration {
-	d := c.retryInitial
-	for i := 1; i < failures && d < c.retryMax; i++ {
+func (c *retryConfig) backoff(failures int) time.Duration {
+	d := c.initialWait
+	for i := 1; i < failures && d < c.maxWait; i++ {
 		d *= 2
 	}
-	d = min(d, c.retryMax)
+	d = min(d, c.maxWait)
 	if d <= 1 {
 		return d
 	}

@@ -1,28 +1,11 @@
-package loader
+package arrowmem
 
 import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
 	"unsafe"
-
-	"github.com/apache/arrow-go/v18/arrow/memory"
 )
-
-// UninitializedAllocator is a memory.Allocator that can also hand out memory
-// without clearing it. The loader allocates the values buffers it overwrites
-// whole (fixed-width columns and fixed_size_list values, not booleans) with
-// AllocateUninitialized when the allocator it is given implements this
-// interface, which saves writing every decoded byte twice; every other buffer
-// comes from Allocate. [PoolAllocator] implements it. An allocator that wraps
-// another (accounting, limits) implements it by forwarding.
-type UninitializedAllocator interface {
-	memory.Allocator
-	// AllocateUninitialized returns size bytes, 64-byte aligned, whose
-	// contents are unspecified; Free and Reallocate take it like the
-	// result of Allocate.
-	AllocateUninitialized(size int) []byte
-}
 
 // poolClasses bounds the pooled size classes: powers of two from 64 bytes
 // (class 6) to 2^(poolClasses-1). Larger allocations are not pooled.
@@ -42,8 +25,8 @@ const (
 // Allocate and Reallocate clear the bytes they return, as arrow-go's own
 // allocators do (arrow-go's builders and readers rely on it), so the
 // allocator is safe for any Arrow code. AllocateUninitialized does not: the
-// loader uses it for the buffers it overwrites whole (see
-// [UninitializedAllocator]).
+// decoders and the gather use it for the buffers they overwrite whole (see
+// [UninitializedAllocator], [NewOverwriteBuffer]).
 //
 // # Caveats
 //
@@ -85,7 +68,7 @@ func poolClass(n int) int {
 // get returns size bytes of class memory, dirty when reused.
 func (p *PoolAllocator) get(size int) (b []byte, dirty bool) {
 	if size < 0 {
-		panic("loader: PoolAllocator: negative size") // as memory.GoAllocator (make) does
+		panic("arrowmem: PoolAllocator: negative size") // as memory.GoAllocator (make) does
 	}
 	p.live.Add(int64(size))
 	c := poolClass(size)
@@ -130,7 +113,7 @@ func (p *PoolAllocator) AllocateUninitialized(size int) []byte {
 // min(len(b), size) bytes kept and the rest zeroed. b must come from p.
 func (p *PoolAllocator) Reallocate(size int, b []byte) []byte {
 	if size < 0 {
-		panic("loader: PoolAllocator: negative size")
+		panic("arrowmem: PoolAllocator: negative size")
 	}
 	if size <= cap(b) {
 		p.live.Add(int64(size - len(b)))
@@ -159,13 +142,4 @@ func (p *PoolAllocator) Free(b []byte) {
 	}
 	b = b[:0]
 	p.pools[c].Put(&b)
-}
-
-// newValuesBuf returns a buffer of n bytes for values the caller overwrites
-// whole before exposing them: uninitialized when mem can do that.
-func newValuesBuf(mem memory.Allocator, n int) *memory.Buffer {
-	if u, ok := mem.(UninitializedAllocator); ok && n > 0 {
-		return memory.NewBufferWithAllocator(u.AllocateUninitialized(n), mem)
-	}
-	return newBuf(mem, n)
 }

@@ -1,4 +1,4 @@
-package loader
+package objstore
 
 import (
 	"context"
@@ -20,32 +20,14 @@ import (
 	htransport "google.golang.org/api/transport/http"
 )
 
-// Defaults of the GCS store's options.
-const (
-	// DefaultStallTimeout: see WithStallTimeout.
-	DefaultStallTimeout = 30 * time.Second
-	// DefaultRetryAttempts: see WithRetryBudget.
-	DefaultRetryAttempts = 10
-	// DefaultRetryDuration: see WithRetryBudget.
-	DefaultRetryDuration = 2 * time.Minute
-	// DefaultRetryInitialWait: see WithRetryBackoff.
-	DefaultRetryInitialWait = 100 * time.Millisecond
-	// DefaultRetryMaxWait: see WithRetryBackoff.
-	DefaultRetryMaxWait = 10 * time.Second
-)
-
 // GCSOption configures a [GCSStore].
 type GCSOption func(*gcsConfig)
 
 type gcsConfig struct {
-	endpoint      string
-	clientOpts    []option.ClientOption
-	stallTimeout  time.Duration
-	maxAttempts   int
-	retryDuration time.Duration
-	retryInitial  time.Duration
-	retryMax      time.Duration
-	stats         *StoreStats
+	endpoint   string
+	clientOpts []option.ClientOption
+	retry      retryConfig
+	stats      *StoreStats
 }
 
 func newGCSConfig(opts []GCSOption) *gcsConfig {
@@ -56,22 +38,7 @@ func newGCSConfig(opts []GCSOption) *gcsConfig {
 	if c.endpoint == "" {
 		c.endpoint = os.Getenv("STORAGE_EMULATOR_HOST")
 	}
-	if c.stallTimeout <= 0 {
-		c.stallTimeout = DefaultStallTimeout
-	}
-	if c.maxAttempts <= 0 {
-		c.maxAttempts = DefaultRetryAttempts
-	}
-	if c.retryDuration <= 0 {
-		c.retryDuration = DefaultRetryDuration
-	}
-	if c.retryInitial <= 0 {
-		c.retryInitial = DefaultRetryInitialWait
-	}
-	if c.retryMax <= 0 {
-		c.retryMax = DefaultRetryMaxWait
-	}
-	c.retryMax = max(c.retryMax, c.retryInitial)
+	c.retry.setDefaults()
 	if c.stats == nil {
 		c.stats = new(StoreStats)
 	}
@@ -96,7 +63,7 @@ func WithGCSClientOptions(opts ...option.ClientOption) GCSOption {
 // headers nor body bytes arrived for d. Default DefaultStallTimeout; zero or
 // negative means the default.
 func WithStallTimeout(d time.Duration) GCSOption {
-	return func(c *gcsConfig) { c.stallTimeout = d }
+	return func(c *gcsConfig) { c.retry.stallTimeout = d }
 }
 
 // WithRetryBudget bounds retries. A ReadAt fails with ErrUnavailable after
@@ -107,7 +74,7 @@ func WithStallTimeout(d time.Duration) GCSOption {
 // retryer. Defaults DefaultRetryAttempts and DefaultRetryDuration; zero or
 // negative values mean the defaults.
 func WithRetryBudget(maxAttempts int, maxDuration time.Duration) GCSOption {
-	return func(c *gcsConfig) { c.maxAttempts, c.retryDuration = maxAttempts, maxDuration }
+	return func(c *gcsConfig) { c.retry.maxAttempts, c.retry.maxDuration = maxAttempts, maxDuration }
 }
 
 // WithRetryBackoff sets the exponential backoff between retries: the first
@@ -115,7 +82,20 @@ func WithRetryBudget(maxAttempts int, maxDuration time.Duration) GCSOption {
 // DefaultRetryInitialWait and DefaultRetryMaxWait; zero or negative values
 // mean the defaults.
 func WithRetryBackoff(initial, maxWait time.Duration) GCSOption {
-	return func(c *gcsConfig) { c.retryInitial, c.retryMax = initial, maxWait }
+	return func(c *gcsConfig) { c.retry.initialWait, c.retry.maxWait = initial, maxWait }
+}
+
+// WithGCSOptions passes options to the GCS store a [Mux] creates on the
+// first gs:// URI. Default: none (default credentials, or
+// STORAGE_EMULATOR_HOST).
+func WithGCSOptions(opts ...GCSOption) MuxOption {
+	return func(c *muxConfig) { addSchemeOptions(c, "gs", opts) }
+}
+
+func init() {
+	registerScheme(scheme{name: "gs", open: func(ctx context.Context, c *muxConfig, stats *StoreStats) (Store, error) {
+		return NewGCSStore(ctx, append(schemeOptions[GCSOption](c, "gs"), withGCSStats(stats))...)
+	}})
 }
 
 func withGCSStats(s *StoreStats) GCSOption {
@@ -170,20 +150,20 @@ func NewGCSStore(ctx context.Context, opts ...GCSOption) (*GCSStore, error) {
 		}, cfg.clientOpts...)
 		authed, err := htransport.NewTransport(ctx, tt, topts...)
 		if err != nil {
-			return nil, fmt.Errorf("loader: GCS credentials: %w", err)
+			return nil, fmt.Errorf("objstore: GCS credentials: %w", err)
 		}
 		copts = append(append([]option.ClientOption{}, cfg.clientOpts...),
 			option.WithHTTPClient(&http.Client{Transport: authed}))
 	}
 	client, err := storage.NewClient(ctx, copts...)
 	if err != nil {
-		return nil, fmt.Errorf("loader: GCS client: %w", err)
+		return nil, fmt.Errorf("objstore: GCS client: %w", err)
 	}
 	// The default retryer has no attempt or time limit.
 	client.SetRetry(
-		storage.WithMaxAttempts(cfg.maxAttempts),
-		storage.WithMaxRetryDuration(cfg.retryDuration),
-		storage.WithBackoff(gax.Backoff{Initial: cfg.retryInitial, Max: cfg.retryMax, Multiplier: 2}),
+		storage.WithMaxAttempts(cfg.retry.maxAttempts),
+		storage.WithMaxRetryDuration(cfg.retry.maxDuration),
+		storage.WithBackoff(gax.Backoff{Initial: cfg.retry.initialWait, Max: cfg.retry.maxWait, Multiplier: 2}),
 		storage.WithPolicy(storage.RetryIdempotent),
 	)
 	return &GCSStore{cfg: cfg, client: client, transport: tt}, nil
@@ -207,11 +187,11 @@ func (s *GCSStore) Close() error {
 func ParseGCSURI(uri string) (bucket, name string, err error) {
 	rest, ok := strings.CutPrefix(uri, "gs://")
 	if !ok {
-		return "", "", fmt.Errorf("loader: %q is not a gs:// URI", uri)
+		return "", "", fmt.Errorf("objstore: %q is not a gs:// URI", uri)
 	}
 	bucket, name, _ = strings.Cut(rest, "/")
 	if bucket == "" {
-		return "", "", fmt.Errorf("loader: %q has no bucket name", uri)
+		return "", "", fmt.Errorf("objstore: %q has no bucket name", uri)
 	}
 	return bucket, name, nil
 }
@@ -221,16 +201,16 @@ func gcsErr(op, uri string, err error) error {
 	var ge *googleapi.Error
 	switch {
 	case errors.Is(err, storage.ErrObjectNotExist):
-		return fmt.Errorf("loader: %s %s: %w", op, uri, ErrNotFound)
+		return fmt.Errorf("objstore: %s %s: %w", op, uri, ErrNotFound)
 	case errors.Is(err, storage.ErrBucketNotExist):
-		return fmt.Errorf("loader: %s %s: bucket does not exist: %w", op, uri, ErrNotFound)
+		return fmt.Errorf("objstore: %s %s: bucket does not exist: %w", op, uri, ErrNotFound)
 	case errors.As(err, &ge) && ge.Code == http.StatusNotFound:
-		return fmt.Errorf("loader: %s %s: %w", op, uri, ErrNotFound)
+		return fmt.Errorf("objstore: %s %s: %w", op, uri, ErrNotFound)
 	case errors.As(err, &ge) && (ge.Code == http.StatusForbidden || ge.Code == http.StatusUnauthorized):
-		return fmt.Errorf("loader: %s %s: permission denied (HTTP %d; check the credentials and their storage.objects permissions): %w",
+		return fmt.Errorf("objstore: %s %s: permission denied (HTTP %d; check the credentials and their storage.objects permissions): %w",
 			op, uri, ge.Code, fs.ErrPermission)
 	}
-	return fmt.Errorf("loader: %s %s: %w", op, uri, err)
+	return fmt.Errorf("objstore: %s %s: %w", op, uri, err)
 }
 
 // permanent reports whether retrying err cannot help.
@@ -254,7 +234,7 @@ func (s *GCSStore) List(ctx context.Context, prefix string) ([]Object, error) {
 	}
 	q := &storage.Query{Prefix: name}
 	if err := q.SetAttrSelection([]string{"Name", "Size", "Generation", "Updated"}); err != nil {
-		return nil, fmt.Errorf("loader: list %s: %w", prefix, err)
+		return nil, fmt.Errorf("objstore: list %s: %w", prefix, err)
 	}
 	it := s.client.Bucket(bucket).Objects(ctx, q)
 	var out []Object
@@ -279,7 +259,7 @@ func (s *GCSStore) Stat(ctx context.Context, uri string) (Object, error) {
 		return Object{}, err
 	}
 	if name == "" {
-		return Object{}, fmt.Errorf("loader: stat %s: a bucket is not an object: %w", uri, ErrNotFound)
+		return Object{}, fmt.Errorf("objstore: stat %s: a bucket is not an object: %w", uri, ErrNotFound)
 	}
 	a, err := s.client.Bucket(bucket).Object(name).Attrs(ctx)
 	if err != nil {
@@ -306,59 +286,40 @@ func (s *GCSStore) ReadAt(ctx context.Context, obj Object, p []byte, off int64) 
 	}
 	switch {
 	case name == "":
-		return fmt.Errorf("loader: %s: a bucket is not an object: %w", what, ErrNotFound)
+		return fmt.Errorf("objstore: %s: a bucket is not an object: %w", what, ErrNotFound)
 	case off < 0:
-		return fmt.Errorf("loader: %s: negative offset", what)
+		return fmt.Errorf("objstore: %s: negative offset", what)
 	case len(p) == 0:
 		return nil
 	case obj.Generation != 0 && end > obj.Size:
 		// A pinned generation cannot grow: no request needed.
-		return fmt.Errorf("loader: %s: past the end, the object has %d bytes: %w", what, obj.Size, io.ErrUnexpectedEOF)
+		return fmt.Errorf("objstore: %s: past the end, the object has %d bytes: %w", what, obj.Size, io.ErrUnexpectedEOF)
 	}
 
 	h := s.client.Bucket(bucket).Object(name).Retryer(storage.WithPolicy(storage.RetryNever))
 	if obj.Generation != 0 {
 		h = h.Generation(obj.Generation)
 	}
-	t := newReadTracker(s.cfg, s.cfg.stats)
+	t := newReadTracker(&s.cfg.retry, s.cfg.stats)
 	defer t.stop()
-	done := 0
-	for {
-		before := t.requestCount()
-		actx, cancel := t.attempt(ctx)
-		n, err := readOnce(actx, h, p[done:], off+int64(done))
-		stalled := errors.Is(context.Cause(actx), errStalled)
-		cancel(nil)
-		t.endAttempt()
-		done += n
-		if err == nil {
-			s.cfg.stats.Reads.Add(1)
-			s.cfg.stats.BytesRead.Add(int64(len(p)))
-			return nil
-		}
-		var pe errPastEnd
-		var ge *googleapi.Error
-		switch {
-		case ctx.Err() != nil:
-			return fmt.Errorf("loader: %s: %w", what, context.Cause(ctx))
-		case errors.Is(err, errRetryBudget):
-			return t.unavailable(what, err)
-		case errors.As(err, &pe):
-			return fmt.Errorf("loader: %s: past the end, the object has %d bytes: %w", what, pe.size, io.ErrUnexpectedEOF)
-		case errors.As(err, &ge) && ge.Code == http.StatusRequestedRangeNotSatisfiable:
-			return fmt.Errorf("loader: %s: past the end of the object: %w", what, io.ErrUnexpectedEOF)
-		case permanent(err):
-			if obj.Generation != 0 && gcsNotFound(err) {
-				return s.generationGone(ctx, what, obj, h)
+	return t.read(ctx, what, p, off,
+		func(ctx context.Context, p []byte, off int64) (int, error) { return readOnce(ctx, h, p, off) },
+		func(err error) error {
+			var pe errPastEnd
+			var ge *googleapi.Error
+			switch {
+			case errors.As(err, &pe):
+				return fmt.Errorf("objstore: %s: past the end, the object has %d bytes: %w", what, pe.size, io.ErrUnexpectedEOF)
+			case errors.As(err, &ge) && ge.Code == http.StatusRequestedRangeNotSatisfiable:
+				return fmt.Errorf("objstore: %s: past the end of the object: %w", what, io.ErrUnexpectedEOF)
+			case permanent(err):
+				if obj.Generation != 0 && gcsNotFound(err) {
+					return s.generationGone(ctx, what, obj, h)
+				}
+				return gcsErr("read", obj.URI, err)
 			}
-			return gcsErr("read", obj.URI, err)
-		case stalled:
-			// retry: the next request accounts for it
-		case t.requestCount() == before:
-			// Failed before sending anything: retrying cannot help.
-			return fmt.Errorf("loader: %s: %w", what, err)
-		}
-	}
+			return nil
+		})
 }
 
 func gcsNotFound(err error) bool {
@@ -370,10 +331,10 @@ func gcsNotFound(err error) bool {
 func (s *GCSStore) generationGone(ctx context.Context, what string, obj Object, h *storage.ObjectHandle) error {
 	a, err := s.client.Bucket(h.BucketName()).Object(h.ObjectName()).Attrs(ctx)
 	if err == nil && a.Generation != obj.Generation {
-		return fmt.Errorf("loader: %s: generation %d no longer exists, the object was overwritten after it was listed (now generation %d): %w",
+		return fmt.Errorf("objstore: %s: generation %d no longer exists, the object was overwritten after it was listed (now generation %d): %w",
 			what, obj.Generation, a.Generation, ErrNotFound)
 	}
-	return fmt.Errorf("loader: %s: %w", what, ErrNotFound)
+	return fmt.Errorf("objstore: %s: %w", what, ErrNotFound)
 }
 
 // readOnce makes one ranged read of len(p) bytes at off, returning how many
@@ -402,7 +363,7 @@ func (s *GCSStore) Create(ctx context.Context, uri string) (io.WriteCloser, erro
 		return nil, err
 	}
 	if name == "" {
-		return nil, fmt.Errorf("loader: create %s: no object name", uri)
+		return nil, fmt.Errorf("objstore: create %s: no object name", uri)
 	}
 	w := s.client.Bucket(bucket).Object(name).NewWriter(ctx)
 	return &gcsWriter{w: w, uri: uri}, nil

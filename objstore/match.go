@@ -1,4 +1,4 @@
-package loader
+package objstore
 
 import (
 	"context"
@@ -30,7 +30,7 @@ import (
 // it; a malformed glob is an error wrapping path.ErrBadPattern.
 func Match(ctx context.Context, store Store, patterns []string) ([]Object, error) {
 	if len(patterns) == 0 {
-		return nil, fmt.Errorf("loader: no input patterns given: %w", ErrNotFound)
+		return nil, fmt.Errorf("objstore: no input patterns given: %w", ErrNotFound)
 	}
 	seen := make(map[string]Object)
 	for _, pat := range patterns {
@@ -55,11 +55,11 @@ func Match(ctx context.Context, store Store, patterns []string) ([]Object, error
 
 func noMatch(pat string) error {
 	hint := "check the bucket and object names and that the credentials may list the bucket"
-	if !strings.HasPrefix(pat, "gs://") {
+	if uriScheme(pat) == "" {
 		wd, _ := os.Getwd()
 		hint = fmt.Sprintf("check that the path exists and is readable (relative paths resolve against %s)", wd)
 	}
-	return fmt.Errorf("loader: %q matched no files: %w; %s; names starting with '.' or '_' are skipped unless named", pat, ErrNotFound, hint)
+	return fmt.Errorf("objstore: %q matched no files: %w; %s; names starting with '.' or '_' are skipped unless named", pat, ErrNotFound, hint)
 }
 
 // globMeta are the characters that make a pattern a glob ('\\' escapes).
@@ -67,7 +67,7 @@ const globMeta = "*?[\\"
 
 func matchOne(ctx context.Context, store Store, pat string) ([]Object, error) {
 	norm := pat
-	if !strings.HasPrefix(pat, "gs://") {
+	if uriScheme(pat) == "" {
 		p, err := localPath(pat, true)
 		if err != nil {
 			return nil, err
@@ -126,7 +126,7 @@ func hidden(seg string) bool {
 func matchGlob(ctx context.Context, store Store, orig, pat string) ([]Object, error) {
 	g, err := compileGlob(pat)
 	if err != nil {
-		return nil, fmt.Errorf("loader: pattern %q: %w", orig, err)
+		return nil, fmt.Errorf("objstore: pattern %q: %w", orig, err)
 	}
 	objs, escaped, err := listFor(ctx, store, g.prefix)
 	if err != nil {

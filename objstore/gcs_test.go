@@ -1,4 +1,4 @@
-package loader_test
+package objstore_test
 
 import (
 	"bytes"
@@ -12,33 +12,33 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshfeed/meshfeed/loader"
-	"github.com/meshfeed/meshfeed/loader/loadertest"
+	"github.com/meshfeed/meshfeed/objstore"
+	"github.com/meshfeed/meshfeed/objstore/objstoretest"
 )
 
 // faultSetup starts a fake GCS with one object of size bytes and a store that
-// reaches it through a loadertest.FaultFront.
-func faultSetup(t *testing.T, size int, opts ...loader.GCSOption) (*loadertest.FaultFront, *loader.GCSStore, loader.Object, []byte) {
+// reaches it through a objstoretest.FaultFront.
+func faultSetup(t *testing.T, size int, opts ...objstore.GCSOption) (*objstoretest.FaultFront, *objstore.GCSStore, objstore.Object, []byte) {
 	t.Helper()
-	fake := loadertest.NewFakeGCS(t, "faults")
+	fake := objstoretest.NewFakeGCS(t, "faults")
 	direct := fake.Store(t)
 	data := randBytes(newRand(t), size)
-	obj := loadertest.PutObject(t, direct, "gs://faults/obj.bin", data)
-	proxy := loadertest.NewFaultFront(t, fake.URL)
-	store := loadertest.NewStore(t, proxy.URL(), opts...)
+	obj := objstoretest.PutObject(t, direct, "gs://faults/obj.bin", data)
+	proxy := objstoretest.NewFaultFront(t, fake.URL)
+	store := objstoretest.NewStore(t, proxy.URL(), opts...)
 	return proxy, store, obj, data
 }
 
 // fast retry settings for tests: small waits, a 2 s budget.
-func fastRetry(attempts int) []loader.GCSOption {
-	return []loader.GCSOption{
-		loader.WithRetryBudget(attempts, 2*time.Second),
-		loader.WithRetryBackoff(5*time.Millisecond, 50*time.Millisecond),
-		loader.WithStallTimeout(300 * time.Millisecond),
+func fastRetry(attempts int) []objstore.GCSOption {
+	return []objstore.GCSOption{
+		objstore.WithRetryBudget(attempts, 2*time.Second),
+		objstore.WithRetryBackoff(5*time.Millisecond, 50*time.Millisecond),
+		objstore.WithStallTimeout(300 * time.Millisecond),
 	}
 }
 
-func checkRead(t *testing.T, store loader.Store, obj loader.Object, data []byte, off, n int64) {
+func checkRead(t *testing.T, store objstore.Store, obj objstore.Object, data []byte, off, n int64) {
 	t.Helper()
 	p := make([]byte, n)
 	if err := store.ReadAt(context.Background(), obj, p, off); err != nil {
@@ -53,7 +53,7 @@ func TestGCSRetriesTransientStatus(t *testing.T) {
 	for _, status := range []int{http.StatusServiceUnavailable, http.StatusTooManyRequests, http.StatusInternalServerError} {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			proxy, store, obj, data := faultSetup(t, 50_000, fastRetry(5)...)
-			proxy.Arm(loadertest.FaultStatus, status, 0, 3)
+			proxy.Arm(objstoretest.FaultStatus, status, 0, 3)
 			checkRead(t, store, obj, data, 1000, 40_000)
 			n, _ := proxy.Seen()
 			st := store.Stats()
@@ -67,7 +67,7 @@ func TestGCSRetriesTransientStatus(t *testing.T) {
 func TestGCSResumesBrokenBody(t *testing.T) {
 	const off, n, cut = 5000, 200_000, 1000
 	proxy, store, obj, data := faultSetup(t, 300_000, fastRetry(5)...)
-	proxy.Arm(loadertest.FaultCut, 0, cut, 3)
+	proxy.Arm(objstoretest.FaultCut, 0, cut, 3)
 	checkRead(t, store, obj, data, off, n)
 	reqs, ranges := proxy.Seen()
 	// Each cut delivers exactly cut bytes, so attempt i starts at off+i*cut.
@@ -86,7 +86,7 @@ func TestGCSResumesBrokenBody(t *testing.T) {
 func TestGCSStallRecovers(t *testing.T) {
 	const off, n, stallAt = 100, 60_000, 500
 	proxy, store, obj, data := faultSetup(t, 100_000, fastRetry(5)...)
-	proxy.Arm(loadertest.FaultStall, 0, stallAt, 1)
+	proxy.Arm(objstoretest.FaultStall, 0, stallAt, 1)
 	start := time.Now()
 	checkRead(t, store, obj, data, off, n)
 	if el := time.Since(start); el < 300*time.Millisecond {
@@ -109,17 +109,17 @@ func TestGCSGivesUp(t *testing.T) {
 	const attempts = 4
 	cases := []struct {
 		name   string
-		inject func(p *loadertest.FaultFront)
-		opts   []loader.GCSOption
+		inject func(p *objstoretest.FaultFront)
+		opts   []objstore.GCSOption
 		max    time.Duration // upper bound on the time to fail
 	}{
-		{"503", func(p *loadertest.FaultFront) { p.Arm(loadertest.FaultStatus, 503, 0, -1) }, fastRetry(attempts), 2 * time.Second},
-		{"KillAtByte0", func(p *loadertest.FaultFront) { p.Arm(loadertest.FaultCut, 0, 0, -1) }, fastRetry(attempts), 2 * time.Second},
-		{"StallAtByte0", func(p *loadertest.FaultFront) { p.Arm(loadertest.FaultStall, 0, 0, -1) }, fastRetry(attempts), 2*time.Second + 300*time.Millisecond},
+		{"503", func(p *objstoretest.FaultFront) { p.Arm(objstoretest.FaultStatus, 503, 0, -1) }, fastRetry(attempts), 2 * time.Second},
+		{"KillAtByte0", func(p *objstoretest.FaultFront) { p.Arm(objstoretest.FaultCut, 0, 0, -1) }, fastRetry(attempts), 2 * time.Second},
+		{"StallAtByte0", func(p *objstoretest.FaultFront) { p.Arm(objstoretest.FaultStall, 0, 0, -1) }, fastRetry(attempts), 2*time.Second + 300*time.Millisecond},
 		// Only the time budget can stop this one: many attempts allowed, 1 s.
-		{"503TimeBudget", func(p *loadertest.FaultFront) { p.Arm(loadertest.FaultStatus, 503, 0, -1) }, []loader.GCSOption{
-			loader.WithRetryBudget(1000, time.Second),
-			loader.WithRetryBackoff(20*time.Millisecond, 20*time.Millisecond),
+		{"503TimeBudget", func(p *objstoretest.FaultFront) { p.Arm(objstoretest.FaultStatus, 503, 0, -1) }, []objstore.GCSOption{
+			objstore.WithRetryBudget(1000, time.Second),
+			objstore.WithRetryBackoff(20*time.Millisecond, 20*time.Millisecond),
 		}, time.Second},
 	}
 	for _, c := range cases {
@@ -131,7 +131,7 @@ func TestGCSGivesUp(t *testing.T) {
 			el := time.Since(start)
 			reqs, _ := proxy.Seen()
 			t.Logf("%v after %v, %d requests", err, el, reqs)
-			if !errors.Is(err, loader.ErrUnavailable) || !strings.Contains(err.Error(), obj.URI) {
+			if !errors.Is(err, objstore.ErrUnavailable) || !strings.Contains(err.Error(), obj.URI) {
 				t.Errorf("ReadAt = %v, want ErrUnavailable naming %s", err, obj.URI)
 			}
 			if el > c.max+500*time.Millisecond {
@@ -150,7 +150,7 @@ func TestGCSGivesUp(t *testing.T) {
 
 func TestGCSPermanentErrorsNotRetried(t *testing.T) {
 	proxy, store, obj, _ := faultSetup(t, 1000, fastRetry(5)...)
-	proxy.Arm(loadertest.FaultStatus, http.StatusForbidden, 0, 1)
+	proxy.Arm(objstoretest.FaultStatus, http.StatusForbidden, 0, 1)
 	err := store.ReadAt(context.Background(), obj, make([]byte, 10), 0)
 	if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), obj.URI) {
 		t.Errorf("ReadAt with 403 = %v, want fs.ErrPermission naming %s", err, obj.URI)
@@ -159,9 +159,9 @@ func TestGCSPermanentErrorsNotRetried(t *testing.T) {
 		t.Errorf("403: %d requests, want 1", n)
 	}
 
-	missing := loader.Object{URI: "gs://faults/missing.bin"}
+	missing := objstore.Object{URI: "gs://faults/missing.bin"}
 	err = store.ReadAt(context.Background(), missing, make([]byte, 10), 0)
-	if !errors.Is(err, loader.ErrNotFound) || !strings.Contains(err.Error(), missing.URI) {
+	if !errors.Is(err, objstore.ErrNotFound) || !strings.Contains(err.Error(), missing.URI) {
 		t.Errorf("ReadAt(missing) = %v, want ErrNotFound naming %s", err, missing.URI)
 	}
 	if n, _ := proxy.Seen(); n != 1 {
@@ -175,8 +175,8 @@ func TestGCSPermanentErrorsNotRetried(t *testing.T) {
 // TestGCSContextCancel checks that a stalled read returns when the caller's
 // context ends, well before a long stall timeout.
 func TestGCSContextCancel(t *testing.T) {
-	proxy, store, obj, _ := faultSetup(t, 1000, loader.WithStallTimeout(time.Minute))
-	proxy.Arm(loadertest.FaultStall, 0, 0, -1)
+	proxy, store, obj, _ := faultSetup(t, 1000, objstore.WithStallTimeout(time.Minute))
+	proxy.Arm(objstoretest.FaultStall, 0, 0, -1)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -191,12 +191,12 @@ func TestGCSContextCancel(t *testing.T) {
 // store's overhead (tracking transport, watchdog, retry loop) shows.
 func BenchmarkGCSRangedRead(b *testing.B) {
 	const objSize = 32 << 20
-	store := loadertest.StartFakeGCS(b, "bench")
+	store := objstoretest.StartFakeGCS(b, "bench")
 	data := make([]byte, objSize)
 	for i := range data {
 		data[i] = byte(i * 7)
 	}
-	obj := loadertest.PutObject(b, store, "gs://bench/obj.bin", data)
+	obj := objstoretest.PutObject(b, store, "gs://bench/obj.bin", data)
 	ctx := context.Background()
 	handle := store.Client().Bucket("bench").Object("obj.bin")
 	for _, size := range []int{1 << 20, 8 << 20} {

@@ -1,14 +1,11 @@
-package loader
+package arrowmem
 
 import (
 	"bytes"
-	"fmt"
 	"testing"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	pq "github.com/apache/arrow-go/v18/parquet"
-	"github.com/apache/arrow-go/v18/parquet/compress"
 )
 
 // poisoned returns a pool whose freed buffers are filled with 0xAB before
@@ -108,58 +105,4 @@ func TestPoolAllocatorReallocate(t *testing.T) {
 	if n := p.Allocated(); n != 0 {
 		t.Errorf("Allocated() = %d after Free, want 0", n)
 	}
-}
-
-// Decoding into a pool that hands out dirty memory must give the same
-// values as the generators, for every decode path (fast path, decodeChunk
-// with dictionaries, fills, narrowing, booleans, the arrow-go fallback).
-func TestDecodeIntoDirtyPool(t *testing.T) {
-	for _, c := range []struct {
-		name  string
-		codec compress.Compression
-		dict  bool
-		v2    bool
-		fast  bool // the fast path decodes id, label, features, nfeatures
-	}{
-		{"none", compress.Codecs.Uncompressed, false, false, true},
-		{"snappy_v2", compress.Codecs.Snappy, false, true, true},
-		{"zstd_dict", compress.Codecs.Zstd, true, false, false},
-		{"lz4raw_fallback", compress.Codecs.Lz4Raw, false, false, false},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			path := mmapFile(t, c.codec)
-			if c.dict || c.v2 {
-				version := pq.DataPageV1
-				if c.v2 {
-					version = pq.DataPageV2
-				}
-				path = mmapFileWith(t, pq.WithCompression(c.codec), pq.WithDictionaryDefault(c.dict), pq.WithDataPageVersion(version))
-			}
-			pool := poisoned()
-			store := NewLocalStore()
-			defer store.Close()
-			// Several passes: from the second on, buffers come back dirty.
-			before := fastChunks.Load()
-			for pass := 0; pass < 3; pass++ {
-				readAllChecked(t, store, path, pool)
-			}
-			if fast := fastChunks.Load() - before; (fast > 0) != c.fast {
-				t.Errorf("fast path decoded %d chunks, want them %v", fast, map[bool]string{true: "> 0", false: "0"}[c.fast])
-			}
-			if pool.Reused() == 0 {
-				t.Errorf("the pool never reused memory")
-			}
-			if n := pool.Allocated(); n != 0 {
-				t.Errorf("pool Allocated() = %d after releasing every record, want 0", n)
-			}
-		})
-	}
-}
-
-func mmapFileWith(t *testing.T, props ...pq.WriterProperty) string {
-	t.Helper()
-	recs := fastRecordsOf(t)
-	path := fmt.Sprintf("%s/f.parquet", t.TempDir())
-	writeFastFile(t, path, recs, append(props, pq.WithMaxRowGroupLength(1000), pq.WithDataPageSize(2<<10))...)
-	return path
 }

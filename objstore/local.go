@@ -1,4 +1,4 @@
-package loader
+package objstore
 
 import (
 	"container/list"
@@ -86,13 +86,10 @@ func withLocalStats(s *StoreStats) LocalOption {
 // keeps serving the old version while it stays cached.
 //
 // LocalStore is also a [Mapper]: Map maps file ranges with mmap (Linux), so
-// the loader decodes straight from the page cache (see [WithMmap]).
+// the loader decodes straight from the page cache (see loader.WithMmap).
 type LocalStore struct {
 	cfg   localConfig
 	roots *rootSet // nil without WithRoots
-
-	liveMaps     atomic.Int64 // Map results not yet released
-	fileMapsLive atomic.Int64 // whole-file mappings (WithMapCache) not yet unmapped
 
 	mu             sync.Mutex
 	files          map[string]*list.Element // of *openFile
@@ -197,7 +194,7 @@ func (s *LocalStore) List(ctx context.Context, prefix string) ([]Object, error) 
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("loader: list %s: %w", abs, err)
+		return nil, fmt.Errorf("objstore: list %s: %w", abs, err)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].URI < out[j].URI })
 	return out, nil
@@ -222,16 +219,16 @@ func (s *LocalStore) Stat(ctx context.Context, uri string) (Object, error) {
 		return Object{}, err
 	}
 	if !info.Mode().IsRegular() {
-		return Object{}, fmt.Errorf("loader: %s is not a regular file: %w", p, ErrNotFound)
+		return Object{}, fmt.Errorf("objstore: %s is not a regular file: %w", p, ErrNotFound)
 	}
 	return Object{URI: p, Size: info.Size(), ModTime: info.ModTime()}, nil
 }
 
 func localErr(op, p string, err error) error {
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("loader: %s %s: %w", op, p, ErrNotFound)
+		return fmt.Errorf("objstore: %s %s: %w", op, p, ErrNotFound)
 	}
-	return fmt.Errorf("loader: %s %s: %w", op, p, err)
+	return fmt.Errorf("objstore: %s %s: %w", op, p, err)
 }
 
 // ReadAt implements Store.
@@ -242,13 +239,13 @@ func (s *LocalStore) ReadAt(ctx context.Context, obj Object, p []byte, off int64
 	}
 	end := off + int64(len(p))
 	if off < 0 {
-		return fmt.Errorf("loader: read %s at negative offset %d", path, off)
+		return fmt.Errorf("objstore: read %s at negative offset %d", path, off)
 	}
 	if len(p) == 0 {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("loader: read %s [%d, %d): %w", path, off, end, err)
+		return fmt.Errorf("objstore: read %s [%d, %d): %w", path, off, end, err)
 	}
 	f, err := s.acquire(path, obj)
 	if err != nil {
@@ -262,10 +259,10 @@ func (s *LocalStore) ReadAt(ctx context.Context, obj Object, p []byte, off int64
 		return nil
 	}
 	if err == nil || err == io.EOF {
-		return fmt.Errorf("loader: read %s [%d, %d): got %d bytes, the file has %d: %w",
+		return fmt.Errorf("objstore: read %s [%d, %d): got %d bytes, the file has %d: %w",
 			path, off, end, n, f.size, io.ErrUnexpectedEOF)
 	}
-	return fmt.Errorf("loader: read %s [%d, %d): %w", path, off, end, err)
+	return fmt.Errorf("objstore: read %s [%d, %d): %w", path, off, end, err)
 }
 
 // matches reports whether an open file is the version obj describes.
@@ -280,7 +277,7 @@ func (s *LocalStore) acquire(path string, obj Object) (*openFile, error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("loader: read %s: store is closed", path)
+		return nil, fmt.Errorf("objstore: read %s: store is closed", path)
 	}
 	if el, ok := s.files[path]; ok {
 		f := el.Value.(*openFile)
@@ -305,12 +302,12 @@ func (s *LocalStore) acquire(path string, obj Object) (*openFile, error) {
 	}
 	if !info.Mode().IsRegular() {
 		fh.Close()
-		return nil, fmt.Errorf("loader: %s is not a regular file: %w", path, ErrNotFound)
+		return nil, fmt.Errorf("objstore: %s is not a regular file: %w", path, ErrNotFound)
 	}
 	f := &openFile{path: path, f: fh, size: info.Size(), mtime: info.ModTime(), refs: 1}
 	if !f.matches(obj) {
 		fh.Close()
-		return nil, fmt.Errorf("loader: %s changed since it was listed (now %d bytes, modified %s; listed %d bytes, modified %s): %w",
+		return nil, fmt.Errorf("objstore: %s changed since it was listed (now %d bytes, modified %s; listed %d bytes, modified %s): %w",
 			path, f.size, f.mtime.Format(time.RFC3339Nano), obj.Size, obj.ModTime.Format(time.RFC3339Nano), ErrNotFound)
 	}
 
@@ -360,7 +357,7 @@ func (s *LocalStore) closeLocked(f *openFile) {
 	if f.whole != nil {
 		munmapRange(f.whole) // fails only for a range that is not mapped
 		f.whole = nil
-		s.fileMapsLive.Add(-1)
+		s.cfg.stats.LiveFileMaps.Add(-1)
 	}
 }
 
@@ -397,20 +394,20 @@ func (s *LocalStore) Create(ctx context.Context, uri string) (io.WriteCloser, er
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("loader: create %s: %w", path, err)
+		return nil, fmt.Errorf("objstore: create %s: %w", path, err)
 	}
 	dir, base := filepath.Split(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("loader: create %s: %w", path, err)
+		return nil, fmt.Errorf("objstore: create %s: %w", path, err)
 	}
 	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
 	if err != nil {
-		return nil, fmt.Errorf("loader: create %s: %w", path, err)
+		return nil, fmt.Errorf("objstore: create %s: %w", path, err)
 	}
 	if err := tmp.Chmod(0o644); err != nil { // CreateTemp makes it 0600
 		tmp.Close()
 		os.Remove(tmp.Name())
-		return nil, fmt.Errorf("loader: create %s: %w", path, err)
+		return nil, fmt.Errorf("objstore: create %s: %w", path, err)
 	}
 	return &localWriter{s: s, ctx: ctx, path: path, tmp: tmp}, nil
 }
@@ -426,14 +423,14 @@ type localWriter struct {
 
 func (w *localWriter) Write(p []byte) (int, error) {
 	if w.done {
-		return 0, fmt.Errorf("loader: write %s: writer is closed", w.path)
+		return 0, fmt.Errorf("objstore: write %s: writer is closed", w.path)
 	}
 	if w.err != nil {
 		return 0, w.err
 	}
 	n, err := w.tmp.Write(p)
 	if err != nil {
-		w.err = fmt.Errorf("loader: write %s: %w", w.path, err)
+		w.err = fmt.Errorf("objstore: write %s: %w", w.path, err)
 		return n, w.err
 	}
 	return n, nil
@@ -449,15 +446,15 @@ func (w *localWriter) Close() error {
 	err := w.err
 	if err == nil {
 		if cerr := w.ctx.Err(); cerr != nil {
-			err = fmt.Errorf("loader: create %s: %w", w.path, cerr)
+			err = fmt.Errorf("objstore: create %s: %w", w.path, cerr)
 		}
 	}
 	if cerr := w.tmp.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("loader: close %s: %w", w.path, cerr)
+		err = fmt.Errorf("objstore: close %s: %w", w.path, cerr)
 	}
 	if err == nil {
 		if rerr := os.Rename(w.tmp.Name(), w.path); rerr != nil {
-			err = fmt.Errorf("loader: commit %s: %w", w.path, rerr)
+			err = fmt.Errorf("objstore: commit %s: %w", w.path, rerr)
 		}
 	}
 	if err != nil {

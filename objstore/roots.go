@@ -1,4 +1,4 @@
-package loader
+package objstore
 
 import (
 	"context"
@@ -109,16 +109,16 @@ func (rs *rootSet) resolve(p string) (rooted, error) {
 	clean := filepath.Clean(p)
 	dir, ok := rs.holder(clean)
 	if !ok {
-		return rooted{}, fmt.Errorf("loader: %s: %w: it is not under any of them (%s)", clean, ErrOutsideRoot, strings.Join(rs.paths, ", "))
+		return rooted{}, fmt.Errorf("objstore: %s: %w: it is not under any of them (%s)", clean, ErrOutsideRoot, strings.Join(rs.paths, ", "))
 	}
 	rel, err := filepath.Rel(dir, clean)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return rooted{}, fmt.Errorf("loader: %s: %w: it is not under the root %s", clean, ErrOutsideRoot, dir)
+		return rooted{}, fmt.Errorf("objstore: %s: %w: it is not under the root %s", clean, ErrOutsideRoot, dir)
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.closed {
-		return rooted{}, fmt.Errorf("loader: %s: store is closed", clean)
+		return rooted{}, fmt.Errorf("objstore: %s: store is closed", clean)
 	}
 	r := rs.opened[dir]
 	if r == nil {
@@ -141,13 +141,13 @@ func (r rooted) abs(rel string) string {
 	return filepath.Join(r.dir, filepath.FromSlash(rel))
 }
 
-// err turns an error of an os.Root call on name into the loader's: an escape
+// err turns an error of an os.Root call on name into the store's: an escape
 // wraps ErrOutsideRoot and names the path and the root; a missing file wraps
 // ErrNotFound.
 func (r rooted) err(op, name string, err error) error {
 	p := r.abs(name)
 	if escapes(err) {
-		return fmt.Errorf("loader: %s %s: %w: it resolves outside the root %s (a symlink or \"..\" on the way leads out of it; symlinks must stay inside the root)",
+		return fmt.Errorf("objstore: %s %s: %w: it resolves outside the root %s (a symlink or \"..\" on the way leads out of it; symlinks must stay inside the root)",
 			op, p, ErrOutsideRoot, r.dir)
 	}
 	return localErr(op, p, err)
@@ -267,7 +267,7 @@ func (s *LocalStore) listRooted(abs string) (objs []Object, escaped []escapedEnt
 		return nil
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("loader: list %s: %w", abs, err)
+		return nil, nil, fmt.Errorf("objstore: list %s: %w", abs, err)
 	}
 	return objs, escaped, nil
 }
@@ -290,7 +290,7 @@ type escapedEntry struct {
 func checkEscaped(pat string, escaped []escapedEntry, keep func(string) bool) error {
 	for _, e := range escaped {
 		if keep(e.uri) {
-			return fmt.Errorf("loader: pattern %q matches a symlink leading out of its root: %w", pat, e.err)
+			return fmt.Errorf("objstore: pattern %q matches a symlink leading out of its root: %w", pat, e.err)
 		}
 	}
 	return nil

@@ -1,0 +1,47 @@
+// Package objstore answers one question: where are a dataset's bytes, and how
+// are byte ranges of them listed, fetched or mapped?
+//
+// It owns the [Store] interface (List, Stat, ReadAt) and its stores: local
+// disk ([LocalStore]: roots, mmap, a map cache) and Google Cloud Storage
+// ([GCSStore]: ranged reads with a retry budget, a stall timeout and
+// resumption at the first missing byte), the [Mux] that routes a URI to one of
+// them by its scheme, globbing ([Match]), and a value-agnostic [FooterCache]
+// keyed by object version. It knows nothing of file formats: package loader
+// reads Parquet and Arrow IPC through it.
+//
+// A new store (S3, Azure, HTTPS) is one file beside local.go and gcs.go, plus
+// its tests: its type implements Store (and Creator, StatsReporter where it
+// can), its init registers its scheme with the Mux (registerScheme) and its
+// WithXOptions MuxOption passes it options (addSchemeOptions). An HTTP-based
+// store reuses retry.go: a retryConfig in its config (set by its retry
+// options), a trackingTransport under its HTTP client, and ReadAt as
+// readTracker.read over one ranged request plus a classifier of the errors
+// retrying cannot help. Its test runs objstoretest.Conformance, the suite
+// every store passes.
+//
+// # Caveats
+//
+// Roots. A [LocalStore] given [WithRoots] serves only files inside those
+// directories, resolving every path, glob match and directory entry through
+// [os.Root]: a symlink or ".." leading out of a root is an error wrapping
+// ErrOutsideRoot, also when the symlink is swapped in between the listing and
+// the open (the open goes through the root). Hard links and bind mounts are
+// not guarded against (docs/PROTOCOL.md).
+//
+// Mappings. [Mapper.Map] hands out the file's pages in the page cache, shared
+// with every other process. A file truncated while mapped raises SIGBUS when a
+// lost page is touched: the caller must touch mapped bytes only where it turns
+// such a fault into an error (loader decodes under debug.SetPanicOnFault and
+// reports ErrNotFound); anywhere else the fault kills the process. Replace
+// files by renaming new ones into place ([LocalStore.Create] does), never by
+// truncating and rewriting them while they are read. Every Map result must be
+// released exactly once (StoreStats.LiveMaps counts those that are not).
+//
+// Map cache. With [WithMapCache] a LocalStore keeps whole files mapped between
+// Map calls, up to a byte bound (least recently used unmapped first), so
+// repeated passes over page-cache-warm files pay the page-table work once per
+// file, not per pass. Pages touched through a cached mapping stay in the
+// process's RSS (file-backed, reclaimable) until the file is evicted or the
+// store is closed, and a truncated file can fault for as long as it stays
+// cached.
+package objstore

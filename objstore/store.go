@@ -1,0 +1,100 @@
+package objstore
+
+import (
+	"context"
+	"io"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// Object is one stored object, as seen when it was listed or stat'ed.
+type Object struct {
+	// URI is "gs://bucket/name" for GCS and an absolute, cleaned path on local disk.
+	URI string
+	// Size in bytes.
+	Size int64
+	// Generation is the GCS object generation; reads pin it, so an object
+	// overwritten mid-epoch is an error rather than a silent mix of versions.
+	// Zero on local disk.
+	Generation int64
+	// ModTime is the last modification time (local disk; GCS "updated").
+	ModTime time.Time
+}
+
+// CacheKey identifies this version of the object: URI plus generation (GCS) or
+// size and mtime (local disk). Footer caches key on it.
+func (o Object) CacheKey() string {
+	if o.Generation != 0 {
+		return o.URI + "#g" + strconv.FormatInt(o.Generation, 10)
+	}
+	return o.URI + "#s" + strconv.FormatInt(o.Size, 10) + "m" + strconv.FormatInt(o.ModTime.UnixNano(), 10)
+}
+
+// Store is a blob store: local disk, GCS, or something that wraps one of them
+// (fault injection in tests, accounting).
+//
+// Implementations are safe for concurrent use.
+type Store interface {
+	// List returns the objects whose URI starts with prefix, sorted by URI.
+	// An empty result is not an error.
+	List(ctx context.Context, prefix string) ([]Object, error)
+	// Stat returns the object at uri. A missing object is an error that
+	// satisfies errors.Is(err, ErrNotFound) and names the URI.
+	Stat(ctx context.Context, uri string) (Object, error)
+	// ReadAt fills all of p with the bytes of obj at [off, off+len(p)). It
+	// never returns a short read without an error: reading past the end is
+	// an error wrapping io.ErrUnexpectedEOF that names the object. Transient
+	// failures are retried within the store's retry budget; a read that
+	// breaks off resumes where it stopped.
+	ReadAt(ctx context.Context, obj Object, p []byte, off int64) error
+	// Close releases clients and connections.
+	Close() error
+}
+
+// StoreStats counts what a store did. All fields are updated atomically and
+// may be read at any time; a [Mux] shares one StoreStats between the stores it
+// routes to.
+type StoreStats struct {
+	// BytesRead is the number of bytes returned by successful ReadAt calls.
+	BytesRead atomic.Int64
+	// Reads is the number of successful ReadAt calls.
+	Reads atomic.Int64
+	// Retries is the number of requests re-issued after a failed one
+	// (an error status, a broken or stalled connection). Resumes are
+	// retries too.
+	Retries atomic.Int64
+	// Resumes is the number of retries that continued a ranged read past
+	// the bytes already received instead of starting it over.
+	Resumes atomic.Int64
+	// Maps is the number of successful Map calls (local files read through
+	// mmap instead of ReadAt; see [Mapper]).
+	Maps atomic.Int64
+	// BytesMapped is the number of bytes those Map calls made available. They
+	// are not counted in BytesRead.
+	BytesMapped atomic.Int64
+	// FileMaps is the number of whole-file mappings made for
+	// [WithMapCache]; each serves Map calls until it is evicted.
+	FileMaps atomic.Int64
+	// LiveMaps is the number of Map results handed out and not yet
+	// released (a gauge: zero once every reader that mapped is closed).
+	LiveMaps atomic.Int64
+	// LiveFileMaps is the number of whole-file mappings ([WithMapCache])
+	// not yet unmapped (a gauge: zero after Close).
+	LiveFileMaps atomic.Int64
+}
+
+// StatsReporter is implemented by stores that count their work.
+type StatsReporter interface {
+	// Stats returns the store's live counters.
+	Stats() *StoreStats
+}
+
+// Creator is implemented by stores that can write objects (datasets generated
+// by `meshfeed gen`, test fixtures).
+type Creator interface {
+	// Create returns a writer for the object at uri. Nothing is visible at
+	// uri until Close returns nil; Close commits the object, replacing any
+	// previous version. ctx must stay live until Close returns.
+	Create(ctx context.Context, uri string) (io.WriteCloser, error)
+}
