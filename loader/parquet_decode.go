@@ -77,6 +77,7 @@ func (p *parquetFooter) decoder(f *File, proj []int, out []arrow.Field, cfg *con
 	return d, nil
 }
 
+// colDecoder plans the decoding of column fi as out. Long: one pass over the column's schema, each layout refused where it is found.
 func (p *parquetFooter) colDecoder(fi int, out arrow.Field, cfg *config) (c colDecoder, err error) {
 	defer func() {
 		if r := recover(); r != nil { // parquet-go panics on some schema nodes (maps, corrupt types)
