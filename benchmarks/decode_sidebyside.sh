@@ -39,14 +39,20 @@ for i in $(seq "$rounds"); do
 done | tee "$tmp/runs.txt"
 python3 - "$tmp/runs.txt" <<'PY'
 import collections, re, statistics, sys
-runs = collections.defaultdict(lambda: collections.defaultdict(list))
+# Per benchmark: the old and new ns/op of each round, in the order run.
+runs = collections.defaultdict(lambda: {'old': [], 'new': []})
 for line in open(sys.argv[1]):
     m = re.match(r'(old|new) (\S+?)(-\d+)?\s+\d+\s+([\d.]+) ns/op', line)
     if m:
         runs[m[2]][m[1]].append(float(m[4]))
-print(f"\n{'benchmark':70s} {'old ms':>9s} {'new ms':>9s} {'new/old':>8s}")
-for name, sides in runs.items():
-    if sides['old'] and sides['new']:
-        o, n = statistics.median(sides['old']), statistics.median(sides['new'])
-        print(f"{name:70s} {o/1e6:9.2f} {n/1e6:9.2f} {n/o:8.3f}")
+print(f"\n{'benchmark':66s} {'old ms':>8s} {'new ms':>8s} {'new/old':>8s} {'paired':>8s}")
+for name, s in runs.items():
+    k = min(len(s['old']), len(s['new']))
+    if k == 0:
+        continue
+    o, n = statistics.median(s['old']), statistics.median(s['new'])
+    # paired: the median of each round's ratio (the two sides of a round ran
+    # back to back, under the same load)
+    paired = statistics.median(s['new'][i] / s['old'][i] for i in range(k))
+    print(f"{name:66s} {o/1e6:8.2f} {n/1e6:8.2f} {n/o:8.3f} {paired:8.3f}")
 PY
