@@ -34,8 +34,8 @@ import (
 //   - no page holds a null or an empty list: v2 pages say num_nulls == 0;
 //     v1 pages' definition levels are RLE runs all equal to the max level.
 //
-// The repetition levels of a fixed_size_list are skipped, not checked: the
-// slow path does not check them either (it counts values only). Those of a
+// The repetition levels of a fixed_size_list are skipped, not checked
+// (checkLevels says why). Those of a
 // list give its offsets: a row starts at every level 0 (decodeFastList). Counts are
 // checked: every page's values must be num_values elements, and the chunk's
 // values rows x list size; a mismatch is ErrCorrupt.
@@ -219,7 +219,7 @@ func (c *colDecoder) fastPages(chunk []byte, codec format.CompressionCodec) (pag
 			p.levels = int(dh.RepetitionLevelsByteLength) + int(dh.DefinitionLevelsByteLength)
 			p.repLevels = int(dh.RepetitionLevelsByteLength)
 			p.valuesRaw = codec == format.Uncompressed || (dh.IsCompressed.Valid && !dh.IsCompressed.V)
-			if err := c.checkLevels(p.body[:p.repLevels], p.body[p.repLevels:p.levels], p.nvals, true); err != nil {
+			if err := c.checkLevels(p.body[p.repLevels:p.levels], p.nvals, true); err != nil {
 				if err != errFallback {
 					err = fmt.Errorf("page %d: %w", h.index, err)
 				}
@@ -241,18 +241,15 @@ func (c *colDecoder) fastPages(chunk []byte, codec format.CompressionCodec) (pag
 	return pages, nil
 }
 
-// checkLevels checks the levels of a fast-path page of c holding n values:
-// a fixed_size_list's repetition levels must parse with no level above 1
-// (a list's are read by rowStarts, which checks them), and the definition
-// levels must all be at the max (levelRuns: errFallback when some are below,
-// ErrCorrupt when one is above or they end early). A v2 page may leave out
-// its level sections (v2 set): its num_nulls of 0 then stands for them.
-func (c *colDecoder) checkLevels(rep, def []byte, n int, v2 bool) error {
-	if c.kind == kindFixedList && !(v2 && len(rep) == 0) {
-		if _, _, err := rowStarts(rep, n, 0, nil, 0); err != nil {
-			return err
-		}
-	}
+// checkLevels checks the definition levels of a fast-path page of c
+// holding n values: they must all be at the max (levelRuns: errFallback
+// when some are below, ErrCorrupt when one is above or they end early). A v2
+// page may leave out its level sections (v2 set): its num_nulls of 0 then
+// stands for them. Repetition levels are not read here: a list's are read
+// by rowStarts (which checks them), a fixed_size_list's cannot move a value
+// (every row holds n values, checked by count) and reading them costs work
+// per row, a sixth of a decode of float32[8] rows.
+func (c *colDecoder) checkLevels(def []byte, n int, v2 bool) error {
 	if c.maxDef == 0 || v2 && len(def) == 0 {
 		return nil
 	}
@@ -441,10 +438,10 @@ func (c *colDecoder) pageValues(p *fastPage, codec format.CompressionCodec, scra
 // v1Values returns the values of the decompressed v1 page of c holding n
 // values, past its level sections, which checkLevels checks.
 func (c *colDecoder) v1Values(page []byte, n int) ([]byte, error) {
-	var rep, def []byte
+	var def []byte
 	var err error
-	if c.kind == kindFixedList {
-		if rep, page, err = levelSection(page); err != nil {
+	if c.kind == kindFixedList { // repetition levels: skipped (checkLevels)
+		if _, page, err = levelSection(page); err != nil {
 			return nil, err
 		}
 	}
@@ -453,7 +450,7 @@ func (c *colDecoder) v1Values(page []byte, n int) ([]byte, error) {
 			return nil, err
 		}
 	}
-	if err := c.checkLevels(rep, def, n, false); err != nil {
+	if err := c.checkLevels(def, n, false); err != nil {
 		return nil, err
 	}
 	return page, nil
