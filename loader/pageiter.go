@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"math/bits"
 
@@ -84,11 +85,15 @@ type pageIter struct {
 	err    error
 	short  bool // stopped at a page the window does not hold (window to go on)
 	proto  thrift.CompactProtocol
+	br     bytes.Reader // over buf: headers are decoded from it, one decoder per buffer
+	dec    *thrift.Decoder
 }
 
 // newPageIter walks the pages in chunk, all of them there.
 func newPageIter(chunk []byte, lim pageLimits) *pageIter {
-	return &pageIter{buf: chunk, total: int64(len(chunk)), lim: lim}
+	it := &pageIter{total: int64(len(chunk)), lim: lim}
+	it.window(chunk, 0)
+	return it
 }
 
 // newPageWindows walks the pages of total bytes seen through windows, the
@@ -101,6 +106,8 @@ func newPageWindows(total int64, lim pageLimits) *pageIter {
 // walk stands: it.pos), and clears short.
 func (it *pageIter) window(buf []byte, at int64) {
 	it.buf, it.bufAt, it.short = buf, at, false
+	it.br.Reset(buf)
+	it.dec = thrift.NewDecoder(it.proto.NewReader(&it.br))
 }
 
 // Err returns the corruption that ended the walk, nil when it ended at the
@@ -108,8 +115,8 @@ func (it *pageIter) window(buf []byte, at int64) {
 func (it *pageIter) Err() error { return it.err }
 
 // corrupt ends the walk with an ErrCorrupt error about the page at at.
-func (it *pageIter) corrupt(format string, args ...any) bool {
-	it.err = fmt.Errorf("page %d at chunk offset %d: %s: %w", it.n, it.pos, fmt.Sprintf(format, args...), ErrCorrupt)
+func (it *pageIter) corrupt(msg string, args ...any) bool {
+	it.err = fmt.Errorf("page %d at chunk offset %d: %s: %w", it.n, it.pos, fmt.Sprintf(msg, args...), ErrCorrupt)
 	return false
 }
 
@@ -126,9 +133,9 @@ func (it *pageIter) next(p *pageHead, whole bool) bool {
 		it.short = true
 		return false
 	}
-	br := bytes.NewReader(it.buf[rel:])
+	it.br.Seek(rel, io.SeekStart)
 	*p = pageHead{index: it.n, at: it.pos}
-	if err := thrift.NewDecoder(it.proto.NewReader(br)).Decode(&p.h); err != nil {
+	if err := it.dec.Decode(&p.h); err != nil {
 		if it.bufAt+int64(len(it.buf)) < it.total {
 			it.short = true // the window may cut the header: read on
 			return false
@@ -136,7 +143,7 @@ func (it *pageIter) next(p *pageHead, whole bool) bool {
 		return it.corrupt("header: %v", err)
 	}
 	h := &p.h
-	p.hdr = int64(len(it.buf)) - rel - int64(br.Len())
+	p.hdr = int64(len(it.buf)) - rel - int64(it.br.Len())
 	p.size = int64(h.CompressedPageSize)
 	if h.CompressedPageSize < 0 || p.size > it.total-it.pos-p.hdr {
 		return it.corrupt("%d compressed bytes, but %d left in the chunk", h.CompressedPageSize, it.total-it.pos-p.hdr)
