@@ -59,10 +59,33 @@
 //
 // Column types are those pyarrow reads (docs/TYPES.md): a file's Arrow schema
 // is its stored ARROW:schema or, without one, the one arrow-go derives from
-// the Parquet schema (parquet_arrowgo.go). Columns the page decoder and its
-// fast paths cover take them; every other column (decimals, INT96, times,
-// structs, maps, nested lists, LZ4) is decoded by arrow-go from the same
-// fetched bytes. Nulls in columns without a fill are ErrNull, at Open where
+// the Parquet schema (parquet_arrowgo.go), with pyarrow's corrections (a
+// legacy two-level list of lists, as parquet-avro writes it, is a list of
+// lists, not of structs). Each column chunk takes one route (route.go):
+//
+//	route                  columns
+//	fast values            fixed-width primitives (not bool); 8- and 16-bit
+//	                       integers stored as INT32, narrowed and checked
+//	fast fixed_size_list   fixed_size_list of those
+//	fast list              list of those
+//	parquet-go engine      dictionary-encoded and nullable columns (fill
+//	                       values, validity), PLAIN booleans, strings and
+//	                       binary, codecs other than none, snappy, zstd and
+//	                       gzip; and fast-route chunks whose pages do not
+//	                       qualify (a dictionary page, an encoding other than
+//	                       PLAIN, a null or empty list)
+//	arrow-go               decimals, INT96, times, structs, maps, nested lists;
+//	                       LZ4 and LZ4_RAW, RLE booleans; a chunk holding a
+//	                       v2 page of no value; nulls inside lists kept as
+//	                       validity (WithNullsAsValidity)
+//
+// The fast routes need PLAIN pages without nulls, codec none, snappy, zstd
+// or gzip. Every route decodes from the same fetched bytes. Page headers are
+// walked by one iterator (pageIter) that refuses sizes past the chunk, value
+// counts past the footer's and decoded sizes past the limit; definition
+// levels above the max, or fewer levels than a page's num_values, are
+// ErrCorrupt on every route, as pyarrow refuses them. Nulls in columns
+// without a fill are ErrNull, at Open where
 // the footers record them (statistics; for lists, definition level
 // histograms, which tell null elements and null lists from empty lists), or
 // Arrow nulls with [WithNullsAsValidity]. A fill stands in for null values

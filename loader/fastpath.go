@@ -1,24 +1,15 @@
 package loader
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"math/bits"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/snappy"
-	"github.com/klauspost/compress/zstd"
 	"github.com/parquet-go/parquet-go"
-	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/meshfeed/meshfeed/internal/arrowmem"
@@ -43,8 +34,8 @@ import (
 //   - no page holds a null or an empty list: v2 pages say num_nulls == 0;
 //     v1 pages' definition levels are RLE runs all equal to the max level.
 //
-// The repetition levels of a fixed_size_list are skipped, not checked: the
-// slow path does not check them either (it counts values only). Those of a
+// The repetition levels of a fixed_size_list are skipped, not checked
+// (checkLevels says why). Those of a
 // list give its offsets: a row starts at every level 0 (decodeFastList). Counts are
 // checked: every page's values must be num_values elements, and the chunk's
 // values rows x list size; a mismatch is ErrCorrupt.
@@ -86,58 +77,59 @@ func (c *colDecoder) fastEligible() bool {
 	return c.elemSize > 0 && physWidth(c.phys) == c.elemSize
 }
 
-// decodeFast decodes one column chunk whose bytes are chunk (the whole
-// chunk, from its first page header) when it qualifies for the fast path.
-// ok is false when it does not (nothing was allocated: decode it with
-// decodeChunk); err is set, and ok true, when it qualifies but is corrupt.
-func (c *colDecoder) decodeFast(chunk []byte, md *format.ColumnMetaData, rows int64, mem memory.Allocator, maxBytes int64) (a arrow.Array, ok bool, err error) {
-	if c.kind == kindList {
-		if !c.fastEligible() || !fastCodec(md.Codec) || rows < 0 || rows > math.MaxInt32 {
-			return nil, false, nil
-		}
-		return c.decodeFastList(chunk, md.Codec, rows, mem, maxBytes)
-	}
-	return c.decodeFastRows(chunk, md, rows, 0, rows, mem, maxBytes, edges{})
-}
-
-// decodeFastRows is decodeFast for a column that is not a list, returning
-// rows [lo, hi) of the rows the pages in chunk hold: of a page holding
-// rows on both sides of lo or hi only those inside are written, the
-// others' values are not copied (a page outside is not decoded at all).
-// With ed set (a piece of a row group), a compressed page the window ends
-// inside is kept decompressed for the row group's next piece, which starts
-// in it, and the first page is taken from the piece before where it kept it.
-func (c *colDecoder) decodeFastRows(chunk []byte, md *format.ColumnMetaData, rows, lo, hi int64, mem memory.Allocator, maxBytes int64, ed edges) (a arrow.Array, ok bool, err error) {
-	narrow := c.narrowed()
-	if !(c.fastEligible() || narrow) || !fastCodec(md.Codec) || rows < 0 || rows > math.MaxInt32 || lo < 0 || lo > hi || hi > rows {
-		return nil, false, nil
+// decodeFastRows decodes the values of rows [r.lo, r.hi) of the rows
+// the pages of v hold (v.n; r relative to the pages' first row) for a column
+// that is not a list: of a page holding rows on both sides of r.lo or r.hi
+// only those inside are written, the others' values are not copied (a page
+// outside is not decoded at all). With o.ed set (a piece of a row group), a
+// compressed page the range ends inside is kept decompressed for the row
+// group's next piece, which starts in it, and the first page is taken from
+// the piece before where it kept it. errFallback: the chunk does not
+// qualify (nothing was allocated).
+func (c *colDecoder) decodeFastRows(v chunkView, r rowRange, o outSpec) (arrow.Array, error) {
+	rows, lo, hi := v.n, r.lo, r.hi
+	if !(c.fastEligible() || c.narrowed()) || !fastCodec(v.codec) || rows < 0 || rows > math.MaxInt32 || lo < 0 || lo > hi || hi > rows {
+		return nil, errFallback
 	}
 	per := int64(1)
 	if c.kind == kindFixedList {
 		per = int64(c.listSize)
 	}
 	want := rows * per // values
-	vlo, vhi := lo*per, hi*per
-	if (vhi-vlo)*int64(c.elemSize) > maxBytes || want > math.MaxInt32 {
-		return nil, false, nil // decodeChunk reports the limit
+	vals := rowRange{lo * per, hi * per}
+	if (vals.hi-vals.lo)*int64(c.elemSize) > o.maxBytes || want > math.MaxInt32 {
+		return nil, errFallback // decodeChunk reports the limit
 	}
-	pages, ok := c.fastPages(chunk, md.Codec)
-	if !ok {
-		return nil, false, nil
+	pages, err := c.fastPages(v.b, v.codec)
+	if err != nil {
+		return nil, err
 	}
 	var total int64
 	for i := range pages {
 		total += int64(pages[i].nvals)
 	}
 	if total != want {
-		return nil, true, fmt.Errorf("pages hold %d values, want %d rows x %d: %w", total, rows, per, ErrCorrupt)
+		return nil, fmt.Errorf("pages hold %d values, want %d rows x %d: %w", total, rows, per, ErrCorrupt)
 	}
-	// Every page inside [vlo, vhi) writes its part, and so do the pages
+	// Every page inside the range writes its part, and so do the pages
 	// across its ends: together they write every value of the buffer.
-	es := int64(c.elemSize)
-	values := arrowmem.NewOverwriteBuffer(mem, int((vhi-vlo)*es))
+	values := arrowmem.NewOverwriteBuffer(o.mem, int((vals.hi-vals.lo)*int64(c.elemSize)))
 	defer values.Release() // the array holds its own reference
-	dst := values.Bytes()
+	if err := c.writePages(pages, v.codec, vals, values.Bytes(), o.ed); err != nil {
+		return nil, err
+	}
+	st := &colState{c: c, mem: o.mem, values: values, nvals: int(vals.hi - vals.lo)}
+	a, err := st.finish(hi - lo)
+	if err != nil {
+		return nil, err
+	}
+	fastChunks.Add(1)
+	return a, nil
+}
+
+// writePages writes values [vals.lo, vals.hi) of pages into dst (exactly
+// their size), for decodeFastRows.
+func (c *colDecoder) writePages(pages []fastPage, codec format.CompressionCodec, vals rowRange, dst []byte, ed edges) error {
 	var scratch []byte
 	defer func() {
 		if scratch != nil {
@@ -155,7 +147,7 @@ func (c *colDecoder) decodeFastRows(chunk []byte, md *format.ColumnMetaData, row
 	// The first page, decompressed by the piece before, if it kept it:
 	// taken before the last page may keep its own in its place.
 	var pre []byte
-	if ed.e != nil && md.Codec != format.Uncompressed && vlo > 0 {
+	if ed.e != nil && codec != format.Uncompressed && vals.lo > 0 {
 		pre = ed.take(ed.first)
 	}
 	defer func() {
@@ -163,99 +155,105 @@ func (c *colDecoder) decodeFastRows(chunk []byte, md *format.ColumnMetaData, row
 			putBuf(pre)
 		}
 	}()
+	es := int64(c.elemSize)
 	for i := len(pages) - 1; i >= 0; i-- {
 		p := &pages[i]
-		from, to := max(starts[i], vlo), min(starts[i+1], vhi)
+		from, to := max(starts[i], vals.lo), min(starts[i+1], vals.hi)
 		if from > to || from == to && p.nvals > 0 {
-			continue // no value of the window
+			continue // no value of the range
 		}
-		start, n := int((from-vlo)*es), int((to-from)*es)
+		start, n := int((from-vals.lo)*es), int((to-from)*es)
+		var err error
 		switch {
-		case from != starts[i] || to != starts[i+1]: // the window ends inside the page
-			var first []byte
+		case from != starts[i] || to != starts[i+1]: // the range ends inside the page
+			part := pagePart{out: dst[start : start+n : start+n], first: int(from - starts[i]), i: i, more: to < starts[i+1]}
 			if i == 0 {
-				first, pre = pre, nil
+				part.pre, pre = pre, nil
 			}
-			err = c.edgePage(p, md.Codec, dst[start:start+n:start+n], int(from-starts[i]), &scratch, ed, i, to < starts[i+1], first)
-		case narrow:
-			err = c.fastPageNarrow(p, md.Codec, dst[start:start+n:start+n], &scratch)
+			err = c.edgePage(p, codec, part, &scratch, ed)
+		case c.narrowed():
+			err = c.fastPageNarrow(p, codec, dst[start:start+n:start+n], &scratch)
 		case p.v2:
-			err = fastPageV2(p, md.Codec, dst[start:start+n:start+n])
+			err = fastPageV2(p, codec, dst[start:start+n:start+n])
 		default:
-			err = c.fastPageV1(p, md.Codec, dst, start, n, &scratch)
+			err = c.fastPageV1(p, codec, dst, start, n, &scratch)
 		}
-		if errors.Is(err, errFallback) {
-			return nil, false, nil
+		if err == errFallback {
+			return err
 		}
 		if err != nil {
-			return nil, true, fmt.Errorf("page %d: %w", i, err)
+			return fmt.Errorf("page %d: %w", i, err)
 		}
 	}
-	st := &colState{c: c, mem: mem, values: values, nvals: int(vhi - vlo)}
-	a, err = st.finish(hi - lo)
-	if err != nil {
-		return nil, true, err
-	}
-	fastChunks.Add(1)
-	return a, true, nil
+	return nil
 }
 
 // fastPages walks the page headers of chunk and returns its data pages, or
-// ok false if any page keeps the chunk off the fast path (dictionary, non
+// errFallback if any page keeps the chunk off the fast path (dictionary, non
 // PLAIN encoding, nulls, a header that does not parse: decodeChunk and
-// checkPages report what is wrong with it).
-func (c *colDecoder) fastPages(chunk []byte, codec format.CompressionCodec) (pages []fastPage, ok bool) {
-	var proto thrift.CompactProtocol
-	br := bytes.NewReader(chunk)
-	dec := thrift.NewDecoder(proto.NewReader(br))
-	for br.Len() > 0 {
-		var h format.PageHeader
-		if err := dec.Decode(&h); err != nil {
-			return nil, false
-		}
-		start := len(chunk) - br.Len()
-		if h.CompressedPageSize < 0 || int(h.CompressedPageSize) > br.Len() || h.UncompressedPageSize < 0 {
-			return nil, false
-		}
-		body := chunk[start : start+int(h.CompressedPageSize)]
-		br.Seek(int64(h.CompressedPageSize), 1)
-		p := fastPage{body: body, size: int(h.UncompressedPageSize)}
-		switch {
-		case h.Type == format.DataPage && h.DataPageHeader.Valid:
-			dh := &h.DataPageHeader.V
-			if dh.Encoding != format.Plain || dh.NumValues < 0 ||
+// checkPages report what is wrong with it). The level sections of v2 pages
+// (never compressed) are checked here (checkLevels): a level above the max
+// is ErrCorrupt.
+func (c *colDecoder) fastPages(chunk []byte, codec format.CompressionCodec) (pages []fastPage, err error) {
+	it := newPageIter(chunk, noLimits)
+	var h pageHead
+	for it.next(&h, true) {
+		p := fastPage{body: h.body, size: int(h.h.UncompressedPageSize), nvals: h.nvals}
+		switch h.kind {
+		case pageDataV1:
+			dh := h.v1()
+			if dh.Encoding != format.Plain ||
 				(c.maxDef > 0 && dh.DefinitionLevelEncoding != format.RLE) ||
 				((c.kind == kindFixedList || c.kind == kindList) && dh.RepetitionLevelEncoding != format.RLE) {
-				return nil, false
+				return nil, errFallback
 			}
-			p.nvals = int(dh.NumValues)
-			if codec == format.Uncompressed && p.size != len(body) {
-				return nil, false
+			if codec == format.Uncompressed && p.size != len(p.body) {
+				return nil, errFallback
 			}
-		case h.Type == format.DataPageV2 && h.DataPageHeaderV2.Valid:
-			dh := &h.DataPageHeaderV2.V
-			if dh.Encoding != format.Plain || dh.NumNulls != 0 || dh.NumValues < 0 ||
-				dh.RepetitionLevelsByteLength < 0 || dh.DefinitionLevelsByteLength < 0 {
-				return nil, false
+		case pageDataV2:
+			dh := h.v2()
+			if dh.Encoding != format.Plain || dh.NumNulls != 0 {
+				return nil, errFallback
 			}
-			p.v2, p.nvals = true, int(dh.NumValues)
+			p.v2 = true
 			p.levels = int(dh.RepetitionLevelsByteLength) + int(dh.DefinitionLevelsByteLength)
 			p.repLevels = int(dh.RepetitionLevelsByteLength)
 			p.valuesRaw = codec == format.Uncompressed || (dh.IsCompressed.Valid && !dh.IsCompressed.V)
-			if p.levels > len(body) || p.levels > p.size {
-				return nil, false
+			if err := c.checkLevels(p.body[p.repLevels:p.levels], p.nvals, true); err != nil {
+				if err != errFallback {
+					err = fmt.Errorf("page %d: %w", h.index, err)
+				}
+				return nil, err
 			}
-		case h.Type == format.IndexPage:
+		case pageIndex:
 			continue
 		default: // dictionary pages, unknown page types
-			return nil, false
+			return nil, errFallback
 		}
 		if int64(p.nvals)*int64(c.elemSize) > math.MaxInt32 {
-			return nil, false
+			return nil, errFallback
 		}
 		pages = append(pages, p)
 	}
-	return pages, true
+	if it.Err() != nil {
+		return nil, errFallback
+	}
+	return pages, nil
+}
+
+// checkLevels checks the definition levels of a fast-path page of c
+// holding n values: they must all be at the max (levelRuns: errFallback
+// when some are below, ErrCorrupt when one is above or they end early). A v2
+// page may leave out its level sections (v2 set): its num_nulls of 0 then
+// stands for them. Repetition levels are not read here: a list's are read
+// by rowStarts (which checks them), a fixed_size_list's cannot move a value
+// (every row holds n values, checked by count) and reading them costs work
+// per row, a sixth of a decode of float32[8] rows.
+func (c *colDecoder) checkLevels(def []byte, n int, v2 bool) error {
+	if c.maxDef == 0 || v2 && len(def) == 0 {
+		return nil
+	}
+	return levelRuns(def, c.maxDef, n)
 }
 
 // fastPageV2 writes a v2 page's values into out (exactly its size). The
@@ -301,21 +299,9 @@ func (c *colDecoder) fastPageV1(p *fastPage, codec format.CompressionCodec, dst 
 		}
 		page = buf
 	}
-	if c.kind == kindFixedList { // repetition levels: skipped
-		var err error
-		if _, page, err = levelSection(page); err != nil {
-			return err
-		}
-	}
-	if c.maxDef > 0 {
-		def, rest, err := levelSection(page)
-		if err != nil {
-			return err
-		}
-		if !allRunsAt(def, c.maxDef, p.nvals) {
-			return errFallback
-		}
-		page = rest
+	page, err := c.v1Values(page, p.nvals)
+	if err != nil {
+		return err
 	}
 	if len(page) != len(out) {
 		return fmt.Errorf("%d bytes of values for %d values of %d bytes: %w", len(page), p.nvals, len(out)/max(p.nvals, 1), ErrCorrupt)
@@ -338,29 +324,39 @@ func (c *colDecoder) fastPageNarrow(p *fastPage, codec format.CompressionCodec, 
 	return c.fastPagePart(p, codec, out, 0, scratch, nil)
 }
 
-// edgePage is fastPagePart for page i of a piece's pages, whose values the
-// piece's rows cover only in part: pre, when set, is the page decompressed
-// by the piece before (the caller owns it until this call, then this
-// function does); with ed set, the page is kept decompressed for the next
-// piece when more is set (the next piece starts inside it).
-func (c *colDecoder) edgePage(p *fastPage, codec format.CompressionCodec, out []byte, first int, scratch *[]byte, ed edges, i int, more bool, pre []byte) error {
+// pagePart is the part of page i of a piece's pages that the piece's rows
+// cover, at the piece's edges.
+type pagePart struct {
+	out   []byte // where its values go (as many as it holds)
+	first int    // the first of its values in the page
+	i     int    // the page's index in the pages given
+	more  bool   // the next piece starts inside the page
+	pre   []byte // the page decompressed by the piece before, or nil
+}
+
+// edgePage is fastPagePart for part of page p: part.pre, when set, is the
+// page decompressed by the piece before (the caller owns it until this
+// call, then this function does); with ed set, the page is kept
+// decompressed for the next piece when part.more is set (the next piece
+// starts inside it).
+func (c *colDecoder) edgePage(p *fastPage, codec format.CompressionCodec, part pagePart, scratch *[]byte, ed edges) error {
 	if ed.e == nil || codec == format.Uncompressed {
-		return c.fastPagePart(p, codec, out, first, scratch, nil)
+		return c.fastPagePart(p, codec, part.out, part.first, scratch, nil)
 	}
 	var own []byte
 	buf := scratch
-	if more && pre == nil {
+	if part.more && part.pre == nil {
 		buf = &own
 	}
-	err := c.fastPagePart(p, codec, out, first, buf, pre)
+	err := c.fastPagePart(p, codec, part.out, part.first, buf, part.pre)
 	switch {
-	case err == nil && more && pre != nil:
-		ed.e.keepEdge(ed.col, ed.first+i, pre)
-	case err == nil && more && own != nil: // nil: the values were stored raw (v2)
-		ed.e.keepEdge(ed.col, ed.first+i, own)
+	case err == nil && part.more && part.pre != nil:
+		ed.e.keepEdge(ed.col, ed.first+part.i, part.pre)
+	case err == nil && part.more && own != nil: // nil: the values were stored raw (v2)
+		ed.e.keepEdge(ed.col, ed.first+part.i, own)
 	default:
-		if pre != nil {
-			putBuf(pre)
+		if part.pre != nil {
+			putBuf(part.pre)
 		}
 		if own != nil {
 			putBuf(own)
@@ -434,21 +430,28 @@ func (c *colDecoder) pageValues(p *fastPage, codec format.CompressionCodec, scra
 		}
 	}
 	if !p.v2 {
-		var err error
-		if c.kind == kindFixedList { // repetition levels: skipped
-			if _, page, err = levelSection(page); err != nil {
-				return nil, err
-			}
+		return c.v1Values(page, p.nvals)
+	}
+	return page, nil
+}
+
+// v1Values returns the values of the decompressed v1 page of c holding n
+// values, past its level sections, which checkLevels checks.
+func (c *colDecoder) v1Values(page []byte, n int) ([]byte, error) {
+	var def []byte
+	var err error
+	if c.kind == kindFixedList { // repetition levels: skipped (checkLevels)
+		if _, page, err = levelSection(page); err != nil {
+			return nil, err
 		}
-		if c.maxDef > 0 {
-			var def []byte
-			if def, page, err = levelSection(page); err != nil {
-				return nil, err
-			}
-			if !allRunsAt(def, c.maxDef, p.nvals) {
-				return nil, errFallback
-			}
+	}
+	if c.maxDef > 0 {
+		if def, page, err = levelSection(page); err != nil {
+			return nil, err
 		}
+	}
+	if err := c.checkLevels(def, n, false); err != nil {
+		return nil, err
 	}
 	return page, nil
 }
@@ -464,327 +467,4 @@ func levelSection(page []byte) (levels, rest []byte, err error) {
 		return nil, nil, fmt.Errorf("level section of %d bytes in a page of %d: %w", n, len(page), ErrCorrupt)
 	}
 	return page[4 : 4+n], page[4+n:], nil
-}
-
-// allRunsAt reports whether the RLE/bit-packed hybrid levels encode at least
-// n levels in RLE runs that all repeat the value max (work per run, not per
-// level). Bit-packed runs report false: the caller falls back.
-func allRunsAt(levels []byte, max, n int) bool {
-	width := (bits.Len(uint(max)) + 7) / 8
-	count := 0
-	for count < n {
-		h, k := binary.Uvarint(levels)
-		if k <= 0 || h&1 != 0 || len(levels)-k < width {
-			return false
-		}
-		v := 0
-		for i := 0; i < width; i++ {
-			v |= int(levels[k+i]) << (8 * i)
-		}
-		if v != max {
-			return false
-		}
-		count += int(min(h>>1, uint64(n)))
-		levels = levels[k+width:]
-	}
-	return true
-}
-
-// zstdDecoder decodes every fast-path ZSTD page (DecodeAll is safe for
-// concurrent use). The cap limit makes a frame that claims more than the
-// page's uncompressed size an error instead of an allocation of that size.
-var zstdDecoder = sync.OnceValues(func() (*zstd.Decoder, error) {
-	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecodeAllCapLimit(true))
-})
-
-// gzipReaders are reset onto each page.
-var gzipReaders sync.Pool
-
-// gunzipInto decodes a gzip stream that must hold exactly len(out) bytes.
-func gunzipInto(out, src []byte) error {
-	br := bytes.NewReader(src)
-	z, _ := gzipReaders.Get().(*gzip.Reader)
-	var err error
-	if z == nil {
-		z, err = gzip.NewReader(br)
-	} else {
-		err = z.Reset(br)
-	}
-	if err != nil {
-		return fmt.Errorf("GZIP: %w: %w", err, ErrCorrupt)
-	}
-	defer gzipReaders.Put(z)
-	if _, err := io.ReadFull(z, out); err != nil {
-		return fmt.Errorf("GZIP data shorter than %d bytes: %w: %w", len(out), err, ErrCorrupt)
-	}
-	var one [1]byte
-	if n, err := z.Read(one[:]); n != 0 || err != io.EOF {
-		return fmt.Errorf("GZIP data longer than %d bytes, or a corrupt end (%v): %w", len(out), err, ErrCorrupt)
-	}
-	return nil
-}
-
-// decompressInto decodes src into out, which must be exactly the decoded
-// size. Every codec of fastCodec decodes into out; another (not reached)
-// would go through parquet-go's codec and a copy.
-func decompressInto(codec format.CompressionCodec, out, src []byte) error {
-	out = out[:len(out):len(out)]
-	var got []byte
-	var err error
-	switch codec {
-	case format.Snappy:
-		// Check the stated length first: Decode allocates it when out is
-		// smaller.
-		var n int
-		if n, err = snappy.DecodedLen(src); err == nil && n != len(out) {
-			return fmt.Errorf("%s data decodes to %d bytes, want %d: %w", codec, n, len(out), ErrCorrupt)
-		}
-		if err == nil {
-			got, err = snappy.Decode(out, src)
-		}
-	case format.Zstd:
-		var d *zstd.Decoder
-		if d, err = zstdDecoder(); err == nil {
-			got, err = d.DecodeAll(src, out[:0])
-		}
-	case format.Gzip:
-		return gunzipInto(out, src)
-	default:
-		got, err = parquet.LookupCompressionCodec(codec).Decode(out, src)
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w: %w", codec, err, ErrCorrupt)
-	}
-	if len(got) != len(out) {
-		return fmt.Errorf("%s data decodes to %d bytes, want %d: %w", codec, len(got), len(out), ErrCorrupt)
-	}
-	if len(got) > 0 && unsafe.SliceData(got) != unsafe.SliceData(out) {
-		copy(out, got)
-	}
-	return nil
-}
-
-// decodeFastList decodes a list<fixed-width> chunk on the fast path: the
-// values are copied (or decompressed) straight into the Arrow values buffer,
-// and the offsets come from the repetition levels, read in their RLE and
-// bit-packed runs without expanding them. ok is false when the chunk does
-// not qualify (a null or empty list, a null element: decodeChunk handles
-// those).
-func (c *colDecoder) decodeFastList(chunk []byte, codec format.CompressionCodec, rows int64, mem memory.Allocator, maxBytes int64) (a arrow.Array, ok bool, err error) {
-	return c.decodeFastListRows(chunk, codec, rows, false, mem, maxBytes)
-}
-
-// decodeFastListRows is decodeFastList; with piece set, chunk is a run of a
-// chunk's pages (pieces_pages.go) that may begin inside a row (the values
-// before the first row start belong to the row before: they stay in the
-// values buffer, before the first offset) and may end past the end of its
-// rows-th row (decoding stops at the next row start, which ends that row).
-func (c *colDecoder) decodeFastListRows(chunk []byte, codec format.CompressionCodec, rows int64, piece bool, mem memory.Allocator, maxBytes int64) (a arrow.Array, ok bool, err error) {
-	pages, ok := c.fastPages(chunk, codec)
-	if !ok {
-		return nil, false, nil
-	}
-	var total int64
-	for i := range pages {
-		total += int64(pages[i].nvals)
-	}
-	if total*int64(c.elemSize) > maxBytes || total > math.MaxInt32 {
-		return nil, false, nil // decodeChunk reports the limit
-	}
-	values := arrowmem.NewOverwriteBuffer(mem, int(total)*c.elemSize)
-	defer values.Release() // the array holds its own references
-	offsets := newBuf(mem, 4*(int(rows)+1))
-	defer offsets.Release()
-	offs := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(offsets.Bytes()))), int(rows)+1)
-	dst := values.Bytes()
-	var scratch []byte
-	defer func() {
-		if scratch != nil {
-			putBuf(scratch)
-		}
-	}()
-	starts := offs[:rows] // a piece records the start of the row after its last too
-	if piece {
-		starts = offs[:rows+1]
-	}
-	pos, nrows, more := 0, 0, false
-	for i := 0; i < len(pages) && !more; i++ {
-		p := &pages[i]
-		rep, vals, err := c.listPageParts(p, codec, &scratch, nil)
-		if errors.Is(err, errFallback) {
-			return nil, false, nil
-		}
-		if err == nil && len(vals) != p.nvals*c.elemSize {
-			err = fmt.Errorf("%d bytes of values for %d values of %d bytes: %w", len(vals), p.nvals, c.elemSize, ErrCorrupt)
-		}
-		if err == nil {
-			nrows, more, err = rowStarts(rep, p.nvals, pos, starts, nrows)
-		}
-		if err == nil && more && !piece {
-			err = fmt.Errorf("pages hold more than the footer's %d rows: %w", rows, ErrCorrupt)
-		}
-		if err != nil {
-			return nil, true, fmt.Errorf("page %d: %w", i, err)
-		}
-		copy(dst[pos*c.elemSize:], vals)
-		pos += p.nvals
-	}
-	if !piece && rows > 0 && nrows > 0 && offs[0] != 0 {
-		return nil, true, fmt.Errorf("the chunk's first value does not start a row (repetition level 1): %w", ErrCorrupt)
-	}
-	nvals := int(total)
-	if nrows > int(rows) { // a piece's next row start: the end of its values
-		nrows, nvals = int(rows), int(offs[rows])
-	}
-	st := &colState{c: c, mem: mem, values: values, nvals: nvals, offsets: offsets, rows: nrows}
-	a, err = st.finish(rows)
-	if err != nil {
-		return nil, true, err
-	}
-	fastChunks.Add(1)
-	return a, true, nil
-}
-
-// listPageParts returns the repetition levels and the value bytes of a list
-// page, decompressing it into *scratch if need be (or taking pre, what
-// decompressing it gave before, when not nil), after checking that its
-// definition levels are all at the max (no null or empty list, no null
-// element); errFallback if they are not.
-func (c *colDecoder) listPageParts(p *fastPage, codec format.CompressionCodec, scratch *[]byte, pre []byte) (rep, vals []byte, err error) {
-	decompress := func(src []byte, n int) ([]byte, error) {
-		if pre != nil {
-			if len(pre) != n {
-				return nil, fmt.Errorf("page decompressed before to %d bytes, want %d: %w", len(pre), n, ErrCorrupt)
-			}
-			return pre, nil
-		}
-		if cap(*scratch) < n {
-			if *scratch != nil {
-				putBuf(*scratch)
-			}
-			*scratch = getBuf(int64(n))
-		}
-		buf := (*scratch)[:n:n]
-		return buf, decompressInto(codec, buf, src)
-	}
-	var def []byte
-	if p.v2 {
-		rep, def = p.body[:p.repLevels], p.body[p.repLevels:p.levels]
-		vals = p.body[p.levels:]
-		if !p.valuesRaw {
-			if vals, err = decompress(vals, p.size-p.levels); err != nil {
-				return nil, nil, err
-			}
-		}
-	} else {
-		page := p.body
-		if codec != format.Uncompressed {
-			if page, err = decompress(page, p.size); err != nil {
-				return nil, nil, err
-			}
-		}
-		if rep, page, err = levelSection(page); err != nil {
-			return nil, nil, err
-		}
-		if def, vals, err = levelSection(page); err != nil {
-			return nil, nil, err
-		}
-	}
-	if !allRunsAt(def, c.maxDef, p.nvals) {
-		return nil, nil, errFallback
-	}
-	return rep, vals, nil
-}
-
-// rowStarts reads n repetition levels (max level 1: bit width 1, in RLE and
-// bit-packed runs) of values numbered from base, and records the number of
-// every value at level 0, which starts a row, in offs[nrows:]. It returns
-// the new row count. With offs nil it only counts the rows. When offs is
-// full and another row starts, it stops there and reports more (the caller
-// decides whether that is corrupt). A level above 1 or a run that does not
-// parse is ErrCorrupt.
-func rowStarts(rep []byte, n, base int, offs []int32, nrows int) (rows int, more bool, err error) {
-	count := offs == nil
-	for done := 0; done < n; {
-		h, k := binary.Uvarint(rep)
-		if k <= 0 || h>>1 == 0 {
-			return 0, false, fmt.Errorf("repetition levels: bad run header: %w", ErrCorrupt)
-		}
-		rep = rep[k:]
-		if h&1 == 0 { // RLE run: one byte of value
-			if len(rep) < 1 {
-				return 0, false, fmt.Errorf("repetition levels: truncated run: %w", ErrCorrupt)
-			}
-			run := int(min(h>>1, uint64(n-done)))
-			switch rep[0] {
-			case 0: // every value starts a row (lists of one)
-				if count {
-					nrows += run
-					break
-				}
-				take := min(run, len(offs)-nrows)
-				for j := range take {
-					offs[nrows+j] = int32(base + done + j)
-				}
-				nrows += take
-				if take < run {
-					return nrows, true, nil
-				}
-			case 1:
-			default:
-				return 0, false, fmt.Errorf("repetition level %d, max 1: %w", rep[0], ErrCorrupt)
-			}
-			rep = rep[1:]
-			done += run
-			continue
-		}
-		// Bit-packed: h>>1 groups of 8 levels, one byte each, LSB first.
-		if h>>1 > uint64(len(rep)) {
-			return 0, false, fmt.Errorf("repetition levels: truncated bit-packed run: %w", ErrCorrupt)
-		}
-		groups := rep[:h>>1]
-		rep = rep[h>>1:]
-		for len(groups) > 0 && done < n {
-			// Eight groups at a time: a row starts at every 0 bit.
-			var w uint64
-			nb := min(len(groups), 8)
-			if nb == 8 {
-				w = binary.LittleEndian.Uint64(groups)
-			} else {
-				for i, b := range groups[:nb] {
-					w |= uint64(b) << (8 * i)
-				}
-			}
-			groups = groups[nb:]
-			m := ^w
-			if valid := min(nb*8, n-done); valid < 64 {
-				m &= 1<<valid - 1
-			}
-			if count {
-				nrows += bits.OnesCount64(m)
-			}
-			for ; m != 0 && !count; m &= m - 1 {
-				if nrows == len(offs) {
-					return nrows, true, nil
-				}
-				offs[nrows] = int32(base + done + bits.TrailingZeros64(m))
-				nrows++
-			}
-			done += nb * 8
-		}
-	}
-	return nrows, false, nil
-}
-
-// firstLevel returns the first of the RLE/bit-packed hybrid repetition
-// levels rep (bit width 1); false when rep holds none.
-func firstLevel(rep []byte) (byte, bool) {
-	h, k := binary.Uvarint(rep)
-	if k <= 0 || h>>1 == 0 || len(rep) <= k {
-		return 0, false
-	}
-	if h&1 == 0 {
-		return rep[k], true
-	}
-	return rep[k] & 1, true
 }

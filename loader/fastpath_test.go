@@ -468,10 +468,11 @@ func runFast(t *testing.T, c *colDecoder, chunk []byte, codec format.Compression
 	t.Helper()
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
-	md := &format.ColumnMetaData{Codec: codec, NumValues: rows}
-	a, ok, err := c.decodeFast(chunk, md, rows, mem, 1<<30)
+	out, err := c.decodeRows(chunkView{b: chunk, codec: codec, n: c.slot(rows)}, rowRange{0, rows}, outSpec{mem: mem, maxBytes: 1 << 30})
+	a := out.a
 	switch {
-	case !ok:
+	case err == errFallback:
+		err = nil
 		if a != nil || err != nil {
 			t.Fatalf("fallback with array %v, error %v", a, err)
 		}

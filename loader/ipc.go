@@ -39,6 +39,7 @@ type ipcFooter struct {
 	blocks    []ipcBlock
 }
 
+// readIPCFooter reads and checks the footer. Long: one pass of checks over the footer, each refusing what it finds.
 func readIPCFooter(ctx context.Context, store objstore.Store, obj objstore.Object, cfg *config) (ft footer, err error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("loader: %s: %s: %w; the file is truncated or not an Arrow IPC file: rewrite it", obj.URI, fmt.Sprintf(format, args...), ErrCorrupt)

@@ -1,10 +1,6 @@
 package loader
 
 import (
-	"bytes"
-	"fmt"
-
-	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
 )
 
@@ -23,47 +19,16 @@ func checkPages(chunk []byte, md *format.ColumnMetaData, limit int64) error {
 // chunk holds no value: parquet-go v0.32 dereferences the levels such a page
 // does not have (column.go decodeDataPage), so arrow-go decodes the chunk.
 func walkPages(chunk []byte, md *format.ColumnMetaData, limit int64) (emptyV2 bool, err error) {
-	var proto thrift.CompactProtocol
-	br := bytes.NewReader(chunk)
-	dec := thrift.NewDecoder(proto.NewReader(br))
-	var uncompressed, values int64
-	maxValues := md.NumValues
-	if maxValues < 0 || maxValues > limit {
-		return false, fmt.Errorf("footer claims %d values in the chunk, over the limit of %d: %w; the footer is corrupt, or raise WithMaxRowGroupBytes", md.NumValues, limit, ErrCorrupt)
+	lim, err := chunkLimits(md, limit)
+	if err != nil {
+		return false, err
 	}
-	for page := 0; br.Len() > 0; page++ {
-		var h format.PageHeader
-		if err := dec.Decode(&h); err != nil {
-			return false, fmt.Errorf("page %d header at chunk offset %d: %w: %w", page, len(chunk)-br.Len(), err, ErrCorrupt)
-		}
-		if h.CompressedPageSize < 0 || int64(h.CompressedPageSize) > int64(br.Len()) {
-			return false, fmt.Errorf("page %d: %d compressed bytes, but %d left in the chunk: %w", page, h.CompressedPageSize, br.Len(), ErrCorrupt)
-		}
-		if h.UncompressedPageSize < 0 {
-			return false, fmt.Errorf("page %d: negative uncompressed size %d: %w", page, h.UncompressedPageSize, ErrCorrupt)
-		}
-		uncompressed += int64(h.UncompressedPageSize)
-		if uncompressed > limit {
-			return false, fmt.Errorf("pages decompress to more than %d bytes: %w; the file is corrupt, or raise WithMaxRowGroupBytes", limit, ErrCorrupt)
-		}
-		var n int32
-		switch {
-		case h.DataPageHeader.Valid:
-			n = h.DataPageHeader.V.NumValues
-		case h.DataPageHeaderV2.Valid:
-			n = h.DataPageHeaderV2.V.NumValues
-			emptyV2 = emptyV2 || n == 0
-		}
-		if n < 0 {
-			return false, fmt.Errorf("page %d: negative value count %d: %w", page, n, ErrCorrupt)
-		}
-		values += int64(n)
-		if values > maxValues {
-			return false, fmt.Errorf("pages hold more values than the footer's %d: %w", maxValues, ErrCorrupt)
-		}
-		br.Seek(int64(h.CompressedPageSize), 1)
+	it := newPageIter(chunk, lim)
+	var p pageHead
+	for it.next(&p, false) {
+		emptyV2 = emptyV2 || p.kind == pageDataV2 && p.nvals == 0
 	}
-	return emptyV2, nil
+	return emptyV2, it.Err()
 }
 
 // withoutEmptyPages returns a copy of a column chunk's bytes with its data
@@ -72,27 +37,20 @@ func walkPages(chunk []byte, md *format.ColumnMetaData, limit int64) (emptyV2 bo
 // not parse: the decoder reports those). arrow-go, like Arrow C++, takes a
 // page of 0 values for the end of the chunk and reads no value after it.
 func withoutEmptyPages(chunk []byte) []byte {
-	var proto thrift.CompactProtocol
-	br := bytes.NewReader(chunk)
-	dec := thrift.NewDecoder(proto.NewReader(br))
-	var full, empty [][2]int
+	var full, empty [][2]int64
 	early := false
-	for br.Len() > 0 {
-		start := len(chunk) - br.Len()
-		var h format.PageHeader
-		if err := dec.Decode(&h); err != nil || h.CompressedPageSize < 0 || int64(h.CompressedPageSize) > int64(br.Len()) {
-			return nil
-		}
-		br.Seek(int64(h.CompressedPageSize), 1)
-		page := [2]int{start, len(chunk) - br.Len()}
-		if (h.DataPageHeader.Valid && h.DataPageHeader.V.NumValues == 0) || (h.DataPageHeaderV2.Valid && h.DataPageHeaderV2.V.NumValues == 0) {
+	it := newPageIter(chunk, noLimits)
+	var p pageHead
+	for it.next(&p, false) {
+		page := [2]int64{p.at, p.end()}
+		if (p.kind == pageDataV1 || p.kind == pageDataV2) && p.nvals == 0 {
 			empty = append(empty, page)
 			continue
 		}
 		early = early || len(empty) > 0
 		full = append(full, page)
 	}
-	if !early {
+	if !early || it.Err() != nil {
 		return nil
 	}
 	out := make([]byte, 0, len(chunk))

@@ -84,6 +84,7 @@ func classify(err error) error {
 	return fmt.Errorf("%w: %w", ErrCorrupt, err)
 }
 
+// readParquetFooter reads and checks the footer. Long: one pass of checks over the footer, each refusing what it finds.
 func readParquetFooter(ctx context.Context, store objstore.Store, obj objstore.Object, cfg *config) (ft footer, err error) {
 	const minSize = 4 + 4 + 4 // magic, footer length, magic
 	if obj.Size < minSize {

@@ -163,9 +163,10 @@ func deriveArrow(md *metadata.FileMetaData) (d *arrowDerived) {
 	return d
 }
 
-// pyarrowSchema is asch with pyarrow's one difference from arrow-go at the top
-// level: a BYTE_ARRAY annotated JSON is pyarrow's extension arrow.json over
-// string (arrow-go says binary; the bytes are the same).
+// pyarrowSchema is asch with pyarrow's differences from arrow-go: at the top
+// level, a BYTE_ARRAY annotated JSON is pyarrow's extension arrow.json over
+// string (arrow-go says binary; the bytes are the same); anywhere, a legacy
+// two-level list of lists is a list of lists, not of structs (legacyLists).
 func pyarrowSchema(asch *arrow.Schema, node *pqschema.Schema) *arrow.Schema {
 	fields := asch.Fields()
 	root := node.Root()
@@ -174,6 +175,7 @@ func pyarrowSchema(asch *arrow.Schema, node *pqschema.Schema) *arrow.Schema {
 			break
 		}
 		n := root.Field(i)
+		fields[i].Type = legacyLists(fields[i].Type, n) // parquet_legacylist.go
 		_, isJSON := n.LogicalType().(pqschema.JSONLogicalType)
 		if _, ok := n.LogicalType().(*pqschema.JSONLogicalType); (ok || isJSON) && fields[i].Type.ID() == arrow.BINARY {
 			// pyarrow reads it as the canonical extension arrow.json over
@@ -186,7 +188,8 @@ func pyarrowSchema(asch *arrow.Schema, node *pqschema.Schema) *arrow.Schema {
 	return arrow.NewSchema(fields, &md2)
 }
 
-// arrowField is the field arrow-go decodes top-level column name to.
+// arrowField is the field arrow-go decodes top-level column name to, as
+// pyarrow reads it (arrow-go's arrays are made to fit it: conformArrow).
 func (p *parquetFooter) arrowField(name string) (arrow.Field, error) {
 	d := p.derived()
 	if d.err != nil {
@@ -196,7 +199,11 @@ func (p *parquetFooter) arrowField(name string) (arrow.Field, error) {
 	if len(idx) == 0 {
 		return arrow.Field{}, fmt.Errorf("not in arrow-go's schema of the file: %w", ErrUnsupported)
 	}
-	return d.asch.Field(idx[0]), nil
+	f := d.asch.Field(idx[0])
+	if root := d.node.Root(); idx[0] < root.NumFields() {
+		f.Type = legacyLists(f.Type, root.Field(idx[0])) // pyarrow's type (parquet_legacylist.go)
+	}
+	return f, nil
 }
 
 // primaryFits reports whether the primary decoder (parquet-go pages and the

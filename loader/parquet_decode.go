@@ -2,7 +2,6 @@ package loader
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -78,6 +77,7 @@ func (p *parquetFooter) decoder(f *File, proj []int, out []arrow.Field, cfg *con
 	return d, nil
 }
 
+// colDecoder plans the decoding of column fi as out. Long: one pass over the column's schema, each layout refused where it is found.
 func (p *parquetFooter) colDecoder(fi int, out arrow.Field, cfg *config) (c colDecoder, err error) {
 	defer func() {
 		if r := recover(); r != nil { // parquet-go panics on some schema nodes (maps, corrupt types)
@@ -210,62 +210,6 @@ func (d *parquetDecoder) decode(ctx context.Context, rg int, ra io.ReaderAt, mem
 	}
 	arrs = nil
 	return rec, nil
-}
-
-// decodeColumn decodes the whole chunk of column c in row group rg from ra
-// (which holds at least the chunk's fetched bytes). Errors name the file,
-// row group and column.
-func (d *parquetDecoder) decodeColumn(ctx context.Context, c *colDecoder, rg int, ra io.ReaderAt, mem memory.Allocator) (arrow.Array, error) {
-	rows := d.f.RowGroups[rg].Rows
-	meta := d.pf.Metadata().RowGroups[rg].Columns
-	if c.kind == kindArrow || needsFallback(&meta[c.leaf].MetaData, c.phys == parquet.Boolean) {
-		a, err := d.decodeFallback(ctx, c, rg, ra, mem)
-		if err != nil {
-			return nil, fmt.Errorf("loader: %s row group %d column %q: %w", d.f.Object.URI, rg, c.name, err)
-		}
-		return a, nil
-	}
-	if sr, ok := ra.(*spanReader); ok {
-		cm := &meta[c.leaf].MetaData
-		off, n := chunkRange(cm)
-		if b, ok := sr.bytesAt(off, n); ok {
-			emptyV2, err := walkPages(b, cm, d.maxBytes)
-			if err != nil {
-				return nil, fmt.Errorf("loader: %s row group %d column %q: %w", d.f.Object.URI, rg, c.name, err)
-			}
-			if emptyV2 { // parquet-go cannot decode a v2 page of 0 values: arrow-go does
-				a, err := d.decodeFallback(ctx, c, rg, ra, mem)
-				if err != nil {
-					return nil, fmt.Errorf("loader: %s row group %d column %q: %w", d.f.Object.URI, rg, c.name, err)
-				}
-				return a, nil
-			}
-			if a, ok, err := c.decodeFast(b, cm, rows, mem, d.maxBytes); ok {
-				if err != nil && c.keep && errors.Is(err, ErrNull) {
-					a, err = d.decodeFallback(ctx, c, rg, ra, mem)
-				}
-				if err != nil {
-					return nil, fmt.Errorf("loader: %s row group %d column %q: %w", d.f.Object.URI, rg, c.name, err)
-				}
-				return a, nil
-			}
-		}
-	}
-	chunks := d.pf.RowGroups()[rg].ColumnChunks()
-	fcc, ok := chunks[c.leaf].(*parquet.FileColumnChunk)
-	if !ok {
-		return nil, fmt.Errorf("loader: %s row group %d column %q: unexpected chunk type %T", d.f.Object.URI, rg, c.name, chunks[c.leaf])
-	}
-	a, err := c.decodeChunk(fcc, ra, rows, mem, d.maxBytes)
-	if err != nil && c.keep && errors.Is(err, ErrNull) {
-		// Nulls the primary decoder does not keep (inside lists):
-		// arrow-go keeps them as validity.
-		a, err = d.decodeFallback(ctx, c, rg, ra, mem)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("loader: %s row group %d column %q: %w", d.f.Object.URI, rg, c.name, err)
-	}
-	return a, nil
 }
 
 // colState accumulates one column chunk's decoded values.

@@ -243,6 +243,12 @@ func stripValidity(data arrow.ArrayData, t arrow.DataType) arrow.ArrayData {
 // and its nulls against the column's rules.
 func (c *colDecoder) conformArrow(data arrow.ArrayData) (arrow.Array, error) {
 	if !sameLayout(data.DataType(), c.field.Type) {
+		if u, ok := unwrapLegacy(data, c.field.Type); ok { // legacy lists of lists
+			defer u.Release()
+			data = u
+		}
+	}
+	if !sameLayout(data.DataType(), c.field.Type) {
 		return nil, fmt.Errorf("arrow-go decoded %s, the plan says %s: %w; the files disagree with their footers: rewrite them", data.DataType(), c.field.Type, ErrCorrupt)
 	}
 	if n := nullsIn(data); n > 0 && !c.keep {

@@ -30,6 +30,12 @@ func (st *colState) page(page parquet.Page, rows int64) error {
 	} else {
 		st.hasDict, st.dict, st.dictN = false, encoding.Values{}, 0
 	}
+	if i := levelsAbove(page.DefinitionLevels(), c.maxDef); i >= 0 {
+		return fmt.Errorf("definition level %d at value %d of a page, max %d: %w", page.DefinitionLevels()[i], i, c.maxDef, ErrCorrupt)
+	}
+	if i := levelsAbove(page.RepetitionLevels(), c.maxRep); i >= 0 {
+		return fmt.Errorf("repetition level %d at value %d of a page, max %d: %w", page.RepetitionLevels()[i], i, c.maxRep, ErrCorrupt)
+	}
 	vals := page.Data()
 	n := int(page.NumValues()) // levels, nulls included
 	nn := int(page.NumNulls())

@@ -8,7 +8,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/meshfeed/meshfeed/internal/arrowmem"
@@ -270,11 +269,8 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // mayStream reports whether column c of row group rg qualifies for
 // streaming by its footer metadata (the pages decide in the end).
 func (d *parquetDecoder) mayStream(c *colDecoder, rg int) bool {
-	if !c.streamEligible() {
-		return false
-	}
 	md := &d.pf.Metadata().RowGroups[rg].Columns[c.leaf].MetaData
-	if !fastCodec(md.Codec) || md.DictionaryPageOffset != 0 || needsFallback(md, false) {
+	if !c.route(md).fast() || md.DictionaryPageOffset != 0 {
 		return false
 	}
 	for _, e := range md.Encoding {
@@ -348,7 +344,8 @@ func (ds *Dataset) pieceCharge(ctx context.Context, ref RowGroupRef, start, end 
 }
 
 // readPiece reads rows [start, end) of row group ref into a record.
-func (ds *Dataset) readPiece(ctx context.Context, ref RowGroupRef, start, end int64, mem memory.Allocator, stats *ReadStats, e *rgEntry) (arrow.RecordBatch, error) {
+func (ds *Dataset) readPiece(ctx context.Context, ref RowGroupRef, p piece) (arrow.RecordBatch, error) {
+	start, end, mem, stats, e := p.rows.lo, p.rows.hi, p.mem, p.stats, p.e
 	d, ok := ds.decoders[ref.File].(*parquetDecoder)
 	if !ok {
 		e.mu.Lock()
@@ -362,13 +359,15 @@ func (ds *Dataset) readPiece(ctx context.Context, ref RowGroupRef, start, end in
 		}
 		return slicePiece(e.rec, start, end, ds.Files[ref.File].Object.URI, ref.Index)
 	}
-	return d.decodeRange(ctx, ds, ref.Index, start, end, mem, stats, e)
+	p.rg = ref.Index
+	return d.decodeRange(ctx, ds, p)
 }
 
 // decodeRange decodes rows [start, end) of row group rg: streamed columns
 // from the pages that hold those rows, the others from their whole chunk,
 // decoded once per entry.
-func (d *parquetDecoder) decodeRange(ctx context.Context, ds *Dataset, rg int, start, end int64, mem memory.Allocator, stats *ReadStats, e *rgEntry) (rec arrow.RecordBatch, err error) {
+func (d *parquetDecoder) decodeRange(ctx context.Context, ds *Dataset, p piece) (rec arrow.RecordBatch, err error) {
+	rg, start, end, stats, e := p.rg, p.rows.lo, p.rows.hi, p.stats, p.e
 	if start < 0 || end > d.f.RowGroups[rg].Rows || start >= end {
 		return nil, fmt.Errorf("loader: %s row group %d: rows [%d, %d) outside its %d rows", d.f.Object.URI, rg, start, end, d.f.RowGroups[rg].Rows)
 	}
@@ -386,13 +385,15 @@ func (d *parquetDecoder) decodeRange(ctx context.Context, ds *Dataset, rg int, s
 				return nil, err
 			}
 			if locs != nil {
-				if a, err = d.decodePages(ctx, ds, rg, i, locs, start, end, mem, stats, e); err != nil {
+				p.col = i
+				if a, err = d.decodePages(ctx, ds, p, locs); err != nil {
 					return nil, err
 				}
 			}
 		}
 		if a == nil {
-			w, err := d.wholeColumn(ctx, ds, rg, i, mem, stats, e)
+			p.col = i
+			w, err := d.wholeColumn(ctx, ds, p)
 			if err != nil {
 				return nil, err
 			}
@@ -410,7 +411,8 @@ func (d *parquetDecoder) decodeRange(ctx context.Context, ds *Dataset, rg int, s
 
 // wholeColumn returns column i of row group rg decoded whole, decoding it on
 // the entry's first need.
-func (d *parquetDecoder) wholeColumn(ctx context.Context, ds *Dataset, rg, i int, mem memory.Allocator, stats *ReadStats, e *rgEntry) (arrow.Array, error) {
+func (d *parquetDecoder) wholeColumn(ctx context.Context, ds *Dataset, p piece) (arrow.Array, error) {
+	rg, i, mem, stats, e := p.rg, p.col, p.mem, p.stats, p.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if a, ok := e.cols[i]; ok {

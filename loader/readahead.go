@@ -302,7 +302,7 @@ func (r *RowGroupReader) produce(refs []RowGroupRef, mem memory.Allocator) {
 				p.rec, p.err = r.ds.readRowGroup(r.ctx, ref.File, ref.Index, mem, &r.stats)
 			} else {
 				start, end := ref.span()
-				p.rec, p.err = r.ds.readPiece(r.ctx, ref, start, end, mem, &r.stats, p.ent)
+				p.rec, p.err = r.ds.readPiece(r.ctx, ref, piece{rows: rowRange{start, end}, mem: mem, stats: &r.stats, e: p.ent})
 				if p.err == nil {
 					r.stats.Pieces.Add(1)
 				}
