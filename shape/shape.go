@@ -314,6 +314,30 @@ func (s *Shaper) applyPack(rec arrow.RecordBatch, mem memory.Allocator) ([]arrow
 	return out, nil
 }
 
+// compileScalar is shapeCompile for a column that is not a list: a cast, or
+// nothing. bad formats its refusals.
+func compileScalar(c Column, f arrow.Field, bad func(string, ...any) (shapeStep, []arrow.Field, error)) (shapeStep, []arrow.Field, error) {
+	if c.Length != 0 {
+		return bad("Length %d needs a list column", c.Length)
+	}
+	if c.PackRatio > 0 {
+		return bad("PackRatio %v needs a list column", c.PackRatio)
+	}
+	to, cast, err := castTargetFor(f.Type, c.DType)
+	if err != nil {
+		return bad("%v", err)
+	}
+	if c.Fill.IsSet() {
+		if _, err := to.fillBytes(c.Fill); err != nil {
+			return bad("%v", err)
+		}
+	}
+	if !cast {
+		return shapeStep{col: c, op: opKeep}, []arrow.Field{f}, nil
+	}
+	return shapeStep{col: c, op: opCast, to: to, cast: true}, []arrow.Field{shapeWithDTypeMetadata(to.field(f), to)}, nil
+}
+
 // shapeCompile checks column c against its input field f and returns the
 // compiled step and the output field(s) that replace f.
 func shapeCompile(c Column, f arrow.Field) (shapeStep, []arrow.Field, error) {
@@ -339,26 +363,7 @@ func shapeCompile(c Column, f arrow.Field) (shapeStep, []arrow.Field, error) {
 			return bad("PackRatio needs a variable-length list column")
 		}
 	default:
-		if c.Length != 0 {
-			return bad("Length %d needs a list column", c.Length)
-		}
-		if c.PackRatio > 0 {
-			return bad("PackRatio %v needs a list column", c.PackRatio)
-		}
-		to, cast, err := castTargetFor(f.Type, c.DType)
-		if err != nil {
-			return bad("%v", err)
-		}
-		if c.Fill.IsSet() {
-			if _, err := to.fillBytes(c.Fill); err != nil {
-				return bad("%v", err)
-			}
-		}
-		if !cast {
-			return shapeStep{col: c, op: opKeep}, []arrow.Field{f}, nil
-		}
-		st.op, st.to, st.cast = opCast, to, true
-		return st, []arrow.Field{shapeWithDTypeMetadata(to.field(f), to)}, nil
+		return compileScalar(c, f, bad)
 	}
 
 	// List-like columns.

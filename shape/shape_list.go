@@ -63,6 +63,22 @@ func listBounds[O int32 | int64](offs []O, starts []int64, lens []int) {
 	}
 }
 
+// nullElement returns the error for the first null element inside a list
+// that is not itself null (isNull), or nil.
+func (lr *listRows) nullElement(name string, isNull func(int) bool) error {
+	for r := 0; r < lr.n; r++ {
+		if isNull(r) {
+			continue
+		}
+		for j := 0; j < lr.lens[r]; j++ {
+			if !bitutil.BitIsSet(lr.valid, lr.voff+int(lr.starts[r])+j) {
+				return rowError(name, r, fmt.Errorf("shape: column %q row %d element %d: null element inside a list; set a Fill to stand in for it: %w", name, r, j, ErrNullList))
+			}
+		}
+	}
+	return nil
+}
+
 // prepareList reads the rows of a list or large_list column, casting its
 // elements to `to` when cast is set. Null list entries become empty rows when
 // fillSet, else they are ErrNullList; so are null elements inside lists.
@@ -132,16 +148,9 @@ func prepareList(name string, arr arrow.Array, to castTarget, cast, fillSet bool
 	if shapeNullN(elems) > 0 && elems.Buffers()[0] != nil {
 		lr.valid, lr.voff = elems.Buffers()[0].Bytes(), elems.Offset()
 		if !fillSet {
-			for r := 0; r < n; r++ {
-				if isNull(r) {
-					continue
-				}
-				for j := 0; j < lr.lens[r]; j++ {
-					if !bitutil.BitIsSet(lr.valid, lr.voff+int(lr.starts[r])+j) {
-						lr.release()
-						return nil, rowError(name, r, fmt.Errorf("shape: column %q row %d element %d: null element inside a list; set a Fill to stand in for it: %w", name, r, j, ErrNullList))
-					}
-				}
+			if err := lr.nullElement(name, isNull); err != nil {
+				lr.release()
+				return nil, err
 			}
 		}
 	}

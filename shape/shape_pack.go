@@ -173,6 +173,24 @@ func packFirstFit(lens []int, length, rows int) (lay packLayout, ok bool) {
 	return lay, true
 }
 
+// aligned checks that the columns packed with ins[0] have its number of rows
+// and, row by row, its number of elements.
+func aligned(ins []packInput, lrs []*listRows) error {
+	head := lrs[0]
+	for c, lr := range lrs[1:] {
+		if lr.n != head.n {
+			return fmt.Errorf("shape: packed columns %q (%d rows) and %q (%d rows) differ in row count: %w", ins[0].name, head.n, ins[c+1].name, lr.n, ErrShape)
+		}
+		for r := range lr.lens {
+			if lr.lens[r] != head.lens[r] {
+				return fmt.Errorf("shape: packed columns %q and %q differ at row %d (%d vs %d elements); aligned columns need identical lengths in every row: %w",
+					ins[0].name, ins[c+1].name, r, head.lens[r], lr.lens[r], ErrShape)
+			}
+		}
+	}
+	return nil
+}
+
 // packColumns packs ins[0] and its aligned columns into rows of length.
 func packColumns(ins []packInput, length, rows int, rule ListRule, mem memory.Allocator) (packed []arrow.Array, segmentIDs, positions arrow.Array, err error) {
 	if len(ins) == 0 {
@@ -195,16 +213,8 @@ func packColumns(ins []packInput, length, rows int, rule ListRule, mem memory.Al
 		lrs = append(lrs, lr)
 	}
 	head := lrs[0]
-	for c, lr := range lrs[1:] {
-		if lr.n != head.n {
-			return nil, nil, nil, fmt.Errorf("shape: packed columns %q (%d rows) and %q (%d rows) differ in row count: %w", ins[0].name, head.n, ins[c+1].name, lr.n, ErrShape)
-		}
-		for r := range lr.lens {
-			if lr.lens[r] != head.lens[r] {
-				return nil, nil, nil, fmt.Errorf("shape: packed columns %q and %q differ at row %d (%d vs %d elements); aligned columns need identical lengths in every row: %w",
-					ins[0].name, ins[c+1].name, r, head.lens[r], lr.lens[r], ErrShape)
-			}
-		}
+	if err := aligned(ins, lrs); err != nil {
+		return nil, nil, nil, err
 	}
 	if err := head.checkLength(ins[0].name, length, rule); err != nil {
 		return nil, nil, nil, err
