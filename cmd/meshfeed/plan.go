@@ -170,11 +170,24 @@ func parsePlanArgs(args []string, w io.Writer) (planArgs, error) {
 
 	// The mesh: shape from --mesh, devices and processes from --processes or
 	// --topology.
+	a.resolveMesh(set, meshFlags{spec: *meshSpec, topo: *topo, procs: procs, chipsPerHost: chipsPerHost}, axes, bad)
+	return a, errors.Join(errs...)
+}
+
+// meshFlags are the plan command's mesh flags as given.
+type meshFlags struct {
+	spec, topo          string // --mesh, --topology
+	procs, chipsPerHost int    // --processes, --chips-per-host
+}
+
+// resolveMesh sets a.mesh, a.batchAxes and a.topology from the mesh flags
+// (set names those given), reporting each problem through bad.
+func (a *planArgs) resolveMesh(set map[string]bool, mf meshFlags, axes []string, bad func(string, ...any)) {
 	var meshOK bool
 	if !set["mesh"] {
 		bad("--mesh is required: name=size pairs in mesh order, e.g. data=4,model=2")
-	} else if axisNames, shape, err := parsePlanMesh(*meshSpec); err != nil {
-		errs = append(errs, err)
+	} else if axisNames, shape, err := parsePlanMesh(mf.spec); err != nil {
+		bad("%w", err)
 	} else {
 		a.mesh.Axes, a.mesh.Shape = axisNames, shape
 		meshOK = true
@@ -188,19 +201,19 @@ func parsePlanArgs(args []string, w io.Writer) (planArgs, error) {
 			bad("--processes and --topology exclude each other: with --topology the processes come from --chips-per-host")
 		}
 		if !set["chips-per-host"] {
-			bad("--topology %q needs --chips-per-host N, the devices per host", *topo)
+			bad("--topology %q needs --chips-per-host N, the devices per host", mf.topo)
 		}
 	} else if set["chips-per-host"] {
 		bad("--chips-per-host needs --topology, e.g. --topology 4x4 --chips-per-host 4")
 	}
 	if set["topology"] && set["chips-per-host"] {
-		t, err := shard.ParseTopology(*topo, chipsPerHost)
+		t, err := shard.ParseTopology(mf.topo, mf.chipsPerHost)
 		if err != nil {
-			bad("--topology %q --chips-per-host %d: %w (want a grid like 4x4 or 2x2x4 and a positive chips-per-host dividing its chips)", *topo, chipsPerHost, err)
+			bad("--topology %q --chips-per-host %d: %w (want a grid like 4x4 or 2x2x4 and a positive chips-per-host dividing its chips)", mf.topo, mf.chipsPerHost, err)
 		} else if meshOK {
 			m, err := t.MakeMesh(a.mesh.Shape, a.mesh.Axes)
 			if err != nil {
-				bad("--mesh %q does not fit --topology %q: %w", *meshSpec, *topo, err)
+				bad("--mesh %q does not fit --topology %q: %w", mf.spec, mf.topo, err)
 			} else {
 				a.mesh = m
 				a.topology = t.String()
@@ -211,10 +224,10 @@ func parsePlanArgs(args []string, w io.Writer) (planArgs, error) {
 		for _, s := range a.mesh.Shape {
 			n *= s // parsePlanMesh bounds the product by shard.MaxDevices
 		}
-		if procs < 1 || procs > n || n%procs != 0 {
-			bad("--processes %d: want a positive divisor of the mesh's %d devices", procs, n)
+		if mf.procs < 1 || mf.procs > n || n%mf.procs != 0 {
+			bad("--processes %d: want a positive divisor of the mesh's %d devices", mf.procs, n)
 		} else {
-			per := n / procs
+			per := n / mf.procs
 			a.mesh.Devices = make([]int, n)
 			a.mesh.Process = make([]int, n)
 			for i := range n {
@@ -223,7 +236,6 @@ func parsePlanArgs(args []string, w io.Writer) (planArgs, error) {
 			}
 		}
 	}
-	return a, errors.Join(errs...)
 }
 
 // planNumFlag defines an integer flag whose parse error says what is wanted.
@@ -360,6 +372,22 @@ func runPlan(ctx context.Context, args []string) error {
 	if rep.BatchAxes == nil {
 		rep.BatchAxes = []string{}
 	}
+	if rep.Processes, err = planProcesses(a, layout, plan); err != nil {
+		return err
+	}
+
+	if a.asJSON {
+		enc := json.NewEncoder(planStdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return printPlanTable(planStdout, rep)
+}
+
+// planProcesses reports, for each process of the layout, its devices and
+// slices and what it reads in epoch a.epoch.
+func planProcesses(a planArgs, layout *shard.Layout, plan *batching.Plan) ([]planProcess, error) {
+	var out []planProcess
 	devices := map[int][]int{}
 	for i, d := range a.mesh.Devices {
 		p := a.mesh.Process[i]
@@ -368,7 +396,7 @@ func runPlan(ctx context.Context, args []string) error {
 	for _, p := range layout.Processes() {
 		slices, err := layout.ProcessSlices(p)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		pp := planProcess{
 			Process:       p,
@@ -381,15 +409,9 @@ func runPlan(ctx context.Context, args []string) error {
 		for _, d := range slices {
 			pp.StreamRows += plan.StreamLen(d)
 		}
-		rep.Processes = append(rep.Processes, pp)
+		out = append(out, pp)
 	}
-
-	if a.asJSON {
-		enc := json.NewEncoder(planStdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	}
-	return printPlanTable(planStdout, rep)
+	return out, nil
 }
 
 // printPlanTable prints rep for people.
