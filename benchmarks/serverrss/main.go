@@ -76,6 +76,11 @@ func main() {
 	}
 }
 
+// run measures one configuration: it starts the server, samples its memory
+// while one epoch streams, and stops it.
+//
+// Length: the measurement is one procedure read top to bottom (start, sample,
+// stream, stop); its steps share the server process and the sampler.
 func run(bin, data string, readAhead, budget int64, batch, slices int, cols string, window int, every time.Duration) (result, error) {
 	var res result
 	data, err := filepath.Abs(data)
