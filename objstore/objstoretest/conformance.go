@@ -85,6 +85,10 @@ type PutFunc func(t testing.TB, store objstore.Store, uri string, data []byte) o
 // [objstore.Creator] (PutObject). Counters are checked when the store is an
 // [objstore.StatsReporter]. The random contents are seeded by
 // internal/testseed (MESHFEED_SEED replays a run).
+//
+// Length: the suite is one list of short subtests over the same objects, in
+// the order a reader checks the contract; split up, the contract would be
+// scattered over helpers.
 func Conformance(t *testing.T, open func(t *testing.T) (store objstore.Store, root string), put PutFunc) {
 	t.Helper()
 	if put == nil {
