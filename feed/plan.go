@@ -65,5 +65,8 @@ func (p *Pipeline) planFor(ctx context.Context, req *transport.Request) (*pipeli
 	if pl.pieces, err = p.planPieces(pl); err != nil {
 		return nil, err
 	}
+	if err := p.checkLimits(pl); err != nil {
+		return nil, err
+	}
 	return pl, nil
 }
