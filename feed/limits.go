@@ -150,21 +150,35 @@ func typeRowBytes(t arrow.DataType) (float64, bool) {
 	return 0, false
 }
 
-// checkLimits refuses a plan that cannot fit the server's limits
-// (transport.ErrTooLarge, with the numbers and what to change).
-func (p *Pipeline) checkLimits(pl *pipelinePlan) error {
+// checkStep refuses a plan whose step cannot fit the server's max message
+// size (transport.ErrTooLarge, with the numbers and what to change). It
+// runs before the read-ahead's plan (budget.go), which depends on the same
+// sizes.
+func (p *Pipeline) checkStep(pl *pipelinePlan) error {
 	l := p.serverLimits()
-	if l.MaxMessageSize <= 0 && l.MemoryBudget <= 0 {
+	if l.MaxMessageSize <= 0 {
 		return nil // not served: nothing to fit
 	}
 	sz := p.sizeOf(pl)
 	n := len(pl.cfg.slices)
-	if l.MaxMessageSize > 0 && sz.step > float64(l.MaxMessageSize) {
+	if sz.step > float64(l.MaxMessageSize) {
 		return fmt.Errorf("feed: %w: a step of this request holds about %.0f bytes (%d slices of %d rows at %.0f bytes per row), over the server's max message size of %d bytes (--max-message-size): "+
 			"lower global_batch_size, the slices per request, or a list column's length",
 			transport.ErrTooLarge, sz.step, n, sz.rows, sz.rowBytes, l.MaxMessageSize)
 	}
-	if l.MemoryBudget > 0 && sz.reserve+sz.step > float64(l.MemoryBudget) {
+	return nil
+}
+
+// checkMemory refuses a plan whose stream cannot fit the server's memory
+// budget (transport.ErrTooLarge, with the numbers and what to change).
+func (p *Pipeline) checkMemory(pl *pipelinePlan) error {
+	l := p.serverLimits()
+	if l.MemoryBudget <= 0 {
+		return nil
+	}
+	sz := p.sizeOf(pl)
+	n := len(pl.cfg.slices)
+	if sz.reserve+sz.step > float64(l.MemoryBudget) {
 		return fmt.Errorf("feed: %w: this request's stream needs about %.0f bytes of memory (read-ahead %.0f, shuffle windows %.0f, %d slices x %d bytes of readers and cutters, "+
 			"three steps of %.0f bytes: %d slices of %d rows at %.0f bytes per row), over the server's memory budget of %d bytes (--memory-budget): "+
 			"ask for fewer slices per request, a smaller global_batch_size, shuffle window or list length, or raise the server's --memory-budget or lower its --read-ahead",
