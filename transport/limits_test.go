@@ -258,4 +258,3 @@ func TestShmHoldingClientBounded(t *testing.T) {
 		return shmMappings(t) == base && ts.srv.Metrics().BudgetInUse == 0
 	})
 }
-
