@@ -2,6 +2,7 @@ package feed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 
@@ -27,8 +28,9 @@ import (
 //
 // A stream's reservation is what it holds beside its queued steps (which
 // the server counts itself), taken from the server's memory account when it
-// opens (waiting while other streams hold the account) and returned when it
-// closes:
+// opens (waiting while other streams hold the account, for at most the
+// server's idle timeout: then transport.ErrTooManyStreams, retry later) and
+// returned when it closes:
 //
 //   - the read-ahead its readers may hold: the read-ahead budget (each
 //     slice's readers at least one shuffle window of rows read ahead), or
@@ -196,7 +198,19 @@ func (p *Pipeline) reserve(ctx context.Context, pl *pipelinePlan) (int64, error)
 		return 0, nil
 	}
 	n := int64(math.Min(p.sizeOf(pl).reserve, math.MaxInt64/2))
-	if err := l.Memory.Reserve(ctx, n); err != nil {
+	wctx := ctx
+	if l.IdleTimeout > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, l.IdleTimeout)
+		defer cancel()
+	}
+	if err := l.Memory.Reserve(wctx, n); err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			// The server's memory stayed taken by other streams: like a
+			// server at its stream limit, busy for now.
+			return 0, fmt.Errorf("feed: %w: this stream needs %d bytes of the server's memory budget of %d bytes, and other streams held it for the idle timeout (%v): retry later",
+				transport.ErrTooManyStreams, n, l.Memory.Limit(), l.IdleTimeout)
+		}
 		return 0, fmt.Errorf("feed: waiting for %d bytes of the server's memory budget for this stream: %w", n, err)
 	}
 	return n, nil

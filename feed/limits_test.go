@@ -132,3 +132,62 @@ func TestManyBadFilesMessage(t *testing.T) {
 }
 
 var _ = flight.DescriptorCMD
+
+// TestReservationWaitBounded: a stream whose memory does not fit beside
+// the streams that hold the server's budget waits for them, for at most the
+// idle timeout, then fails with ResourceExhausted (retry later) naming the
+// bytes; the stream holding the budget goes on undisturbed, and once it
+// ends, the same request is served.
+func TestReservationWaitBounded(t *testing.T) {
+	dir := writeDataset(t, pipeSpec())
+	p, err := NewPipeline(context.Background(), WithCacheTTL(0),
+		WithLoaderOptions(loader.WithReadAhead(4<<10), loader.WithDecodeWorkers(2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	// Two slices: a stream reserves a little over 2 MiB; two do not fit.
+	const budget = 3 << 20
+	ts := startServer(t, viaTCP, p, []transport.Option{transport.WithAllowedRoots(dir), transport.WithMemoryBudget(budget),
+		transport.WithIdleTimeout(500 * time.Millisecond)})
+	holder := pipeRequest(dir, 8, 2, []int{0, 1}, transport.LastBatchDrop)
+	holder.Epochs = 0
+	hctx, hcancel := context.WithCancel(context.Background())
+	defer hcancel()
+	hs, err := ts.Client.DoGet(hctx, ticket(t, holder))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hs.Recv(); err != nil { // admitted and reserved
+		t.Fatal(err)
+	}
+	read := make(chan int, 1)
+	go func() { // the holder keeps reading
+		n := 0
+		for {
+			if _, err := hs.Recv(); err != nil {
+				read <- n
+				return
+			}
+			n++
+		}
+	}()
+	second := pipeRequest(dir, 8, 2, []int{0, 1}, transport.LastBatchDrop)
+	second.Epochs = 1
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = stepSums(ctx, ts.Client, second, 0, nil)
+	checkStatus(t, "DoGet(second stream)", err, codes.ResourceExhausted, []string{"memory budget of 3145728 bytes", "idle timeout", "retry later"})
+	if d := time.Since(start); d < 400*time.Millisecond {
+		t.Errorf("second stream refused after %v, want a wait of about the idle timeout (500ms)", d)
+	}
+	hcancel()
+	if n := <-read; n == 0 {
+		t.Error("the holding stream read no step while the second waited")
+	}
+	waitFor(t, "budget free", func() bool { return ts.Srv.Metrics().BudgetInUse == 0 })
+	if sums, err := stepSums(ctx, ts.Client, second, 0, nil); err != nil || len(sums) == 0 {
+		t.Errorf("second stream alone: %d steps, %v", len(sums), err)
+	}
+}

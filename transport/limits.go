@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 )
 
 // Bounds on the sizes a ticket names. DecodeRequest refuses a ticket past
@@ -42,6 +43,10 @@ type Limits struct {
 	MemoryBudget int64
 	// Prefetch is the steps each stream queues ahead (WithPrefetch).
 	Prefetch int
+	// IdleTimeout is how long a stream may wait for its client
+	// (WithIdleTimeout; 0: forever); a backend waits no longer than that for
+	// room in Memory either.
+	IdleTimeout time.Duration
 	// Memory is the server-wide memory account: a backend reserves there
 	// what a stream holds beside its queued steps (read-ahead, shuffle
 	// windows, the step being cut), for the stream's life (Reserve).

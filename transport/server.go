@@ -217,6 +217,7 @@ func (s *Server) Limits() Limits {
 		MaxMessageSize: int64(s.cfg.maxMsg),
 		MemoryBudget:   s.cfg.budget,
 		Prefetch:       s.cfg.prefetch,
+		IdleTimeout:    s.cfg.idle,
 		Memory:         &MemoryAccount{b: s.budget},
 	}
 }
