@@ -60,6 +60,12 @@ func (c Config) Validate() error {
 	if c.D <= 0 {
 		bad("data-parallel degree D=%d, must be > 0", c.D)
 	}
+	if c.GlobalBatch > MaxGlobalBatch {
+		bad("global batch size B=%d, must be <= %d", c.GlobalBatch, MaxGlobalBatch)
+	}
+	if c.D > MaxD {
+		bad("data-parallel degree D=%d, must be <= %d (a plan keeps a few words per stream)", c.D, MaxD)
+	}
 	if c.GlobalBatch > 0 && c.D > 0 && c.GlobalBatch%c.D != 0 {
 		bad("global batch size B=%d is not a multiple of the data-parallel degree D=%d (remainder %d); pick B as a multiple of D",
 			c.GlobalBatch, c.D, c.GlobalBatch%c.D)
@@ -75,6 +81,16 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Bounds of Config, checked by Validate before a plan allocates anything
+// that depends on them.
+const (
+	// MaxGlobalBatch bounds B: a slice is one Arrow record.
+	MaxGlobalBatch = math.MaxInt32
+	// MaxD bounds D: a plan keeps two int64 per stream, and an elastic
+	// remainder a few per stream of both degrees.
+	MaxD = 1 << 16
+)
 
 // Position is a point in the sequence of global batches: step Step of epoch
 // Epoch, both counted from 0.

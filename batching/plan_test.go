@@ -169,6 +169,11 @@ func TestConfigValidate(t *testing.T) {
 		{Config{GlobalBatch: 0, D: 0}, []string{"B=0", "D=0"}},
 		{Config{GlobalBatch: 10, D: 4, Window: -1, Policy: 7}, []string{"remainder 2", "W=-1", "Policy(7)"}},
 		{Config{GlobalBatch: 8, D: 4, Window: 1 << 40}, []string{"W=1099511627776"}},
+		// Sizes a plan would allocate for, refused before it does.
+		{Config{GlobalBatch: 1 << 40, D: 1 << 40}, []string{"B=1099511627776, must be <= 2147483647", "D=1099511627776, must be <= 65536"}},
+		{Config{GlobalBatch: 1 << 62, D: 1}, []string{"B=4611686018427387904"}},
+		{Config{GlobalBatch: 1 << 26, D: 1 << 26}, []string{"D=67108864, must be <= 65536"}},
+		{Config{GlobalBatch: MaxD, D: MaxD}, nil},
 	}
 	for _, tt := range tests {
 		err := tt.cfg.Validate()

@@ -30,6 +30,11 @@
 //     whose slices cannot fit their share is refused at plan time
 //     (transport.ErrFailedPrecondition) with the numbers. Elastic epochs
 //     (pipeline_elastic.go) read whole row groups.
+//   - Served (transport.LimitedBackend), a plan is also checked against the
+//     server's limits: its step against the max message size, its stream's
+//     memory against the memory budget (transport.ErrTooLarge); an opened
+//     stream reserves that memory in the server's account until Close
+//     (limits.go).
 //   - Next must not be called concurrently with itself or Close; Close is
 //     called once, after the last Next returned.
 package feed

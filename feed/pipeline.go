@@ -135,9 +135,10 @@ type Pipeline struct {
 	cfg      pipelineConfig
 	ownStore io.Closer // the store NewPipeline created, closed by Close
 
-	mu    sync.Mutex
-	cache map[string]cachedDataset
-	roots []string // set by UseRoots (pipeline_roots.go)
+	mu     sync.Mutex
+	cache  map[string]cachedDataset
+	roots  []string         // set by UseRoots (pipeline_roots.go)
+	limits transport.Limits // set by UseLimits (limits.go)
 }
 
 // cachedDataset is an opened dataset and when it stops being reused.
@@ -242,16 +243,21 @@ func (p *Pipeline) OpenWith(ctx context.Context, req *transport.Request, mem mem
 		return nil, fmt.Errorf("feed: %w: start step %d is past the %d steps of an epoch (steps run 0..%d)",
 			transport.ErrFailedPrecondition, pl.cfg.start.Step, steps, steps-1)
 	}
+	reserved, err := p.reserve(ctx, pl)
+	if err != nil {
+		return nil, err
+	}
 	// The readers outlive Open: they stop when a Next's context is done or
 	// at Close, not when Open's context ends.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &pipelineStream{
-		pl:     pl,
-		cfg:    &p.cfg,
-		mem:    mem,
-		ctx:    sctx,
-		cancel: cancel,
-		pos:    pl.cfg.start,
+		pl:        pl,
+		cfg:       &p.cfg,
+		mem:       mem,
+		ctx:       sctx,
+		cancel:    cancel,
+		pos:       pl.cfg.start,
+		unreserve: func() { p.serverLimits().Memory.Unreserve(reserved) },
 	}
 	if err := s.openEpoch(); err != nil {
 		s.Close()

@@ -62,7 +62,13 @@ func (p *Pipeline) planFor(ctx context.Context, req *transport.Request) (*pipeli
 	if err := pl.planElastic(); err != nil {
 		return nil, err
 	}
+	if err := p.checkStep(pl); err != nil {
+		return nil, err
+	}
 	if pl.pieces, err = p.planPieces(pl); err != nil {
+		return nil, err
+	}
+	if err := p.checkMemory(pl); err != nil {
 		return nil, err
 	}
 	return pl, nil

@@ -28,6 +28,8 @@ type pipelineStream struct {
 	slices []*sliceCut       // per request slice, for epoch pos.Epoch; nil between epochs
 	ahead  []*sliceCut       // the next epoch's, opened early by readAhead; nil when not yet
 	closed bool
+
+	unreserve func() // returns the stream's memory reservation (limits.go)
 }
 
 // sliceCut cuts one slice (stream d) of one epoch.
@@ -340,5 +342,8 @@ func (s *pipelineStream) Close() error {
 	s.closeEpoch()
 	closeSlices(s.ahead)
 	s.ahead = nil
+	if s.unreserve != nil {
+		s.unreserve()
+	}
 	return nil
 }

@@ -160,7 +160,7 @@ func OpenObjects(ctx context.Context, store objstore.Store, objs []objstore.Obje
 		}(i)
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := joinFileErrors(errs); err != nil {
 		return nil, err
 	}
 
@@ -171,6 +171,43 @@ func OpenObjects(ctx context.Context, store objstore.Store, objs []objstore.Obje
 	}
 	return ds, nil
 }
+
+// maxFileErrors is how many files' errors an error of OpenObjects names.
+const maxFileErrors = 3
+
+// joinFileErrors joins the errors of the files that failed to open (nil
+// entries are files that opened): errors.Join of them when there are at
+// most maxFileErrors, else one error naming the count and the first few,
+// so that its message stays short however many files fail. errors.Is and
+// errors.As see every one.
+func joinFileErrors(errs []error) error {
+	var failed []error
+	for _, e := range errs {
+		if e != nil {
+			failed = append(failed, e)
+		}
+	}
+	if len(failed) <= maxFileErrors {
+		return errors.Join(failed...)
+	}
+	return &fileErrors{errs: failed, total: len(errs)}
+}
+
+// fileErrors is the error of many files that failed to open.
+type fileErrors struct {
+	errs  []error
+	total int
+}
+
+func (e *fileErrors) Error() string {
+	first := make([]string, maxFileErrors)
+	for i := range first {
+		first[i] = e.errs[i].Error()
+	}
+	return fmt.Sprintf("loader: %d of %d files failed to open, the first %d: %s", len(e.errs), e.total, maxFileErrors, strings.Join(first, "; "))
+}
+
+func (e *fileErrors) Unwrap() []error { return e.errs }
 
 func sortObjects(objs []objstore.Object) {
 	slices.SortFunc(objs, func(a, b objstore.Object) int { return strings.Compare(a.URI, b.URI) })

@@ -140,7 +140,7 @@ func streamToStuckClient(t *testing.T, tb *tracking, req *Request, prefetch int,
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.stream(ctx, st, &stuckWriter{ctx: ctx})
+		_, err := s.stream(ctx, st, &stuckWriter{ctx: ctx}, &idleClock{})
 		done <- err
 	}()
 	return s, cancel, done

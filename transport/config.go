@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"google.golang.org/grpc/codes"
@@ -30,6 +31,12 @@ const (
 	// sends (256 MiB). Arrow steps exceed gRPC's 4 MiB default: clients must
 	// raise their receive limit to at least this.
 	DefaultMaxMessageSize = 256 << 20
+	// DefaultIdleTimeout is how long a stream may wait for its client to
+	// read (a step handed to gRPC and not taken, a shared-memory window
+	// full) before the server ends it (10 minutes: longer than a training
+	// loop's evaluation or checkpoint pauses, short enough that clients that
+	// stopped reading give their slots back).
+	DefaultIdleTimeout = 10 * time.Minute
 	// MaxRecvMessageSize is the largest gRPC message the server receives
 	// (tickets and descriptors are at most MaxTicketBytes).
 	MaxRecvMessageSize = 1 << 20
@@ -56,6 +63,7 @@ type Config struct {
 	logger     *slog.Logger
 	mem        memory.Allocator
 	shmArena   int64
+	idle       time.Duration
 	rules      []codeRule
 
 	// Loaded by Validate.
@@ -78,6 +86,7 @@ func NewConfig(opts ...Option) *Config {
 		logger:     slog.Default(),
 		mem:        memory.DefaultAllocator,
 		shmArena:   DefaultShmArena,
+		idle:       DefaultIdleTimeout,
 	}
 	for _, o := range opts {
 		o(c)
@@ -159,6 +168,14 @@ func WithAllocator(mem memory.Allocator) Option { return func(c *Config) { c.mem
 // copied.
 func WithShmArena(bytes int64) Option { return func(c *Config) { c.shmArena = bytes } }
 
+// WithIdleTimeout sets how long a stream may wait for its client to read
+// before the server ends it with Unavailable (ErrIdle), giving back its
+// stream slot and memory: over Flight, a step handed to gRPC that the
+// client's flow-control window does not take; over shared memory, a window
+// of unread steps or slots the client holds. Default DefaultIdleTimeout; 0
+// turns it off (a stream then waits for its client forever); must be >= 0.
+func WithIdleTimeout(d time.Duration) Option { return func(c *Config) { c.idle = d } }
+
 // WithErrorCode maps every error for which errors.Is(err, target) holds to
 // code. Rules are tried in the order given, before this package's own
 // sentinels; use it to register the backend's sentinels (for example
@@ -231,6 +248,9 @@ func (c *Config) Validate() error {
 	}
 	if c.shmArena < 0 {
 		p.add("shared-memory arena %d must be >= 0 (0 turns it off)", c.shmArena)
+	}
+	if c.idle < 0 {
+		p.add("idle timeout %v must be >= 0 (0 turns it off)", c.idle)
 	}
 	if c.budget < 0 {
 		p.add("memory budget %d must be >= 0 (0 means unbounded)", c.budget)

@@ -26,6 +26,15 @@
 //   - Stream.Next runs on its own goroutine, ahead of the send loop by at most
 //     the prefetch depth and the shared memory budget; it must honour its
 //     context, since the server waits for it to return before calling Close.
+//   - Sizes a ticket names are bounded by DecodeRequest (limits.go); what a
+//     plan needs of the server (a step against the max message size, a
+//     stream's memory against the budget) is the backend's to check and
+//     reserve, through the Limits and the one MemoryAccount New hands a
+//     LimitedBackend. Queued steps, streams' reservations and shared-memory
+//     regions all count against that account.
+//   - A stream whose client takes no step for the idle timeout is ended
+//     (ErrIdle): a DoGet's stream runs on its own goroutine so that a send
+//     its client never takes can be abandoned.
 //   - Errors are converted to gRPC status codes only at the server's edge; a
 //     Backend returns wrapped errors (this package's sentinels, or its own
 //     registered with WithErrorCode), never status errors of its own making.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -43,6 +44,20 @@ var (
 	ErrFailedPrecondition = errors.New("failed precondition")
 	// ErrConfig: an invalid server configuration (see Config.Validate).
 	ErrConfig = errors.New("invalid server configuration")
+	// ErrTooLarge: a request whose step or stream would not fit the
+	// server's configured limits (max message size, memory budget); the
+	// message gives the numbers and what to change. Code: ResourceExhausted
+	// (the same request fails again unless the server's load or limits
+	// change).
+	ErrTooLarge = errors.New("request exceeds the server's limits")
+	// ErrIdle: a stream whose client read nothing for the idle timeout
+	// (WithIdleTimeout) while a step waited to be sent; the server ended it
+	// to free its slot and memory. Code: Unavailable (reconnect and resume).
+	ErrIdle = errors.New("stream idle")
+	// ErrProtocol: a shared-memory client broke the protocol (a release of a
+	// slot it does not hold, a malformed frame); the server ends that
+	// connection. Code: InvalidArgument.
+	ErrProtocol = errors.New("protocol violation")
 )
 
 // codeRule maps every error that errors.Is a target to a code.
@@ -61,6 +76,9 @@ var builtinRules = []codeRule{
 	{ErrNotFound, codes.NotFound},
 	{ErrUnavailable, codes.Unavailable},
 	{ErrFailedPrecondition, codes.FailedPrecondition},
+	{ErrTooLarge, codes.ResourceExhausted},
+	{ErrIdle, codes.Unavailable},
+	{ErrProtocol, codes.InvalidArgument},
 	{context.Canceled, codes.Canceled},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 }
@@ -103,7 +121,34 @@ func toStatus(rules []codeRule, backend []ErrorCode, err error) error {
 		// Already a bare status (from gRPC itself): keep it.
 		return err
 	}
-	return status.Error(codeOf(rules, backend, err), err.Error())
+	return status.Error(codeOf(rules, backend, err), capMessage(err.Error(), MaxStatusMessage))
+}
+
+// MaxStatusMessage bounds the bytes of an error message sent as a gRPC
+// status (or a shared-memory error frame). gRPC carries the message in a
+// trailer, percent-encoding every byte outside printable ASCII (up to three
+// bytes each), and clients refuse trailers past 8-16 KiB with an error of
+// their own ("metadata size exceeds soft limit", RST_STREAM) that hides
+// the real one; so a longer message keeps its first and last bytes and says
+// how many were cut between them.
+const MaxStatusMessage = 4 << 10
+
+// capMessage returns msg when it is at most limit bytes, else its head and
+// tail (cut at UTF-8 boundaries) around a note of the bytes left out.
+func capMessage(msg string, limit int) string {
+	if len(msg) <= limit {
+		return msg
+	}
+	tailLen := limit / 8
+	headLen := limit - tailLen - 64
+	for headLen > 0 && !utf8.RuneStart(msg[headLen]) {
+		headLen--
+	}
+	tail := len(msg) - tailLen
+	for tail < len(msg) && !utf8.RuneStart(msg[tail]) {
+		tail++
+	}
+	return fmt.Sprintf("%s ... [%d bytes cut from this message of %d] ... %s", msg[:headLen], tail-headLen, len(msg), msg[tail:])
 }
 
 // problems collects validation problems so that all of them are reported at

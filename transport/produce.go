@@ -73,7 +73,7 @@ type item struct {
 type sent struct{ steps, rows, bytes int64 }
 
 // stream runs the producer and the send loop of one DoGet and closes st.
-func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWriter) (n sent, err error) {
+func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWriter, idle *idleClock) (n sent, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	items, stop := s.startProducer(ctx, cancel, st, true)
 	defer func() {
@@ -118,7 +118,10 @@ func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWrit
 		rows := it.rec.NumRows()
 		sending := time.Now()
 		s.metrics.waitSeconds.Observe(sending.Sub(waited).Seconds())
-		if err := send(it, meta); err != nil {
+		idle.sending()
+		err = send(it, meta)
+		idle.sent()
+		if err != nil {
 			return n, fmt.Errorf("transport: send epoch %d step %d: %w", it.meta.Epoch, it.meta.Step, err)
 		}
 		s.metrics.sendSeconds.Observe(time.Since(sending).Seconds())

@@ -229,6 +229,12 @@ func (r *Request) Validate() error {
 	if r.NumSlices <= 0 {
 		p.add("num_slices %d must be > 0", r.NumSlices)
 	}
+	if r.GlobalBatchSize > MaxGlobalBatchSize {
+		p.add("global_batch_size %d is over the limit of %d rows", r.GlobalBatchSize, MaxGlobalBatchSize)
+	}
+	if r.NumSlices > MaxNumSlices {
+		p.add("num_slices %d is over the limit of %d", r.NumSlices, MaxNumSlices)
+	}
 	if r.GlobalBatchSize > 0 && r.NumSlices > 0 && r.GlobalBatchSize%r.NumSlices != 0 {
 		p.add("global_batch_size %d is not a multiple of num_slices %d (remainder %d)", r.GlobalBatchSize, r.NumSlices, r.GlobalBatchSize%r.NumSlices)
 	}
@@ -247,6 +253,9 @@ func (r *Request) Validate() error {
 	}
 	if r.Shuffle.Window < 0 {
 		p.add("shuffle.window %d is negative", r.Shuffle.Window)
+	}
+	if r.Shuffle.Window > MaxShuffleWindow {
+		p.add("shuffle.window %d is over the limit of %d rows", r.Shuffle.Window, MaxShuffleWindow)
 	}
 	if r.Shuffle.Window > 0 && !r.Shuffle.Enabled {
 		p.add("shuffle.window is %d but shuffle.enabled is false", r.Shuffle.Window)
@@ -292,9 +301,13 @@ func (r *Request) validateColumns(p *problems) map[string]bool {
 		seenCol[c.Name] = true
 		if c.Length < 0 {
 			p.add("columns[%d] %q: length %d is negative", i, c.Name, c.Length)
+		} else if c.Length > MaxListLength {
+			p.add("columns[%d] %q: length %d is over the limit of %d", i, c.Name, c.Length, MaxListLength)
 		}
 		if c.PackRatio < 0 {
 			p.add("columns[%d] %q: pack_ratio %v is negative", i, c.Name, c.PackRatio)
+		} else if c.PackRatio > MaxPackRatio {
+			p.add("columns[%d] %q: pack_ratio %v is over the limit of %d", i, c.Name, c.PackRatio, MaxPackRatio)
 		}
 		if _, err := ParseFill(c.Fill); len(c.Fill) > 0 && err != nil {
 			p.add("columns[%d] %q: fill %s is neither a number nor one of \"nan\", \"inf\", \"-inf\"", i, c.Name, c.Fill)
@@ -365,6 +378,8 @@ func (r *Request) validateElastic(p *problems) {
 	}
 	if e.FromSlices <= 0 {
 		p.add("elastic.from_slices %d must be > 0", e.FromSlices)
+	} else if e.FromSlices > MaxNumSlices {
+		p.add("elastic.from_slices %d is over the limit of %d", e.FromSlices, MaxNumSlices)
 	} else if r.GlobalBatchSize > 0 && r.GlobalBatchSize%e.FromSlices != 0 {
 		p.add("elastic.from_slices %d does not divide global_batch_size %d (the global batch size stays the same across the switch)", e.FromSlices, r.GlobalBatchSize)
 	}

@@ -26,6 +26,9 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// maxLoggedError bounds the bytes of an error message the server logs.
+const maxLoggedError = 64 << 10
+
 // healthPrefix is the gRPC method prefix of the health service, which is
 // exempt from the token check so that probes need no secret.
 const healthPrefix = "/grpc.health.v1.Health/"
@@ -79,6 +82,11 @@ func New(backend Backend, opts ...Option) (*Server, error) {
 		health:  health.NewServer(),
 		slots:   make(chan struct{}, cfg.maxStreams),
 		budget:  newBudget(cfg.budget),
+	}
+	if lb, ok := backend.(LimitedBackend); ok {
+		if err := lb.UseLimits(s.Limits()); err != nil {
+			return nil, fmt.Errorf("transport: %w: %w", ErrConfig, err)
+		}
 	}
 	if ec, ok := backend.(ErrorCoder); ok {
 		s.codes = ec.ErrorCodes()
@@ -202,6 +210,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// Limits returns the limits a request's plan must fit on this server, with
+// its memory account (what New hands a LimitedBackend).
+func (s *Server) Limits() Limits {
+	return Limits{
+		MaxMessageSize: int64(s.cfg.maxMsg),
+		MemoryBudget:   s.cfg.budget,
+		Prefetch:       s.cfg.prefetch,
+		IdleTimeout:    s.cfg.idle,
+		Memory:         &MemoryAccount{b: s.budget},
+	}
+}
+
 // Metrics returns a snapshot of the server's counters.
 func (s *Server) Metrics() MetricsSnapshot {
 	m := s.metrics.snapshot()
@@ -260,7 +280,7 @@ func (s *Server) edge(method string, err error) error {
 	case codes.Internal, codes.Unknown, codes.DataLoss:
 		level = slog.LevelError
 	}
-	s.log.Log(context.Background(), level, "call failed", "method", method, "code", code.String(), "err", err)
+	s.log.Log(context.Background(), level, "call failed", "method", method, "code", code.String(), "err", capMessage(err.Error(), maxLoggedError))
 	return st
 }
 
@@ -354,15 +374,24 @@ func (s *Server) DoGet(t *flight.Ticket, fs flight.FlightService_DoGetServer) er
 	if err != nil {
 		return err
 	}
-	defer leave()
-
-	st, err := s.backend.Open(ctx, req)
-	if err != nil {
-		return fmt.Errorf("open stream: %w", err)
-	}
-	start := time.Now()
-	n, err := s.stream(ctx, st, fs)
-	s.log.Debug("stream ended", "steps", n.steps, "rows", n.rows, "bytes", n.bytes,
-		"seconds", time.Since(start).Seconds(), "err", err)
-	return err
+	// The stream runs on its own goroutine, so that a send its client never
+	// takes (a full flow-control window) can be given up after the idle
+	// timeout: returning ends the call, which unblocks that send; the
+	// stream's slot returns once the stream has released what it holds.
+	idle := &idleClock{}
+	done := make(chan error, 1)
+	go func() {
+		defer leave()
+		st, err := s.backend.Open(ctx, req)
+		if err != nil {
+			done <- fmt.Errorf("open stream: %w", err)
+			return
+		}
+		start := time.Now()
+		n, err := s.stream(ctx, st, fs, idle)
+		s.log.Debug("stream ended", "steps", n.steps, "rows", n.rows, "bytes", n.bytes,
+			"seconds", time.Since(start).Seconds(), "err", err)
+		done <- err
+	}()
+	return idle.wait(done, s.cfg.idle)
 }

@@ -215,7 +215,7 @@ func (s *Server) serveShmConn(conn *net.UnixConn) {
 		code := codeOf(s.cfg.rules, s.codes, err)
 		s.metrics.countError(code)
 		s.log.Debug("shm stream ended", "code", code.String(), "err", err)
-		e := &shmError{Code: codeName(code), Message: err.Error()}
+		e := &shmError{Code: codeName(code), Message: capMessage(err.Error(), MaxStatusMessage)}
 		if errors.Is(err, errShmIneligible) {
 			e.Reason = "SHM_INELIGIBLE"
 		}
@@ -269,7 +269,7 @@ func (s *Server) shmStream(w *shmConn) error {
 	// The arena (version 2, a backend that allocates from it): the stream
 	// decodes and gathers there. It is closed after the pool, which holds
 	// the records of steps the client has not released.
-	pool := &shmPool{changed: make(chan struct{}, 1), perRegion: slots}
+	pool := &shmPool{changed: make(chan struct{}, 1), perRegion: slots, account: &MemoryAccount{b: s.budget}, share: s.cfg.budget / int64(s.cfg.maxStreams)}
 	ab, ok := s.backend.(AllocatingBackend)
 	if ok && hello.Version >= 2 && s.cfg.shmArena > 0 {
 		if pool.arena, err = newShmArena(s.cfg.shmArena, s.cfg.mem, &s.metrics.shmSpills); err != nil {
@@ -322,7 +322,8 @@ func (s *Server) shmStream(w *shmConn) error {
 		var ok bool
 		select {
 		case <-ctx.Done():
-			return nil // the client went away: nobody to tell
+			// The client went away (nobody to tell), or broke the protocol.
+			return pool.protocolErr()
 		case it, ok = <-items:
 		}
 		if !ok {
@@ -349,26 +350,52 @@ func (s *Server) shmSend(ctx context.Context, w *shmConn, pool *shmPool, slots i
 		s.drop(it)
 		return true, err
 	}
-	// At most `slots` steps sent and not yet read by the client.
-	if !pool.waitWindow(ctx, int64(slots)) {
-		s.drop(it)
-		return true, nil
+	// At most `slots` steps sent and not yet read by the client, and no
+	// more slots than the pool may map: waits for the client, for at most
+	// the idle timeout.
+	wctx, wcancel := ctx, context.CancelFunc(func() {})
+	if s.cfg.idle > 0 {
+		wctx, wcancel = context.WithTimeout(ctx, s.cfg.idle)
 	}
-	region, slot, fresh, err := pool.take(shmBytes(layouts))
+	defer wcancel()
+	waitErr := func(err error) (bool, error) {
+		s.drop(it)
+		if perr := pool.protocolErr(); perr != nil {
+			return true, perr
+		}
+		if ctx.Err() != nil {
+			return true, nil // the client went away
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return true, fmt.Errorf("transport: shm: %w: the client read or released no step for %v (idle timeout, --idle-timeout; %d regions mapped): the server ended the stream to free its slot and memory",
+				ErrIdle, s.cfg.idle, pool.regions())
+		}
+		return true, err
+	}
+	if err := pool.waitWindow(wctx, int64(slots)); err != nil {
+		return waitErr(err)
+	}
+	region, slot, fresh, err := pool.take(wctx, shmBytes(layouts))
 	if err != nil {
+		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrProtocol) {
+			return waitErr(err)
+		}
 		s.drop(it)
 		return true, fmt.Errorf("transport: shm: epoch %d step %d: %w", it.meta.Epoch, it.meta.Step, err)
 	}
+	pool.mu.Lock()
 	reg := pool.regs[region]
+	pool.mu.Unlock()
 	bufs, inPlace := reg.fill(slot, layouts, pool.arena)
 	desc := &shmStep{StepMeta: it.meta, Region: region, Slot: slot, Rows: it.slices[0].NumRows(), Buffers: bufs}
 	rows, size := it.rows(), it.size
 	if inPlace > 0 {
 		// Buffers sent by reference: the records stay until the client
 		// releases the slot.
-		pool.hold(region, slot, it.slices)
+		pool.markSent(region, slot, it.slices)
 		s.unqueue(it)
 	} else {
+		pool.markSent(region, slot, nil)
 		s.drop(it) // the bytes are in the region now
 	}
 	s.metrics.shmInPlace.Add(inPlace)

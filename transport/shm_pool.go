@@ -19,24 +19,51 @@ import (
 // (sent, not yet read by the client) are bounded by the window the client
 // asked for; slots are returned only when the client has dropped every array
 // made from them. A client that holds steps beyond its window (a training
-// loop that keeps batches) makes the pool grow by a region rather than stall:
-// its memory follows what the client holds, as Flight's does.
+// loop that keeps batches) makes the pool grow by a region rather than stall,
+// as long as the regions stay within the stream's share of the memory
+// budget (share: the budget over the server's stream limit), the server's
+// memory account has room for them, and the pool has fewer than
+// maxShmRegions; past that, the stream waits for a release (backpressure),
+// and ends with ErrIdle after the idle timeout.
+//
+// A slot is free, filling (taken by the server) or sent (its descriptor
+// sent: the client holds it). A release is valid only for a sent slot; any
+// other release, an acknowledgement of steps never sent, or a frame that is
+// not JSON is a protocol error that ends the connection (err). Whatever the
+// client sent, close releases every record held and unmaps every region.
 type shmPool struct {
 	mu        sync.Mutex
 	changed   chan struct{} // signalled on every release and acknowledgement
 	regs      []*shmMapping // nil at the arena's index
 	free      [][2]int      // (region, slot)
-	inUse     map[[2]int]bool
+	state     map[[2]int]slotState
 	held      map[[2]int][]arrow.RecordBatch // records of steps sent by reference, until their release
 	slotBytes int64                          // of every region's slots (the first step's size)
 	perRegion int
 	sent      int64
 	acked     int64
-	arena     *shmArena // nil without one; set before the stream starts
+	arena     *shmArena      // nil without one; set before the stream starts
+	account   *MemoryAccount // the server's memory account: regions are charged there
+	charged   int64          // bytes of regions charged to account
+	share     int64          // the most bytes of regions charged past the first (0: no bound but the account's)
+	err       error          // the client's protocol error, when it broke the protocol
 }
 
+// slotState is where a slot is in its life.
+type slotState uint8
+
+const (
+	slotFilling slotState = iota + 1 // taken by the server
+	slotSent                         // its descriptor was sent: the client holds it
+)
+
+// maxShmRegions bounds the slot regions of one stream (each is a file
+// descriptor and a mapping), whatever the budget.
+const maxShmRegions = 256
+
 // readClient applies the client's frames (acknowledgements, releases) until
-// the connection ends.
+// the connection ends or the client breaks the protocol (then p.err says
+// how; the caller ends the stream).
 func (p *shmPool) readClient(w *shmConn) {
 	for {
 		raw, err := w.read()
@@ -44,16 +71,40 @@ func (p *shmPool) readClient(w *shmConn) {
 			return
 		}
 		var f shmClientFrame
-		if json.Unmarshal(raw, &f) != nil {
-			continue
+		if err := json.Unmarshal(raw, &f); err != nil {
+			p.fail(fmt.Errorf("transport: shm: %w: a client frame is not JSON: %v", ErrProtocol, err))
+			return
 		}
-		if f.Ack > 0 {
-			p.ack(f.Ack)
+		if f.Ack != 0 {
+			if err := p.ack(f.Ack); err != nil {
+				p.fail(err)
+				return
+			}
 		}
 		if f.Release != nil {
-			p.release(f.Region, *f.Release)
+			if err := p.release(f.Region, *f.Release); err != nil {
+				p.fail(err)
+				return
+			}
 		}
 	}
+}
+
+// fail records the client's protocol error.
+func (p *shmPool) fail(err error) {
+	p.mu.Lock()
+	if p.err == nil {
+		p.err = err
+	}
+	p.mu.Unlock()
+	p.signal()
+}
+
+// protocolErr returns the client's protocol error, if any.
+func (p *shmPool) protocolErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
 }
 
 func (p *shmPool) signal() {
@@ -63,78 +114,134 @@ func (p *shmPool) signal() {
 	}
 }
 
-func (p *shmPool) ack(n int) {
+// ack counts n steps read by the client; more than were sent is an error.
+func (p *shmPool) ack(n int) error {
 	p.mu.Lock()
+	if n < 0 || int64(n) > p.sent-p.acked {
+		sent, acked := p.sent, p.acked
+		p.mu.Unlock()
+		return fmt.Errorf("transport: shm: %w: ack of %d steps, but %d were sent and %d acknowledged", ErrProtocol, n, sent, acked)
+	}
 	p.acked += int64(n)
 	p.mu.Unlock()
 	p.signal()
+	return nil
 }
 
-// release returns a slot, and releases the records it held; an unknown or
-// free slot is ignored.
-func (p *shmPool) release(region, slot int) {
+// release returns a slot the client holds, and releases the records it
+// held. A release of a slot the client does not hold (unknown, free, or not
+// sent yet: a second release of the same step, or one ahead of its
+// descriptor) changes nothing and is a protocol error.
+func (p *shmPool) release(region, slot int) error {
 	p.mu.Lock()
 	k := [2]int{region, slot}
-	var recs []arrow.RecordBatch
-	if p.inUse[k] {
-		delete(p.inUse, k)
-		p.free = append(p.free, k)
-		recs = p.held[k]
-		delete(p.held, k)
+	if p.state[k] != slotSent {
+		p.mu.Unlock()
+		return fmt.Errorf("transport: shm: %w: release of region %d slot %d, which the client does not hold (released already, never sent, or unknown)", ErrProtocol, region, slot)
 	}
+	delete(p.state, k)
+	p.free = append(p.free, k)
+	recs := p.held[k]
+	delete(p.held, k)
 	p.mu.Unlock()
 	Step{Slices: recs}.Release()
 	p.signal()
+	return nil
 }
 
-// hold keeps the records of the step in (region, slot) until its release.
-func (p *shmPool) hold(region, slot int, recs []arrow.RecordBatch) {
+// markSent records that the step in (region, slot) goes to the client,
+// keeping recs (its records sent by reference; nil when copied) until its
+// release.
+func (p *shmPool) markSent(region, slot int, recs []arrow.RecordBatch) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.held == nil {
-		p.held = map[[2]int][]arrow.RecordBatch{}
+	k := [2]int{region, slot}
+	p.state[k] = slotSent
+	if recs != nil {
+		if p.held == nil {
+			p.held = map[[2]int][]arrow.RecordBatch{}
+		}
+		p.held[k] = recs
 	}
-	p.held[[2]int{region, slot}] = recs
 }
 
-// waitWindow waits until fewer than window steps are unread; false when ctx
-// ended first.
-func (p *shmPool) waitWindow(ctx context.Context, window int64) bool {
+// waitWindow waits until fewer than window steps are unread; it returns
+// ctx's error when ctx ends first, or the client's protocol error.
+func (p *shmPool) waitWindow(ctx context.Context, window int64) error {
 	for {
 		p.mu.Lock()
-		ok := p.sent-p.acked < window
+		ok, perr := p.sent-p.acked < window, p.err
 		p.mu.Unlock()
+		if perr != nil {
+			return perr
+		}
 		if ok {
-			return true
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return false
+			return ctx.Err()
 		case <-p.changed:
 		}
 	}
 }
 
-// take returns a free slot for a step of need bytes, creating a region when
-// none is free (fresh: its descriptor must be sent first).
-func (p *shmPool) take(need int64) (region, slot int, fresh bool, err error) {
+// take returns a free slot for a step of need bytes. When none is free it
+// creates a region (fresh: its descriptor must be sent first) if the pool
+// has none yet, or has fewer than maxShmRegions and the memory account has
+// room for it; else it waits for a release until ctx ends (ctx's error).
+func (p *shmPool) take(ctx context.Context, need int64) (region, slot int, fresh bool, err error) {
+	for {
+		region, slot, fresh, wait, err := p.tryTake(need)
+		if !wait {
+			return region, slot, fresh, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, false, ctx.Err()
+		case <-p.changed:
+		}
+	}
+}
+
+// tryTake is take without waiting: wait is true when the caller must wait
+// for a release.
+func (p *shmPool) tryTake(need int64) (region, slot int, fresh, wait bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.inUse == nil {
-		p.inUse = map[[2]int]bool{}
+	if p.err != nil {
+		return 0, 0, false, false, p.err
+	}
+	if p.state == nil {
+		p.state = map[[2]int]slotState{}
 	}
 	if p.slotBytes > 0 && need > p.slotBytes {
-		return 0, 0, false, fmt.Errorf("%d bytes, more than the %d of a slot (the first step's size)", need, p.slotBytes)
+		return 0, 0, false, false, fmt.Errorf("%d bytes, more than the %d of a slot (the first step's size)", need, p.slotBytes)
 	}
 	if len(p.free) == 0 {
 		size := need
 		if p.slotBytes > 0 {
 			size = p.slotBytes
 		}
+		bytes := alignUp(size, int64(os.Getpagesize())) * int64(p.perRegion)
+		slotRegions := len(p.regs)
+		if p.arena != nil {
+			slotRegions--
+		}
+		switch {
+		case slotRegions == 0:
+			// The first region is needed for any progress: it is charged
+			// whether the account has room or not.
+			p.account.force(bytes)
+		case slotRegions >= maxShmRegions || (p.share > 0 && p.charged+bytes > p.share) || !p.account.TryReserve(bytes):
+			return 0, 0, false, true, nil
+		}
 		m, err := newShmMapping(p.perRegion, size)
 		if err != nil {
-			return 0, 0, false, err
+			p.account.Unreserve(bytes)
+			return 0, 0, false, false, err
 		}
+		p.charged += bytes
 		p.slotBytes = m.slotBytes
 		r := len(p.regs)
 		p.regs = append(p.regs, m)
@@ -145,13 +252,27 @@ func (p *shmPool) take(need int64) (region, slot int, fresh bool, err error) {
 	}
 	k := p.free[len(p.free)-1]
 	p.free = p.free[:len(p.free)-1]
-	p.inUse[k] = true
+	p.state[k] = slotFilling
 	p.sent++
-	return k[0], k[1], fresh, nil
+	return k[0], k[1], fresh, false, nil
 }
 
-// close releases the records still held and unmaps the slot regions (the
-// arena is the stream's to close, after its records are gone).
+// regions returns the slot regions the pool has mapped.
+func (p *shmPool) regions() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, m := range p.regs {
+		if m != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// close releases the records still held, unmaps the slot regions and
+// returns their bytes to the account (the arena is the stream's to close,
+// after its records are gone). It may be called more than once.
 func (p *shmPool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -163,6 +284,9 @@ func (p *shmPool) close() {
 		m.close()
 	}
 	p.regs = nil
+	p.free = nil
+	p.account.Unreserve(p.charged)
+	p.charged = 0
 }
 
 // shmMapping is the server's mapping of a stream's region.

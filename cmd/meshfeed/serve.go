@@ -66,6 +66,7 @@ func runServe(ctx context.Context, args []string) error {
 	zstd := fs.Bool("zstd", false, "compress IPC bodies with zstd")
 	shmAddr := fs.String("shm", "", "also serve the same-host shared-memory wire on this Unix socket (unix:///path.sock; docs/PROTOCOL.md); off when empty")
 	shmArena := fs.Int64("shm-arena", transport.DefaultShmArena, "bytes of each shared-memory stream's arena, which the stream decodes and gathers into so that steps travel without a copy into a slot (address space: only the pages in use are touched); 0: off, every step is copied")
+	idle := fs.Duration("idle-timeout", transport.DefaultIdleTimeout, "end a stream whose client takes no step for this long (a full flow-control window, a shared-memory window or slots held), freeing its slot and memory; the client sees UNAVAILABLE; 0: never")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long streams in flight may finish before they are cancelled")
 	backend := fs.String("backend", "pipeline", "pipeline (loader+batching) or demo (synthetic rows, for tests)")
 	demoRows := fs.Int64("demo-rows", 1000, "rows of the demo backend's dataset")
@@ -123,6 +124,7 @@ func runServe(ctx context.Context, args []string) error {
 		transport.WithMetricsAddress(*metrics),
 		transport.WithZstd(*zstd),
 		transport.WithShmArena(*shmArena),
+		transport.WithIdleTimeout(*idle),
 		transport.WithLogger(log),
 	}, beOpts...)...)
 	if err != nil {
