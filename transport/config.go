@@ -186,6 +186,9 @@ func WithErrorCode(target error, code codes.Code) Option {
 
 // Validate reports every problem of the configuration at once, in one error
 // wrapping ErrConfig. It reads the TLS and token files to check them.
+//
+// Length: one flat list of independent checks, a few lines each, so that
+// every problem is reported in one error (pebble's Options.Validate).
 func (c *Config) Validate() error {
 	var p problems
 	c.cert, c.token, c.rootLocs = nil, "", nil

@@ -204,6 +204,9 @@ func (r *Request) Encode() ([]byte, error) {
 // wrapping ErrBadRequest. It checks the request on its own; whether its URIs
 // lie under the server's roots and whether the plan fits the dataset are
 // checked by the server and the Backend.
+//
+// Length: one flat list of independent checks, each a line or two, so that
+// every problem of a ticket is reported at once.
 func (r *Request) Validate() error {
 	var p problems
 	if r.Version != Version {

@@ -327,12 +327,7 @@ func runPlan(ctx context.Context, args []string) error {
 		return err
 	}
 	refs := ds.RowGroups()
-	rgs := make([]batching.RowGroup, len(refs))
-	var total int64
-	for i, r := range refs {
-		rgs[i] = batching.RowGroup{File: r.File, Index: r.Index, Rows: r.Rows, Bytes: r.Bytes}
-		total += r.Bytes
-	}
+	rgs, total := planRowGroups(refs)
 	// Errors of NewPlan (raise with a remainder, drop with N < B, ...) already
 	// name N, B and the remainder; they are returned as they are.
 	plan, err := batching.NewPlan(rgs, a.cfg)
@@ -382,6 +377,18 @@ func runPlan(ctx context.Context, args []string) error {
 		return enc.Encode(rep)
 	}
 	return printPlanTable(planStdout, rep)
+}
+
+// planRowGroups returns the plan's view of the dataset's row groups and
+// their total bytes.
+func planRowGroups(refs []loader.RowGroupRef) ([]batching.RowGroup, int64) {
+	rgs := make([]batching.RowGroup, len(refs))
+	var total int64
+	for i, r := range refs {
+		rgs[i] = batching.RowGroup{File: r.File, Index: r.Index, Rows: r.Rows, Bytes: r.Bytes}
+		total += r.Bytes
+	}
+	return rgs, total
 }
 
 // planProcesses reports, for each process of the layout, its devices and

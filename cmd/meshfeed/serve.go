@@ -40,6 +40,61 @@ func gcLimit(getenv func(string) string, budget, readAhead int64, maxStreams int
 	return -1
 }
 
+// serveFlags are the serve command's flags, as parsed.
+type serveFlags struct {
+	allow      rootFlags
+	addr       *string
+	cert       *string
+	key        *string
+	token      *string
+	insecure   *bool
+	maxStreams *int
+	prefetch   *int
+	readAhead  *int64
+	mapCache   *int64
+	budget     *int64
+	maxMsg     *int
+	metrics    *string
+	zstd       *bool
+	shmAddr    *string
+	shmArena   *int64
+	idle       *time.Duration
+	drain      *time.Duration
+	backend    *string
+	demoRows   *int64
+	logLevel   *string
+	parentPID  *int
+}
+
+// newServeFlags defines the serve command's flags on fs.
+func newServeFlags(fs *flag.FlagSet) *serveFlags {
+	f := &serveFlags{}
+	f.addr = fs.String("addr", transport.DefaultAddress, "listen address: unix:///path/to.sock or host:port (port 0 picks a free one)")
+	fs.StringVar(f.addr, "listen", transport.DefaultAddress, "same as --addr")
+	f.cert = fs.String("tls-cert", "", "PEM certificate chain file (TLS)")
+	f.key = fs.String("tls-key", "", "PEM private key file (TLS)")
+	f.token = fs.String("token-file", "", "file holding the bearer token every call must carry")
+	f.insecure = fs.Bool("insecure-network", false, "allow a non-loopback address without TLS and a token")
+	fs.Var(&f.allow, "allow", "dataset root that requests may read under (gs://bucket/prefix or a path); repeatable, at least one")
+	f.maxStreams = fs.Int("max-streams", transport.DefaultMaxStreams, "maximum concurrent DoGet streams")
+	f.prefetch = fs.Int("prefetch", transport.DefaultPrefetch, "steps each stream reads ahead of the one being sent")
+	f.readAhead = fs.Int64("read-ahead", loader.DefaultReadAhead, "bytes of row groups each stream reads ahead (compressed + decoded), split among its slices; larger row groups are read in pieces, and a request that cannot fit is refused at plan time; 0: one whole row group per slice at a time")
+	f.mapCache = fs.Int64("map-cache", 0, "keep local files of up to this many bytes in all mapped between reads (faster repeated epochs of page-cache-warm data; mapped pages count in RSS); 0: off")
+	f.budget = fs.Int64("memory-budget", transport.DefaultMemoryBudget, "bytes of records queued across all streams (0: unbounded)")
+	f.maxMsg = fs.Int("max-message-size", transport.DefaultMaxMessageSize, "largest gRPC message sent, bytes (clients must accept at least this)")
+	f.metrics = fs.String("metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (and JSON counters at /debug/vars); off when empty")
+	f.zstd = fs.Bool("zstd", false, "compress IPC bodies with zstd")
+	f.shmAddr = fs.String("shm", "", "also serve the same-host shared-memory wire on this Unix socket (unix:///path.sock; docs/PROTOCOL.md); off when empty")
+	f.shmArena = fs.Int64("shm-arena", transport.DefaultShmArena, "bytes of each shared-memory stream's arena, which the stream decodes and gathers into so that steps travel without a copy into a slot (address space: only the pages in use are touched); 0: off, every step is copied")
+	f.idle = fs.Duration("idle-timeout", transport.DefaultIdleTimeout, "end a stream whose client takes no step for this long (a full flow-control window, a shared-memory window or slots held), freeing its slot and memory; the client sees UNAVAILABLE; 0: never")
+	f.drain = fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long streams in flight may finish before they are cancelled")
+	f.backend = fs.String("backend", "pipeline", "pipeline (loader+batching) or demo (synthetic rows, for tests)")
+	f.demoRows = fs.Int64("demo-rows", 1000, "rows of the demo backend's dataset")
+	f.logLevel = fs.String("log-level", "info", "debug, info, warn or error")
+	f.parentPID = fs.Int("parent-pid", 0, "stop (streams cancelled, no drain) once process PID is no longer this server's parent: the process that started it ended, even by SIGKILL; checked every 200ms; 0: off")
+	return f
+}
+
 func runServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.Usage = func() {
@@ -48,30 +103,7 @@ func runServe(ctx context.Context, args []string) error {
 			"\"meshfeed: listening on ADDR\" to stdout; SIGTERM or SIGINT drains and exits.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	var allow rootFlags
-	addr := fs.String("addr", transport.DefaultAddress, "listen address: unix:///path/to.sock or host:port (port 0 picks a free one)")
-	fs.StringVar(addr, "listen", transport.DefaultAddress, "same as --addr")
-	cert := fs.String("tls-cert", "", "PEM certificate chain file (TLS)")
-	key := fs.String("tls-key", "", "PEM private key file (TLS)")
-	token := fs.String("token-file", "", "file holding the bearer token every call must carry")
-	insecure := fs.Bool("insecure-network", false, "allow a non-loopback address without TLS and a token")
-	fs.Var(&allow, "allow", "dataset root that requests may read under (gs://bucket/prefix or a path); repeatable, at least one")
-	maxStreams := fs.Int("max-streams", transport.DefaultMaxStreams, "maximum concurrent DoGet streams")
-	prefetch := fs.Int("prefetch", transport.DefaultPrefetch, "steps each stream reads ahead of the one being sent")
-	readAhead := fs.Int64("read-ahead", loader.DefaultReadAhead, "bytes of row groups each stream reads ahead (compressed + decoded), split among its slices; larger row groups are read in pieces, and a request that cannot fit is refused at plan time; 0: one whole row group per slice at a time")
-	mapCache := fs.Int64("map-cache", 0, "keep local files of up to this many bytes in all mapped between reads (faster repeated epochs of page-cache-warm data; mapped pages count in RSS); 0: off")
-	budget := fs.Int64("memory-budget", transport.DefaultMemoryBudget, "bytes of records queued across all streams (0: unbounded)")
-	maxMsg := fs.Int("max-message-size", transport.DefaultMaxMessageSize, "largest gRPC message sent, bytes (clients must accept at least this)")
-	metrics := fs.String("metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (and JSON counters at /debug/vars); off when empty")
-	zstd := fs.Bool("zstd", false, "compress IPC bodies with zstd")
-	shmAddr := fs.String("shm", "", "also serve the same-host shared-memory wire on this Unix socket (unix:///path.sock; docs/PROTOCOL.md); off when empty")
-	shmArena := fs.Int64("shm-arena", transport.DefaultShmArena, "bytes of each shared-memory stream's arena, which the stream decodes and gathers into so that steps travel without a copy into a slot (address space: only the pages in use are touched); 0: off, every step is copied")
-	idle := fs.Duration("idle-timeout", transport.DefaultIdleTimeout, "end a stream whose client takes no step for this long (a full flow-control window, a shared-memory window or slots held), freeing its slot and memory; the client sees UNAVAILABLE; 0: never")
-	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long streams in flight may finish before they are cancelled")
-	backend := fs.String("backend", "pipeline", "pipeline (loader+batching) or demo (synthetic rows, for tests)")
-	demoRows := fs.Int64("demo-rows", 1000, "rows of the demo backend's dataset")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	parentPID := fs.Int("parent-pid", 0, "stop (streams cancelled, no drain) once process PID is no longer this server's parent: the process that started it ended, even by SIGKILL; checked every 200ms; 0: off")
+	f := newServeFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -79,24 +111,24 @@ func runServe(ctx context.Context, args []string) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level %q: %v", *logLevel, err)
+	if err := level.UnmarshalText([]byte(*f.logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: %v", *f.logLevel, err)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	if *parentPID > 0 {
+	if *f.parentPID > 0 {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
-		go watchParent(ctx, *parentPID, os.Getppid, parentPoll, func() { cancel(errParentGone) })
+		go watchParent(ctx, *f.parentPID, os.Getppid, parentPoll, func() { cancel(errParentGone) })
 	}
 
 	var be transport.Backend
 	var beOpts []transport.Option
-	switch *backend {
+	switch *f.backend {
 	case "demo":
-		be = &transport.DemoBackend{NumRows: *demoRows, Plan: demoPlan}
+		be = &transport.DemoBackend{NumRows: *f.demoRows, Plan: demoPlan}
 	case "pipeline":
-		p, err := newPipelineBackend(ctx, *readAhead, *mapCache)
+		p, err := newPipelineBackend(ctx, *f.readAhead, *f.mapCache)
 		if err != nil {
 			return err
 		}
@@ -105,32 +137,32 @@ func runServe(ctx context.Context, args []string) error {
 		// pipeline's pool, like the slices themselves.
 		be, beOpts = p, []transport.Option{transport.WithAllocator(p.Allocator())}
 	default:
-		return fmt.Errorf("--backend %q: want pipeline or demo", *backend)
+		return fmt.Errorf("--backend %q: want pipeline or demo", *f.backend)
 	}
 
-	if limit := gcLimit(os.Getenv, *budget, *readAhead, *maxStreams); limit >= 0 {
+	if limit := gcLimit(os.Getenv, *f.budget, *f.readAhead, *f.maxStreams); limit >= 0 {
 		debug.SetMemoryLimit(limit)
 	}
 	srv, err := transport.New(be, append([]transport.Option{
-		transport.WithAddress(*addr),
-		transport.WithTLS(*cert, *key),
-		transport.WithTokenFile(*token),
-		transport.WithInsecureNetwork(*insecure),
-		transport.WithAllowedRoots(allow...),
-		transport.WithMaxStreams(*maxStreams),
-		transport.WithPrefetch(*prefetch),
-		transport.WithMemoryBudget(*budget),
-		transport.WithMaxMessageSize(*maxMsg),
-		transport.WithMetricsAddress(*metrics),
-		transport.WithZstd(*zstd),
-		transport.WithShmArena(*shmArena),
-		transport.WithIdleTimeout(*idle),
+		transport.WithAddress(*f.addr),
+		transport.WithTLS(*f.cert, *f.key),
+		transport.WithTokenFile(*f.token),
+		transport.WithInsecureNetwork(*f.insecure),
+		transport.WithAllowedRoots(f.allow...),
+		transport.WithMaxStreams(*f.maxStreams),
+		transport.WithPrefetch(*f.prefetch),
+		transport.WithMemoryBudget(*f.budget),
+		transport.WithMaxMessageSize(*f.maxMsg),
+		transport.WithMetricsAddress(*f.metrics),
+		transport.WithZstd(*f.zstd),
+		transport.WithShmArena(*f.shmArena),
+		transport.WithIdleTimeout(*f.idle),
 		transport.WithLogger(log),
 	}, beOpts...)...)
 	if err != nil {
 		return err
 	}
-	return serveUntilSignal(ctx, srv, *shmAddr, *drain, log)
+	return serveUntilSignal(ctx, srv, *f.shmAddr, *f.drain, log)
 }
 
 // parentPoll is how often watchParent asks for the parent's pid.
