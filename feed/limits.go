@@ -183,7 +183,7 @@ func (p *Pipeline) checkMemory(pl *pipelinePlan) error {
 	if sz.reserve+sz.step > float64(l.MemoryBudget) {
 		return fmt.Errorf("feed: %w: this request's stream needs about %.0f bytes of memory (read-ahead %.0f, shuffle windows %.0f, %d slices x %d bytes of readers and cutters, "+
 			"three steps of %.0f bytes: %d slices of %d rows at %.0f bytes per row), over the server's memory budget of %d bytes (--memory-budget): "+
-			"ask for fewer slices per request, a smaller global_batch_size, shuffle window or list length, or raise the server's --memory-budget or lower its --read-ahead",
+			"ask for fewer slices per request, a smaller global_batch_size, shuffle window or list length, or raise the server's --memory-budget (a Loader's own server: meshfeed.ServerOptions(memory_budget=...)) or lower its --read-ahead",
 			transport.ErrTooLarge, sz.reserve+sz.step, sz.readAhead, sz.window, n, sliceOverhead, sz.step, n, sz.rows, sz.rowBytes, l.MemoryBudget)
 	}
 	return nil

@@ -281,6 +281,26 @@ def test_local_server_defaults_are_the_named_constants(glob):
         assert ld.config.server_options is None
 
 
+def test_local_server_admits_a_large_shuffle_window(tmp_path, binary):
+    """The local server's default memory account holds one large stream: a
+    65,536-row shuffle window on 8 devices of 64-float rows (about 580 MB of
+    read-ahead and windows) is planned and streamed, not refused; and the Go
+    runtime's soft limit of that server is local_gc_limit's."""
+    import subprocess
+    from meshfeed._src.server import local_gc_limit
+    out = tmp_path / "big"
+    subprocess.run([binary, "gen", "--out", str(out), "--rows", "300000", "--files", "2",
+                    "--row-group-rows", "65536", "--features", "64"], check=True, capture_output=True)
+    sh = sharding((8,), ("data",), P("data"))
+    with meshfeed.Loader(str(out), columns=["id", "features"], global_batch_size=1024, sharding=sh,
+                         shuffle=meshfeed.Shuffle(seed=0, window=65536)) as ld:
+        batch = next(iter(ld))
+        assert batch["features"].shape == (1024, 64)
+        env = open(f"/proc/{ld._server.pid}/environ", "rb").read().split(b"\0")
+        if "GOMEMLIMIT" not in os.environ:
+            assert f"GOMEMLIMIT={local_gc_limit(None)}".encode() in env
+
+
 def test_loader_from_its_config(glob):
     """A loader's frozen config builds another loader of the same stream;
     a state of one resumes on the other."""

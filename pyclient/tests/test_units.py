@@ -74,7 +74,7 @@ def test_server_memory_defaults_are_named_once():
     assert a[a.index("--memory-budget") + 1] == str(server_mod.RAY_MEMORY_BUDGET)
     assert a[a.index("--max-streams") + 1] == str(server_mod.RAY_MAX_STREAMS)
     assert meshfeed.LOCAL_READ_AHEAD is server_mod.LOCAL_READ_AHEAD == 128 << 20
-    assert meshfeed.LOCAL_MEMORY_BUDGET is server_mod.LOCAL_MEMORY_BUDGET == 256 << 20
+    assert meshfeed.LOCAL_MEMORY_BUDGET is server_mod.LOCAL_MEMORY_BUDGET == 2 << 30
 
 
 def test_layout_of_other_sharding_kinds():

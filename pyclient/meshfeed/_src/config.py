@@ -162,9 +162,10 @@ class ServerOptions:
         read_ahead: bytes of row groups each stream reads ahead, compressed
             plus decoded (``--read-ahead``); None: :data:`LOCAL_READ_AHEAD`
             (128 MiB); 0: one whole row group per slice at a time.
-        memory_budget: bytes of steps queued for sending across the server's
-            streams (``--memory-budget``); None: :data:`LOCAL_MEMORY_BUDGET`
-            (256 MiB); 0: unbounded.
+        memory_budget: bytes the server may hold in all, its streams'
+            read-ahead, shuffle windows and queued steps (``--memory-budget``);
+            None: :data:`LOCAL_MEMORY_BUDGET`
+            (2 GiB); 0: unbounded.
         extra_args: more ``meshfeed serve`` flags, after those above (a flag
             given again wins), e.g. ``("--map-cache", str(8 << 30))`` to keep
             local files mapped between epochs, or ``("--allow", DIR)``.

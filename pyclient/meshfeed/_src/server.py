@@ -144,16 +144,34 @@ def allowed_root(uri: str) -> str:
     return str(full if full.is_dir() else full.parent)
 
 
-# A server's memory (see `meshfeed serve -h`): steps queued for sending across
-# its streams (--memory-budget) and each stream's read-ahead (--read-ahead).
-# The local server a Loader starts feeds that one Loader (LocalServer: two
-# streams, as a reopen after a failure may overlap the old one); a server actor
-# of meshfeed.ray (rayservers.py) on a CPU node feeds many remote clients
-# (RAY_MAX_STREAMS streams), so it is given more of both.
-LOCAL_MEMORY_BUDGET = 256 << 20
-"""Bytes of steps a Loader's local server queues: ``ServerOptions(memory_budget=None)``."""
+# A server's memory (see `meshfeed serve -h`): one account (--memory-budget)
+# that every stream's read-ahead (--read-ahead), shuffle windows, readers and
+# queued steps count against; a request whose stream cannot fit is refused at
+# plan time with the numbers. The local server a Loader starts feeds that one
+# Loader (LocalServer: two streams, as a reopen after a failure may overlap
+# the old one), so its account is sized for one large stream (a 65,536-row
+# shuffle window on 8 devices of 64-float rows needs about 580 MB), while the
+# Go runtime's soft limit (GOMEMLIMIT, LOCAL_GC_LIMIT) stays what it was when
+# the budget counted queued steps alone: the budget bounds, the runtime keeps
+# RSS near what the stream holds. A server actor of meshfeed.ray
+# (rayservers.py) on a CPU node feeds many remote clients (RAY_MAX_STREAMS
+# streams), so it is given more read-ahead.
+LOCAL_MEMORY_BUDGET = 2 << 30
+"""Bytes a Loader's local server may hold in all (its memory account):
+``ServerOptions(memory_budget=None)``."""
 LOCAL_READ_AHEAD = 128 << 20
 """Bytes each stream of a Loader's local server reads ahead: ``ServerOptions(read_ahead=None)``."""
+LOCAL_GC_LIMIT_BASE = 384 << 20
+"""A Loader's local server's Go soft memory limit (GOMEMLIMIT) is this plus
+its two streams' read-ahead: :func:`local_gc_limit`."""
+
+
+def local_gc_limit(read_ahead: int | None) -> int:
+    """The Go runtime's soft memory limit of a Loader's local server of this
+    read-ahead (None: LOCAL_READ_AHEAD): LOCAL_GC_LIMIT_BASE plus two
+    streams' read-ahead, the limit it had when its budget counted queued
+    steps alone (256 MiB of steps plus 128 MiB for the program)."""
+    return LOCAL_GC_LIMIT_BASE + 2 * (LOCAL_READ_AHEAD if read_ahead is None else read_ahead)
 RAY_MEMORY_BUDGET = 2 << 30
 RAY_READ_AHEAD = 256 << 20
 RAY_MAX_STREAMS = 64
@@ -189,7 +207,8 @@ class LocalServer:
     def __init__(self, binary: str, roots: Sequence[str], *, backend: str = "pipeline",
                  extra_args: Sequence[str] = (), start_timeout: float = 30.0, stop_timeout: float = 10.0,
                  socket: str | os.PathLike | None = None, shm: bool = False, address: str | None = None,
-                 read_ahead: int | None = None, memory_budget: int | None = None):
+                 read_ahead: int | None = None, memory_budget: int | None = None,
+                 gc_limit: int | None = None):
         """Starts ``meshfeed serve`` allowed to read ``roots`` and waits until
         it accepts calls. ``read_ahead`` and ``memory_budget``: bytes
         (``--read-ahead``, ``--memory-budget``); None: LOCAL_READ_AHEAD and
@@ -200,7 +219,9 @@ class LocalServer:
         address. ``shm``: also serve the shared-memory wire, on a socket
         beside it (``shm_address``; None when off).
         ``address``: ``host:port`` to listen on instead of a Unix socket
-        (port 0: a free one).
+        (port 0: a free one). ``gc_limit``: the Go runtime's soft memory
+        limit in bytes (GOMEMLIMIT; a GOMEMLIMIT in this environment wins);
+        None: the server's own rule (``meshfeed serve -h``).
 
         The server is told this process's id (``--parent-pid``) and exits,
         draining as on SIGTERM, within a fraction of a second of this
@@ -216,8 +237,8 @@ class LocalServer:
         listen = address if address is not None else "unix://" + sock
         self.shm_address: str | None = None
         # A local server feeds one Loader: a few streams (a reopen after a
-        # failure may overlap the old one), bounded memory (queued steps plus
-        # read-ahead, which serve also hands to the Go runtime as its limit).
+        # failure may overlap the old one), bounded memory (one account for
+        # read-ahead, windows and queued steps; the runtime's soft limit below).
         args = [binary, "serve", "--addr", listen, "--backend", backend, "--drain-timeout", "2s",
                 "--max-streams", "2",
                 "--memory-budget", str(LOCAL_MEMORY_BUDGET if memory_budget is None else memory_budget),
@@ -232,9 +253,12 @@ class LocalServer:
         # stderr goes to a file (a pipe nobody reads would block the server
         # once full), one with no name: nothing to remove, however this ends.
         self._err = tempfile.TemporaryFile(prefix="meshfeed-stderr-")
+        env = None
+        if gc_limit is not None and "GOMEMLIMIT" not in os.environ:
+            env = dict(os.environ, GOMEMLIMIT=str(gc_limit))
         try:
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=self._err, start_new_session=True)
+                                         stderr=self._err, start_new_session=True, env=env)
         except OSError as e:
             self._err.close()
             raise MeshfeedError(f"cannot start {args!r}: {e}") from e

@@ -15,7 +15,7 @@ import pyarrow.flight as flight
 from . import connect, shm
 from .config import LoaderConfig
 from .errors import MeshfeedError, PlanError, UnavailableError, from_flight, recoverable
-from .server import LocalServer, allowed_root, find_binary
+from .server import LocalServer, allowed_root, find_binary, local_gc_limit
 
 # Steps in flight on the shared-memory wire: the one being filled, the
 # prefetched ones, and the ones the training loop still holds.
@@ -58,6 +58,7 @@ class Session:
         assert self._binary is not None
         opts = self._cfg.local_server
         return LocalServer(self._binary, self._roots, read_ahead=opts.read_ahead, memory_budget=opts.memory_budget,
+                           gc_limit=local_gc_limit(opts.read_ahead),
                            extra_args=opts.extra_args, shm=self.transport == "shm" and shm.available())
 
     def open_stream(self, ticket: bytes, slots: int) -> Any:
