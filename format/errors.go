@@ -28,6 +28,6 @@ func faultErr(uri string, rg int, r any, missing error) error {
 	if missing == nil {
 		missing = ErrCorrupt
 	}
-	return fmt.Errorf("loader: %s row group %d: memory fault reading the mapped file (%v): %w; it was truncated or rewritten in place while being read: replace files by renaming new ones into place",
+	return fmt.Errorf("format: %s row group %d: memory fault reading the mapped file (%v): %w; it was truncated or rewritten in place while being read: replace files by renaming new ones into place",
 		uri, rg, r, missing)
 }

@@ -172,3 +172,38 @@ func (f *testFile) readRange(ctx context.Context, rg int, lo, hi int64, sh *Shar
 	}
 	return d.DecodeRange(ctx, p)
 }
+
+// testDS is a testFile as the tests that read it as a dataset of one file
+// use it (what loader.Open gave them).
+type testDS struct {
+	*testFile
+	Files  []testDSFile
+	Schema *arrow.Schema // the projected output schema
+}
+
+type testDSFile struct{ RowGroups []RowGroupMeta }
+
+// ReadRowGroup decodes row group rg of file 0.
+func (d *testDS) ReadRowGroup(ctx context.Context, file, rg int, mem memory.Allocator) (arrow.RecordBatch, error) {
+	if file != 0 {
+		return nil, fmt.Errorf("file %d of a dataset of one", file)
+	}
+	return d.readRowGroup(ctx, rg, mem)
+}
+
+// openDS opens the file at path as a dataset of one file.
+func openDS(t testing.TB, path string, cols []string, o Options) (*testDS, error) {
+	t.Helper()
+	f, err := openFile(t, path, cols, o)
+	if err != nil {
+		return nil, err
+	}
+	var sch *arrow.Schema
+	switch d := f.dec.(type) {
+	case *parquetDecoder:
+		sch = d.sch
+	case *ipcDecoder:
+		sch = d.sch
+	}
+	return &testDS{testFile: f, Files: []testDSFile{{RowGroups: f.rgs}}, Schema: sch}, nil
+}

@@ -47,7 +47,7 @@ func ReadIPCFooter(ctx context.Context, src Source, o Options) (ft Footer, err e
 		Size int64
 	}{src.URI(), src.Size()}
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("loader: %s: %s: %w; the file is truncated or not an Arrow IPC file: rewrite it", obj.URI, fmt.Sprintf(format, args...), ErrCorrupt)
+		return fmt.Errorf("format: %s: %s: %w; the file is truncated or not an Arrow IPC file: rewrite it", obj.URI, fmt.Sprintf(format, args...), ErrCorrupt)
 	}
 	defer func() {
 		if r := recover(); r != nil {
@@ -61,7 +61,7 @@ func ReadIPCFooter(ctx context.Context, src Source, o Options) (ft Footer, err e
 	tail := make([]byte, min(obj.Size, int64(o.FooterReadLength)))
 	tailOff := obj.Size - int64(len(tail))
 	if err := src.ReadAt(ctx, tail, tailOff); err != nil {
-		return nil, fmt.Errorf("loader: %s: reading Arrow IPC footer: %w", obj.URI, err)
+		return nil, fmt.Errorf("format: %s: reading Arrow IPC footer: %w", obj.URI, err)
 	}
 	if string(tail[len(tail)-len(ipcMagic):]) != ipcMagic {
 		return nil, bad("no %q magic at the end", ipcMagic)
@@ -77,7 +77,7 @@ func ReadIPCFooter(ctx context.Context, src Source, o Options) (ft Footer, err e
 	} else {
 		fb = make([]byte, flen)
 		if err := src.ReadAt(ctx, fb, fstart); err != nil {
-			return nil, fmt.Errorf("loader: %s: reading Arrow IPC footer: %w", obj.URI, err)
+			return nil, fmt.Errorf("format: %s: reading Arrow IPC footer: %w", obj.URI, err)
 		}
 	}
 
@@ -96,7 +96,7 @@ func ReadIPCFooter(ctx context.Context, src Source, o Options) (ft Footer, err e
 	}
 	sch := fr.Schema()
 	if fr.NumDictionaries() > 0 {
-		return nil, fmt.Errorf("loader: %s: dictionary-encoded Arrow IPC columns: %w; write the file without dictionaries", obj.URI, ErrUnsupported)
+		return nil, fmt.Errorf("format: %s: dictionary-encoded Arrow IPC columns: %w; write the file without dictionaries", obj.URI, ErrUnsupported)
 	}
 	fr.Close()
 
@@ -120,7 +120,7 @@ func ReadIPCFooter(ctx context.Context, src Source, o Options) (ft Footer, err e
 			defer func() { <-sem }()
 			meta := make([]byte, b.metaLen)
 			if err := src.ReadAt(ctx, meta, b.offset); err != nil {
-				errs[i] = fmt.Errorf("loader: %s row group %d: %w", obj.URI, i, err)
+				errs[i] = fmt.Errorf("format: %s row group %d: %w", obj.URI, i, err)
 				return
 			}
 			rows, body, err := ipcBatchRows(meta)
@@ -143,7 +143,7 @@ func ReadIPCFooter(ctx context.Context, src Source, o Options) (ft Footer, err e
 	var sm bytes.Buffer
 	w := ipc.NewWriter(&sm, ipc.WithSchema(sch))
 	if err := w.Close(); err != nil {
-		return nil, fmt.Errorf("loader: %s: re-encoding schema: %w", obj.URI, err)
+		return nil, fmt.Errorf("format: %s: re-encoding schema: %w", obj.URI, err)
 	}
 	msg := sm.Bytes()[:sm.Len()-8] // drop the end-of-stream marker
 	return &ipcFooter{uri: obj.URI, sch: sch, schemaMsg: msg, blocks: blocks}, nil
@@ -266,11 +266,11 @@ func (f *ipcFooter) Decoder(src Source, proj []int, out []arrow.Field, o Options
 		fld := f.sch.Field(fi)
 		switch fld.Type.ID() {
 		case arrow.LARGE_STRING, arrow.LARGE_BINARY, arrow.LARGE_LIST, arrow.DICTIONARY:
-			return nil, fmt.Errorf("loader: %s column %q: Arrow IPC column of type %s: %w; write it as string, binary or list", f.uri, fld.Name, fld.Type, ErrUnsupported)
+			return nil, fmt.Errorf("format: %s column %q: Arrow IPC column of type %s: %w; write it as string, binary or list", f.uri, fld.Name, fld.Type, ErrUnsupported)
 		}
 		if fld.Nullable && !isBinary(out[i].Type) {
 			if _, ok := o.Fill[fld.Name]; ok {
-				return nil, fmt.Errorf("loader: %s column %q: fill values for Arrow IPC input: %w", f.uri, fld.Name, ErrUnsupported)
+				return nil, fmt.Errorf("format: %s column %q: fill values for Arrow IPC input: %w", f.uri, fld.Name, ErrUnsupported)
 			}
 		}
 	}
@@ -289,7 +289,7 @@ func (d *ipcDecoder) DecodeRowGroup(ctx context.Context, rg int, ra Fetched, out
 		if r := recover(); r != nil {
 			rec = nil
 			if err = faultErr(d.uri, rg, r, d.opts.Missing); err == nil {
-				err = fmt.Errorf("loader: %s row group %d: undecodable record batch (%v): %w; the file is corrupt: rewrite it", d.uri, rg, r, ErrCorrupt)
+				err = fmt.Errorf("format: %s row group %d: undecodable record batch (%v): %w; the file is corrupt: rewrite it", d.uri, rg, r, ErrCorrupt)
 			}
 		}
 		if err != nil {
@@ -301,32 +301,32 @@ func (d *ipcDecoder) DecodeRowGroup(ctx context.Context, rg int, ra Fetched, out
 	stream := make([]byte, len(d.ft.schemaMsg)+int(n)+8)
 	copy(stream, d.ft.schemaMsg)
 	if _, err := ra.ReadAt(stream[len(d.ft.schemaMsg):len(d.ft.schemaMsg)+int(n)], b.offset); err != nil {
-		return nil, fmt.Errorf("loader: %s row group %d: %w", d.uri, rg, classify(err, d.opts.Kept))
+		return nil, fmt.Errorf("format: %s row group %d: %w", d.uri, rg, classify(err, d.opts.Kept))
 	}
 	copy(stream[len(stream)-8:], []byte{0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0})
 	if err := checkBatchBuffers(stream[len(d.ft.schemaMsg):len(d.ft.schemaMsg)+int(n)], int(b.metaLen), d.maxBytes); err != nil {
-		return nil, fmt.Errorf("loader: %s row group %d: %w: %w; the file is corrupt: rewrite it", d.uri, rg, err, ErrCorrupt)
+		return nil, fmt.Errorf("format: %s row group %d: %w: %w; the file is corrupt: rewrite it", d.uri, rg, err, ErrCorrupt)
 	}
 	rd, err := ipc.NewReader(bytes.NewReader(stream), ipc.WithAllocator(mem))
 	if err != nil {
-		return nil, fmt.Errorf("loader: %s row group %d: %w", d.uri, rg, classify(err, d.opts.Kept))
+		return nil, fmt.Errorf("format: %s row group %d: %w", d.uri, rg, classify(err, d.opts.Kept))
 	}
 	defer rd.Release()
 	if !rd.Next() {
 		if err := rd.Err(); err != nil {
-			return nil, fmt.Errorf("loader: %s row group %d: %w", d.uri, rg, classify(err, d.opts.Kept))
+			return nil, fmt.Errorf("format: %s row group %d: %w", d.uri, rg, classify(err, d.opts.Kept))
 		}
-		return nil, fmt.Errorf("loader: %s row group %d: no record batch: %w", d.uri, rg, ErrCorrupt)
+		return nil, fmt.Errorf("format: %s row group %d: no record batch: %w", d.uri, rg, ErrCorrupt)
 	}
 	full := rd.RecordBatch()
 	if full.NumRows() != b.rows {
-		return nil, fmt.Errorf("loader: %s row group %d: batch has %d rows, metadata says %d: %w", d.uri, rg, full.NumRows(), b.rows, ErrCorrupt)
+		return nil, fmt.Errorf("format: %s row group %d: batch has %d rows, metadata says %d: %w", d.uri, rg, full.NumRows(), b.rows, ErrCorrupt)
 	}
 	cols := make([]arrow.Array, len(d.proj))
 	for i, fi := range d.proj {
 		col := full.Column(fi)
 		if col.NullN() > 0 && !isBinary(d.sch.Field(i).Type) {
-			return nil, fmt.Errorf("loader: %s row group %d column %q: %d nulls: %w; clean the data (fill values apply to Parquet input)", d.uri, rg, d.sch.Field(i).Name, col.NullN(), ErrNull)
+			return nil, fmt.Errorf("format: %s row group %d column %q: %d nulls: %w; clean the data (fill values apply to Parquet input)", d.uri, rg, d.sch.Field(i).Name, col.NullN(), ErrNull)
 		}
 		cols[i] = makeArray(retype(col.Data(), d.sch.Field(i).Type))
 	}

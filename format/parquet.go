@@ -95,11 +95,11 @@ func ReadParquetFooter(ctx context.Context, src Source, o Options) (ft Footer, e
 	}{src.URI(), src.Size()}
 	const minSize = 4 + 4 + 4 // magic, footer length, magic
 	if obj.Size < minSize {
-		return nil, fmt.Errorf("loader: %s: %d bytes is too small to be a Parquet file: %w; rewrite the file", obj.URI, obj.Size, ErrCorrupt)
+		return nil, fmt.Errorf("format: %s: %d bytes is too small to be a Parquet file: %w; rewrite the file", obj.URI, obj.Size, ErrCorrupt)
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			ft, err = nil, fmt.Errorf("loader: %s: undecodable Parquet footer (%v): %w; the file is corrupt: rewrite it", obj.URI, r, ErrCorrupt)
+			ft, err = nil, fmt.Errorf("format: %s: undecodable Parquet footer (%v): %w; the file is corrupt: rewrite it", obj.URI, r, ErrCorrupt)
 		}
 	}()
 	// Read the tail once ourselves: the footer length is checked against the
@@ -108,10 +108,10 @@ func ReadParquetFooter(ctx context.Context, src Source, o Options) (ft Footer, e
 	tailLen := min(obj.Size, int64(max(o.FooterReadLength, 8)))
 	tail := make([]byte, tailLen)
 	if err := src.ReadAt(ctx, tail, obj.Size-tailLen); err != nil {
-		return nil, fmt.Errorf("loader: %s: reading Parquet footer: %w", obj.URI, classify(err, o.Kept))
+		return nil, fmt.Errorf("format: %s: reading Parquet footer: %w", obj.URI, classify(err, o.Kept))
 	}
 	if flen := int64(binary.LittleEndian.Uint32(tail[tailLen-8:])); flen > obj.Size-minSize {
-		return nil, fmt.Errorf("loader: %s: footer length %d does not fit in the file's %d bytes: %w; the file is truncated or not Parquet: rewrite it", obj.URI, flen, obj.Size, ErrCorrupt)
+		return nil, fmt.Errorf("format: %s: footer length %d does not fit in the file's %d bytes: %w; the file is truncated or not Parquet: rewrite it", obj.URI, flen, obj.Size, ErrCorrupt)
 	}
 	if flen := int64(binary.LittleEndian.Uint32(tail[tailLen-8:])); flen+8 > tailLen {
 		// The footer is longer than the tail: fetch it whole, once, for both
@@ -119,7 +119,7 @@ func ReadParquetFooter(ctx context.Context, src Source, o Options) (ft Footer, e
 		tailLen = flen + 8
 		tail = make([]byte, tailLen)
 		if err := src.ReadAt(ctx, tail, obj.Size-tailLen); err != nil {
-			return nil, fmt.Errorf("loader: %s: reading Parquet footer: %w", obj.URI, classify(err, o.Kept))
+			return nil, fmt.Errorf("format: %s: reading Parquet footer: %w", obj.URI, classify(err, o.Kept))
 		}
 	}
 	ra := &tailReaderAt{ReaderAt: &sourceReaderAt{ctx: ctx, src: src}, off: obj.Size - tailLen, tail: tail}
@@ -133,9 +133,9 @@ func ReadParquetFooter(ctx context.Context, src Source, o Options) (ft Footer, e
 	if err != nil {
 		err = classify(err, o.Kept)
 		if errors.Is(err, ErrCorrupt) {
-			return nil, fmt.Errorf("loader: %s: reading Parquet footer: %w; the file is truncated or not Parquet: rewrite it", obj.URI, err)
+			return nil, fmt.Errorf("format: %s: reading Parquet footer: %w; the file is truncated or not Parquet: rewrite it", obj.URI, err)
 		}
-		return nil, fmt.Errorf("loader: %s: reading Parquet footer: %w", obj.URI, err)
+		return nil, fmt.Errorf("format: %s: reading Parquet footer: %w", obj.URI, err)
 	}
 	p := &parquetFooter{uri: obj.URI, size: obj.Size, kept: o.Kept, pf: pf, leaves: map[string][]int{}}
 	for i, path := range pf.Schema().Columns() {
@@ -146,7 +146,7 @@ func ReadParquetFooter(ctx context.Context, src Source, o Options) (ft Footer, e
 	var stored *arrow.Schema
 	if s, ok := pf.Lookup("ARROW:schema"); ok {
 		if stored, err = decodeArrowSchema(s); err != nil {
-			return nil, fmt.Errorf("loader: %s: ARROW:schema metadata: %w", obj.URI, err)
+			return nil, fmt.Errorf("format: %s: ARROW:schema metadata: %w", obj.URI, err)
 		}
 	}
 	// Every ARROW:schema value arrow-go may read must pass the same check
@@ -154,7 +154,7 @@ func ReadParquetFooter(ctx context.Context, src Source, o Options) (ft Footer, e
 	for _, kv := range pf.Metadata().KeyValueMetadata {
 		if s, _ := pf.Lookup("ARROW:schema"); kv.Key == "ARROW:schema" && kv.Value != s {
 			if _, err := decodeArrowSchema(kv.Value); err != nil {
-				return nil, fmt.Errorf("loader: %s: ARROW:schema metadata: %w", obj.URI, err)
+				return nil, fmt.Errorf("format: %s: ARROW:schema metadata: %w", obj.URI, err)
 			}
 		}
 	}
@@ -166,7 +166,7 @@ func ReadParquetFooter(ctx context.Context, src Source, o Options) (ft Footer, e
 	} else {
 		d := p.derived()
 		if d.err != nil {
-			return nil, fmt.Errorf("loader: %s: %w", obj.URI, d.err)
+			return nil, fmt.Errorf("format: %s: %w", obj.URI, d.err)
 		}
 		p.sch = d.pysch
 	}
@@ -215,18 +215,18 @@ func (p *parquetFooter) RowGroups(proj []int) ([]RowGroupMeta, error) {
 	for ri := range md.RowGroups {
 		rg := &md.RowGroups[ri]
 		if rg.NumRows < 0 {
-			return nil, fmt.Errorf("loader: %s row group %d: negative row count %d: %w", p.uri, ri, rg.NumRows, ErrCorrupt)
+			return nil, fmt.Errorf("format: %s row group %d: negative row count %d: %w", p.uri, ri, rg.NumRows, ErrCorrupt)
 		}
 		out[ri].Rows = rg.NumRows
 		for _, fi := range proj {
 			name := p.sch.Field(fi).Name
 			for _, leaf := range p.leaves[name] {
 				if leaf >= len(rg.Columns) {
-					return nil, fmt.Errorf("loader: %s row group %d column %q: footer lists %d column chunks, want more than %d: %w", p.uri, ri, name, len(rg.Columns), leaf, ErrCorrupt)
+					return nil, fmt.Errorf("format: %s row group %d column %q: footer lists %d column chunks, want more than %d: %w", p.uri, ri, name, len(rg.Columns), leaf, ErrCorrupt)
 				}
 				off, n := chunkRange(&rg.Columns[leaf].MetaData)
 				if off < 4 || n < 0 || off+n > dataEnd {
-					return nil, fmt.Errorf("loader: %s row group %d column %q: chunk range [%d, %d) outside the file's data (%d bytes): %w; the file is corrupt: rewrite it",
+					return nil, fmt.Errorf("format: %s row group %d column %q: chunk range [%d, %d) outside the file's data (%d bytes): %w; the file is corrupt: rewrite it",
 						p.uri, ri, name, off, off+n, p.size, ErrCorrupt)
 				}
 				out[ri].Chunks = append(out[ri].Chunks, Chunk{Column: name, Offset: off, Length: n})

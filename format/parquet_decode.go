@@ -68,7 +68,7 @@ func (p *parquetFooter) Decoder(src Source, proj []int, out []arrow.Field, o Opt
 	for i, fi := range proj {
 		c, err := p.colDecoder(fi, out[i], o)
 		if err != nil {
-			return nil, fmt.Errorf("loader: %s column %q: %w", p.uri, out[i].Name, err)
+			return nil, fmt.Errorf("format: %s column %q: %w", p.uri, out[i].Name, err)
 		}
 		d.cols = append(d.cols, c)
 	}
@@ -179,7 +179,7 @@ func (p *parquetFooter) colDecoder(fi int, out arrow.Field, o Options) (c colDec
 func (d *parquetDecoder) settle(rg int, arrs *[]arrow.Array, err *error) {
 	if r := recover(); r != nil {
 		if *err = faultErr(d.uri, rg, r, d.opts.Missing); *err == nil {
-			*err = fmt.Errorf("loader: %s row group %d: undecodable data (%v): %w; the file is corrupt: rewrite it", d.uri, rg, r, ErrCorrupt)
+			*err = fmt.Errorf("format: %s row group %d: undecodable data (%v): %w; the file is corrupt: rewrite it", d.uri, rg, r, ErrCorrupt)
 		}
 	}
 	if *err != nil {

@@ -175,7 +175,7 @@ func (d *parquetDecoder) checkNulls() error {
 			listDef := d.footer.listDef(c.leaf)
 			for rg := range d.pf.Metadata().RowGroups {
 				if n, ok := d.footer.chunkListNulls(rg, c.leaf, c.maxDef, listDef, false); ok && n > 0 {
-					return fmt.Errorf("loader: %s row group %d column %q: the footer records %d null lists or null elements: %w; give the column a fill value (null elements become it, null lists become empty), read it over Flight without one (nulls arrive as Arrow nulls), or clean the data",
+					return fmt.Errorf("format: %s row group %d column %q: the footer records %d null lists or null elements: %w; give the column a fill value (null elements become it, null lists become empty), read it over Flight without one (nulls arrive as Arrow nulls), or clean the data",
 						d.uri, rg, c.name, n, ErrNull)
 				}
 			}
@@ -186,7 +186,7 @@ func (d *parquetDecoder) checkNulls() error {
 		for rg := range d.pf.Metadata().RowGroups {
 			for _, leaf := range c.leaves {
 				if n := d.footer.recordedNulls(rg, leaf); n > 0 {
-					return fmt.Errorf("loader: %s row group %d column %q: the footer records %d nulls: %w; give the column a fill value, read it over Flight without one (nulls arrive as Arrow nulls), or clean the data",
+					return fmt.Errorf("format: %s row group %d column %q: the footer records %d nulls: %w; give the column a fill value, read it over Flight without one (nulls arrive as Arrow nulls), or clean the data",
 						d.uri, rg, c.name, n, ErrNull)
 				}
 			}

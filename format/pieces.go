@@ -326,7 +326,7 @@ func (d *parquetDecoder) DecodeRange(ctx context.Context, pc Piece) (rec arrow.R
 	p := pc.internal()
 	rg, start, end := p.rg, p.rows.lo, p.rows.hi
 	if start < 0 || end > d.rows(rg) || start >= end {
-		return nil, fmt.Errorf("loader: %s row group %d: rows [%d, %d) outside its %d rows", d.uri, rg, start, end, d.rows(rg))
+		return nil, fmt.Errorf("format: %s row group %d: rows [%d, %d) outside its %d rows", d.uri, rg, start, end, d.rows(rg))
 	}
 	arrs := make([]arrow.Array, 0, len(d.cols))
 	defer d.settle(rg, &arrs, &err)

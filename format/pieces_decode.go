@@ -32,7 +32,7 @@ func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLo
 	}
 	i, j := pageSpan(locs, c.slot(start), c.slot(end))
 	if i >= j {
-		return nil, fmt.Errorf("loader: %s row group %d column %q: no page holds rows [%d, %d): %w", d.uri, p.rg, c.name, start, end, ErrCorrupt)
+		return nil, fmt.Errorf("format: %s row group %d column %q: no page holds rows [%d, %d): %w", d.uri, p.rg, c.name, start, end, ErrCorrupt)
 	}
 	t := pageTail(locs, j) // and the pages ending the last row
 	off, n := locs[i].off, locs[t-1].off+locs[t-1].size-locs[i].off
@@ -51,7 +51,7 @@ func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLo
 	}
 	md := &d.pf.Metadata().RowGroups[p.rg].Columns[c.leaf].MetaData
 	if err := checkPages(b, md, d.maxBytes); err != nil {
-		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d: %w", d.uri, p.rg, c.name, i, t-1, err)
+		return nil, fmt.Errorf("format: %s row group %d column %q pages %d..%d: %w", d.uri, p.rg, c.name, i, t-1, err)
 	}
 	v := chunkView{b: b, codec: md.Codec, first: first, n: slots, cut: c.kind == kindList && (locs[i].cont || t > j)}
 	out, err := c.decodeRows(v, p.rows, outSpec{mem: p.mem, maxBytes: d.maxBytes, ed: edges{e, p.col, i, p.stats}})
@@ -59,7 +59,7 @@ func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLo
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("loader: %s row group %d column %q pages %d..%d (slots %d..%d): %w", d.uri, p.rg, c.name, i, t-1, first, first+slots-1, err)
+		return nil, fmt.Errorf("format: %s row group %d column %q pages %d..%d (slots %d..%d): %w", d.uri, p.rg, c.name, i, t-1, first, first+slots-1, err)
 	}
 	p.stats.Pages.Add(int64(t - i))
 	a := out.a

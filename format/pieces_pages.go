@@ -66,7 +66,7 @@ func (d *parquetDecoder) pages(ctx context.Context, p piece, i int) ([]pageLoc, 
 	}
 	locs, err := d.locatePages(ctx, rg, &d.cols[i], stats)
 	if err != nil {
-		return nil, fmt.Errorf("loader: %s row group %d column %q: locating pages: %w", d.uri, rg, d.cols[i].name, err)
+		return nil, fmt.Errorf("format: %s row group %d column %q: locating pages: %w", d.uri, rg, d.cols[i].name, err)
 	}
 	if e.locs == nil {
 		e.locs = map[int][]pageLoc{}

@@ -168,7 +168,7 @@ func (c *colDecoder) decodeRows(v chunkView, r rowRange, o outSpec) (decoded, er
 func (d *parquetDecoder) decodeColumn(ctx context.Context, c *colDecoder, rg int, ra io.ReaderAt, mem memory.Allocator) (arrow.Array, error) {
 	a, err := d.routeColumn(ctx, c, rg, ra, mem)
 	if err != nil {
-		return nil, fmt.Errorf("loader: %s row group %d column %q: %w", d.uri, rg, c.name, err)
+		return nil, fmt.Errorf("format: %s row group %d column %q: %w", d.uri, rg, c.name, err)
 	}
 	return a, nil
 }
@@ -213,9 +213,9 @@ func (d *parquetDecoder) routeColumn(ctx context.Context, c *colDecoder, rg int,
 	case routeArrow:
 		return d.decodeFallback(ctx, c, rg, ra, mem)
 	case routeFastValues, routeFastFixedList, routeFastList:
-		panic("loader: fast route left undecided") // the fast routes return or become routeEngine above
+		panic("format: fast route left undecided") // the fast routes return or become routeEngine above
 	}
-	panic(fmt.Sprintf("loader: unknown %v", rt))
+	panic(fmt.Sprintf("format: unknown %v", rt))
 }
 
 // chunkBytes returns the fetched bytes of the chunk with metadata cm, when

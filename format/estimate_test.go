@@ -1,4 +1,4 @@
-package loader_test
+package format
 
 import (
 	"context"
@@ -14,9 +14,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
-
-	"github.com/meshfeed/meshfeed/loader"
-	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // arrayBytes is the bytes of a's buffers as decoded: what holding it costs.
@@ -92,14 +89,12 @@ func TestDecodedBytesEstimate(t *testing.T) {
 		"nostats":      {parquet.WithCompression(compress.Codecs.Zstd), parquet.WithStats(false)},
 	}
 	ctx := context.Background()
-	store := objstore.NewLocalStore()
-	defer store.Close()
 	for name, props := range cases {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(dir, name+".parquet")
 			writeParquet(t, path, rec, append(props, parquet.WithMaxRowGroupLength(rows/4), parquet.WithDictionaryDefault(true))...)
 			for _, col := range []string{"s", "k", "l", "maybe", "d"} {
-				ds, err := loader.Open(ctx, store, []string{path}, loader.WithColumns(col), loader.WithNullsAsValidity())
+				ds, err := openDS(t, path, []string{col}, validityOptions())
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,4 +1,4 @@
-package loader_test
+package format
 
 import (
 	"context"
@@ -15,9 +15,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
-
-	"github.com/meshfeed/meshfeed/loader"
-	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // logicalRecord holds one column of each logical type whose meaning a
@@ -72,8 +69,6 @@ func TestLogicalTypesKeepTheirMeaning(t *testing.T) {
 	defer rec.Release()
 	dir := t.TempDir()
 	ctx := context.Background()
-	store := objstore.NewLocalStore()
-	defer store.Close()
 	for name, props := range map[string][]parquet.WriterProperty{
 		"flba":    nil,
 		"integer": {parquet.WithStoreDecimalAsInteger(true)},
@@ -98,7 +93,7 @@ func TestLogicalTypesKeepTheirMeaning(t *testing.T) {
 			}
 			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 			defer mem.AssertSize(t, 0)
-			ds, err := loader.Open(ctx, store, []string{path})
+			ds, err := openDS(t, path, nil, testOptions())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,10 +145,10 @@ func TestFallbackMemoryLimit(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	store := objstore.NewLocalStore()
-	defer store.Close()
 	ctx := context.Background()
-	ds, err := loader.Open(ctx, store, []string{path}, loader.WithColumns("dec38"), loader.WithMaxRowGroupBytes(1000))
+	o := testOptions()
+	o.MaxBytes = 1000
+	ds, err := openDS(t, path, []string{"dec38"}, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package loader_test
+package format
 
 import (
 	"context"
@@ -16,9 +16,6 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
-
-	"github.com/meshfeed/meshfeed/loader"
-	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // Lists of numbers whose elements hold nulls ([[1, null, 3]]), beside empty
@@ -68,8 +65,6 @@ func TestListNullElements(t *testing.T) {
 	defer rec.Release()
 	dir := t.TempDir()
 	ctx := context.Background()
-	store := objstore.NewLocalStore()
-	defer store.Close()
 	for _, v2 := range []bool{false, true} {
 		name := fmt.Sprintf("v2=%v", v2)
 		t.Run(name, func(t *testing.T) {
@@ -82,17 +77,17 @@ func TestListNullElements(t *testing.T) {
 
 			// No fill, no validity: the null element is an error, naming
 			// file, row group and column, never a value.
-			ds, err := loader.Open(ctx, store, []string{path})
+			ds, err := openDS(t, path, nil, testOptions())
 			if err != nil {
 				t.Fatal(err)
 			}
 			_, err = ds.ReadRowGroup(ctx, 0, 0, mem)
-			if !errors.Is(err, loader.ErrNull) || !strings.Contains(err.Error(), path+` row group 0 column "l"`) || !strings.Contains(err.Error(), "give the column a fill value") {
+			if !errors.Is(err, ErrNull) || !strings.Contains(err.Error(), path+` row group 0 column "l"`) || !strings.Contains(err.Error(), "give the column a fill value") {
 				t.Fatalf("seed %d: null element without a fill: %v", seed, err)
 			}
 
 			// A fill: the fill where the null elements were, null lists empty.
-			ds, err = loader.Open(ctx, store, []string{path}, loader.WithFill(map[string]float64{"l": -7}))
+			ds, err = openDS(t, path, nil, fillOptions(map[string]float64{"l": -7}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +120,7 @@ func TestListNullElements(t *testing.T) {
 			}
 
 			// Validity: what arrow-go reads.
-			ds, err = loader.Open(ctx, store, []string{path}, loader.WithNullsAsValidity())
+			ds, err = openDS(t, path, nil, validityOptions())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -188,8 +183,6 @@ func TestStringPagesAfterNulls(t *testing.T) {
 	arr.Release()
 	defer rec.Release()
 	ctx := context.Background()
-	store := objstore.NewLocalStore()
-	defer store.Close()
 	dir := t.TempDir()
 	for _, dict := range []bool{false, true} {
 		for _, v2 := range []bool{false, true} {
@@ -199,7 +192,7 @@ func TestStringPagesAfterNulls(t *testing.T) {
 				props = append(props, parquet.WithDataPageVersion(parquet.DataPageV2))
 			}
 			writeParquet(t, path, rec, props...)
-			ds, err := loader.Open(ctx, store, []string{path}, loader.WithNullsAsValidity())
+			ds, err := openDS(t, path, nil, validityOptions())
 			if err != nil {
 				t.Fatal(err)
 			}
