@@ -40,7 +40,7 @@ type ipcFooter struct {
 // schema and record batches (a row group each). Of o it uses
 // FooterReadLength and Kept.
 //
-// Long: one pass of checks over the footer, each refusing what it finds.
+// Length: one pass of checks over the footer, each refusing what it finds.
 func ReadIPCFooter(ctx context.Context, src Source, o Options) (ft Footer, err error) {
 	obj := struct {
 		URI  string

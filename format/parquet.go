@@ -87,7 +87,7 @@ func classify(err error, kept []error) error {
 // its schema, row groups and column chunk ranges. Of o it uses
 // FooterReadLength and Kept.
 //
-// Long: one pass of checks over the footer, each refusing what it finds.
+// Length: one pass of checks over the footer, each refusing what it finds.
 func ReadParquetFooter(ctx context.Context, src Source, o Options) (ft Footer, err error) {
 	obj := struct {
 		URI  string

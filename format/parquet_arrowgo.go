@@ -256,7 +256,7 @@ func leafKind(n parquet.Node) (kind parquet.Kind, length int, ok bool) {
 	return t.Kind(), t.Length(), true
 }
 
-// OutputField is the field the loader emits for field j of the file: the
+// OutputField is the field format decodes for field j of the file: the
 // primary decoder's output where it covers the column, else what arrow-go
 // (like pyarrow) decodes it to, or ErrUnsupported naming the type and what to
 // do.
@@ -296,7 +296,7 @@ func (p *parquetFooter) OutputField(j int) (arrow.Field, error) {
 // fixed_size_binary, losing the months/days/millis meaning); INT96 and JSON
 // inside a nested type (arrow-go labels such a timestamp UTC and reads such
 // JSON as binary, where pyarrow reads timestamp[ns] without a zone and
-// arrow.json: the loader corrects both at the top level only).
+// arrow.json: format corrects both at the top level only).
 func (p *parquetFooter) refused(name string) string {
 	node := p.derived().node
 	if node == nil {

@@ -78,7 +78,10 @@ func (p *parquetFooter) Decoder(src Source, proj []int, out []arrow.Field, o Opt
 	return d, nil
 }
 
-// colDecoder plans the decoding of column fi as out. Long: one pass over the column's schema, each layout refused where it is found.
+// colDecoder plans the decoding of column fi as out.
+//
+// Length: one pass over the column's schema, each layout refused where it
+// is found.
 func (p *parquetFooter) colDecoder(fi int, out arrow.Field, o Options) (c colDecoder, err error) {
 	defer func() {
 		if r := recover(); r != nil { // parquet-go panics on some schema nodes (maps, corrupt types)

@@ -160,7 +160,7 @@ func physWidth(k parquet.Kind) int {
 	case parquet.Int64, parquet.Double:
 		return 8
 	case parquet.FixedLenByteArray:
-		return 2 // float16, the only FLBA the loader decodes
+		return 2 // float16, the only FLBA format decodes
 	}
 	return 0
 }

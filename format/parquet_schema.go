@@ -1,6 +1,6 @@
 package format
 
-// Mapping Parquet schemas to the Arrow schema the loader emits. Planning uses
+// Mapping Parquet schemas to the Arrow schema format decodes to. Planning uses
 // this (a file's Arrow schema comes from its footer alone); the page decoder in
 // parquet_decode.go uses it to check that a column's physical type fits.
 
@@ -11,10 +11,10 @@ import (
 	"github.com/parquet-go/parquet-go"
 )
 
-// outputField maps a file's Arrow field to the field the loader emits:
+// outputField maps a file's Arrow field to the field format decodes to:
 // extension types become their storage type with the extension's name and
 // metadata kept in the field metadata; large string/binary become
-// string/binary; dictionary<_, string> becomes string. Types the loader does
+// string/binary; dictionary<_, string> becomes string. Types format does
 // not decode are ErrUnsupported.
 func outputField(f arrow.Field) (arrow.Field, error) {
 	out := arrow.Field{Name: f.Name, Type: f.Type, Nullable: false, Metadata: f.Metadata}
@@ -63,7 +63,7 @@ func outputField(f arrow.Field) (arrow.Field, error) {
 	return out, nil
 }
 
-// primitiveSize is the byte width of a fixed-width type the loader decodes
+// primitiveSize is the byte width of a fixed-width type format decodes
 // (0 for bool, which is bit-packed).
 func primitiveSize(t arrow.DataType) (int, bool) {
 	switch t.ID() {

@@ -92,7 +92,8 @@ func (d *parquetDecoder) pages(ctx context.Context, p piece, i int) ([]pageLoc, 
 // empty list, counts that do not add up): the column is then decoded
 // whole, and decoding reports what is wrong with it.
 //
-// Long: one walk, whose window, list levels and locations live across its two loops.
+// Length: one walk, whose window, list levels and locations live across its
+// two loops.
 func (d *parquetDecoder) locatePages(ctx context.Context, rg int, c *colDecoder, stats *Stats) ([]pageLoc, error) {
 	cc := &d.pf.Metadata().RowGroups[rg].Columns[c.leaf]
 	md := &cc.MetaData

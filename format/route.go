@@ -69,7 +69,7 @@ func (r route) fast() bool { return r <= routeFastList }
 // parquet-go's engine stays beside arrow-go because it is faster on the
 // columns it serves. BenchmarkPageEngine, one row group of 262,144 rows,
 // snappy, v1 pages, medians of 5 (go test -run '^$' -bench
-// BenchmarkPageEngine -benchtime 20x -count 5 ./loader, 2 shared cores):
+// BenchmarkPageEngine -benchtime 20x -count 5 ./format, 2 shared cores):
 //
 //	column                  engine    arrow-go  arrow-go/engine
 //	dictionary int64        1.46 ms   1.84 ms   1.26x

@@ -125,6 +125,8 @@ func WriteFile(t *testing.T, path string, recs []arrow.RecordBatch, props ...pq.
 }
 
 // CheckColumn compares a decoded column with the generators, rows from first.
+//
+// Length: one case per test column, each its generator's check.
 func CheckColumn(t *testing.T, name string, a arrow.Array, first int) {
 	t.Helper()
 	bad := func(i int, got, want any) {
