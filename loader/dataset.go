@@ -138,7 +138,6 @@ func OpenObjects(ctx context.Context, store objstore.Store, objs []objstore.Obje
 		return nil, err
 	}
 
-	cfg.store = store
 	ds := &Dataset{Files: files, store: store, cfg: cfg}
 	if err := ds.project(); err != nil {
 		return nil, err

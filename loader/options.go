@@ -31,7 +31,6 @@ type config struct {
 	maxRowGroupBytes int64
 	mmap             bool
 	validity         bool
-	store            objstore.Store // set by Open: the store the dataset reads from
 }
 
 // formatOptions are the settings package format reads footers and decodes
