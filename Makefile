@@ -120,8 +120,8 @@ bench-memcpy: build
 # Fuzz each target for FUZZTIME (not part of make test; seeds run in make test).
 FUZZTIME ?= 60s
 fuzz:
-	$(GO) test ./loader -run '^$$' -fuzz '^FuzzParquetFooter$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./loader -run '^$$' -fuzz '^FuzzArrowIPCFooter$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./format -run '^$$' -fuzz '^FuzzParquetFooter$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./format -run '^$$' -fuzz '^FuzzArrowIPCFooter$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./transport -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./shard -run '^$$' -fuzz '^FuzzParseTopology$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./batching -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime $(FUZZTIME)

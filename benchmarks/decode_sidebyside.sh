@@ -10,7 +10,9 @@
 # dataset size (500000 here unless set); OLD_TEST names an old test binary
 # already built (go test -c ./loader at OLD_COMMIT) to skip building it. The
 # benchmark names are the same on both sides (the format move kept them in
-# ./loader).
+# ./loader). BenchmarkPageEngine moved to ./format with the decoders: compare
+# it with go test -bench PageEngine in ./loader of a tree before the move and
+# ./format after.
 set -euo pipefail
 old=${1:?usage: benchmarks/decode_sidebyside.sh OLD_COMMIT [ROUNDS] [BENCH_REGEXP...]}
 rounds=${2:-5}

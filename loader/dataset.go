@@ -11,6 +11,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/meshfeed/meshfeed/format"
 	"github.com/meshfeed/meshfeed/objstore"
 )
 
@@ -47,25 +48,10 @@ func formatOf(uri string) Format {
 }
 
 // Chunk is the byte range of one projected column chunk of a row group.
-type Chunk struct {
-	Column string
-	Offset int64
-	Length int64
-}
+type Chunk = format.Chunk
 
 // RowGroupMeta describes one row group from the footer alone.
-type RowGroupMeta struct {
-	// Rows in the row group (may be 0).
-	Rows int64
-	// Chunks are the projected column chunks, in projection order.
-	Chunks []Chunk
-	// Bytes is the sum of the projected chunks' lengths: what reading this row
-	// group costs in storage bytes.
-	Bytes int64
-	// DecodedBytes estimates the decoded size (the chunks' uncompressed
-	// sizes); read-ahead budgets charge Bytes + DecodedBytes.
-	DecodedBytes int64
-}
+type RowGroupMeta = format.RowGroupMeta
 
 // File is one planned file: its object, full schema and row groups.
 type File struct {
@@ -79,19 +65,7 @@ type File struct {
 	// NumRows is the sum of the row groups' rows.
 	NumRows int64
 
-	footer footer
-}
-
-// footer is the format-specific parsed metadata of a file.
-type footer interface {
-	// schema is the file's full Arrow schema.
-	schema() *arrow.Schema
-	// rowGroups returns the row groups with chunk ranges for the projected
-	// columns (indexes into schema()).
-	rowGroups(proj []int) ([]RowGroupMeta, error)
-	// decoder prepares decoding of the projected columns with their output
-	// fields.
-	decoder(f *File, proj []int, out []arrow.Field, cfg *config) (rowGroupDecoder, error)
+	footer format.Footer
 }
 
 // RowGroupRef names one row group of a Dataset, in dataset order, or a row
@@ -117,7 +91,7 @@ type Dataset struct {
 
 	store    objstore.Store
 	cfg      config
-	decoders []rowGroupDecoder
+	decoders []format.Decoder
 }
 
 // Open matches patterns on store, reads every footer (concurrently, bounded,
@@ -164,7 +138,6 @@ func OpenObjects(ctx context.Context, store objstore.Store, objs []objstore.Obje
 		return nil, err
 	}
 
-	cfg.store = store
 	ds := &Dataset{Files: files, store: store, cfg: cfg}
 	if err := ds.project(); err != nil {
 		return nil, err
@@ -221,13 +194,14 @@ func readFooter(ctx context.Context, store objstore.Store, obj objstore.Object, 
 	if ft, ok := cfg.footerCache.Get(obj); ok {
 		return newFile(obj, ft)
 	}
-	var ft footer
+	var ft format.Footer
 	var err error
+	src := objSource{store: store, obj: obj}
 	switch formatOf(obj.URI) {
 	case ArrowIPC:
-		ft, err = readIPCFooter(ctx, store, obj, cfg)
+		ft, err = format.ReadIPCFooter(ctx, src, cfg.formatOptions())
 	default:
-		ft, err = readParquetFooter(ctx, store, obj, cfg)
+		ft, err = format.ReadParquetFooter(ctx, src, cfg.formatOptions())
 	}
 	if err != nil {
 		return nil, err
@@ -236,9 +210,9 @@ func readFooter(ctx context.Context, store objstore.Store, obj objstore.Object, 
 	return newFile(obj, ft)
 }
 
-func newFile(obj objstore.Object, ft footer) (*File, error) {
-	f := &File{Object: obj, Format: formatOf(obj.URI), Schema: ft.schema(), footer: ft}
-	rgs, err := ft.rowGroups(nil)
+func newFile(obj objstore.Object, ft format.Footer) (*File, error) {
+	f := &File{Object: obj, Format: formatOf(obj.URI), Schema: ft.Schema(), footer: ft}
+	rgs, err := ft.RowGroups(nil)
 	if err != nil {
 		return nil, err
 	}
@@ -261,7 +235,7 @@ func (ds *Dataset) project() error {
 	}
 	var fields []arrow.Field
 	var projs [][]int
-	ds.decoders = make([]rowGroupDecoder, len(ds.Files))
+	ds.decoders = make([]format.Decoder, len(ds.Files))
 	for fi, f := range ds.Files {
 		proj := make([]int, len(cols))
 		for i, name := range cols {
@@ -278,13 +252,7 @@ func (ds *Dataset) project() error {
 		}
 		out := make([]arrow.Field, len(cols))
 		for i, j := range proj {
-			var fld arrow.Field
-			var err error
-			if pf, ok := f.footer.(*parquetFooter); ok {
-				fld, err = pf.outputField(j)
-			} else {
-				fld, err = outputField(f.Schema.Field(j))
-			}
+			fld, err := f.footer.OutputField(j)
 			if err != nil {
 				return fmt.Errorf("loader: %s column %q: %w", f.Object.URI, cols[i], err)
 			}
@@ -306,12 +274,12 @@ func (ds *Dataset) project() error {
 		markNullable(ds.Files, cols, fields, ds.cfg.fill)
 	}
 	for fi, f := range ds.Files {
-		rgs, err := f.footer.rowGroups(projs[fi])
+		rgs, err := f.footer.RowGroups(projs[fi])
 		if err != nil {
 			return err
 		}
 		f.RowGroups = rgs
-		dec, err := f.footer.decoder(f, projs[fi], fields, &ds.cfg)
+		dec, err := f.footer.Decoder(objSource{store: ds.store, obj: f.Object}, projs[fi], fields, ds.cfg.formatOptions())
 		if err != nil {
 			return err
 		}
@@ -331,11 +299,7 @@ func markNullable(files []*File, cols []string, fields []arrow.Field, fill map[s
 		}
 		anyMay, total, allKnown := false, int64(0), true
 		for _, f := range files {
-			pf, ok := f.footer.(*parquetFooter)
-			if !ok {
-				continue
-			}
-			may, n, known := pf.mayHoldNulls(name)
+			may, n, known := f.footer.MayHoldNulls(name)
 			anyMay = anyMay || may
 			total += n
 			allKnown = allKnown && known
@@ -343,17 +307,7 @@ func markNullable(files []*File, cols []string, fields []arrow.Field, fill map[s
 		if !anyMay {
 			continue
 		}
-		fields[i].Nullable = true
-		if primaryList(fields[i].Type) {
-			fields[i].Type = nullableElems(fields[i].Type)
-		}
-		md := map[string]string{nullsMetadataKey: nullsMetadataValue(total, allKnown)}
-		for j, k := range fields[i].Metadata.Keys() {
-			if k != nullsMetadataKey {
-				md[k] = fields[i].Metadata.Values()[j]
-			}
-		}
-		fields[i].Metadata = arrow.MetadataFrom(md)
+		fields[i] = format.NullableField(fields[i], total, allKnown)
 	}
 }
 
@@ -388,28 +342,3 @@ func (ds *Dataset) RowGroups() []RowGroupRef {
 
 // Store returns the store the dataset reads from.
 func (ds *Dataset) Store() objstore.Store { return ds.store }
-
-// primaryList reports whether t is a list type the primary decoder emits
-// (list or fixed_size_list of non-nullable primitives).
-func primaryList(t arrow.DataType) bool {
-	switch tt := t.(type) {
-	case *arrow.ListType:
-		_, ok := primitiveSize(tt.Elem())
-		return ok && !tt.ElemField().Nullable
-	case *arrow.FixedSizeListType:
-		_, ok := primitiveSize(tt.Elem())
-		return ok && !tt.ElemField().Nullable
-	}
-	return false
-}
-
-// nullableElems is list type t with nullable elements.
-func nullableElems(t arrow.DataType) arrow.DataType {
-	switch tt := t.(type) {
-	case *arrow.ListType:
-		return arrow.ListOf(tt.Elem())
-	case *arrow.FixedSizeListType:
-		return arrow.FixedSizeListOf(tt.Len(), tt.Elem())
-	}
-	return t
-}

@@ -3,6 +3,7 @@ package loader
 import (
 	"errors"
 
+	"github.com/meshfeed/meshfeed/format"
 	"github.com/meshfeed/meshfeed/objstore"
 )
 
@@ -18,9 +19,11 @@ var (
 	ErrNotFound = objstore.ErrNotFound
 	// ErrCorrupt: a file's bytes are not valid Parquet or Arrow IPC (bad magic,
 	// truncated or undecodable footer, corrupt page).
-	ErrCorrupt = errors.New("corrupt file")
+	// It is format.ErrCorrupt.
+	ErrCorrupt = format.ErrCorrupt
 	// ErrUnsupported: a column type or encoding meshfeed does not decode.
-	ErrUnsupported = errors.New("unsupported")
+	// It is format.ErrUnsupported.
+	ErrUnsupported = format.ErrUnsupported
 	// ErrSchemaMismatch: two files disagree on a projected column (its type,
 	// or a later file lacks it).
 	ErrSchemaMismatch = errors.New("schema mismatch")
@@ -28,5 +31,6 @@ var (
 	// file, whose schema the projection follows, lacks it).
 	ErrColumnNotFound = errors.New("column not found")
 	// ErrNull: a null in a numeric column that has no fill value.
-	ErrNull = errors.New("null value")
+	// It is format.ErrNull.
+	ErrNull = format.ErrNull
 )

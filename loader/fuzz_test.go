@@ -141,40 +141,6 @@ func fuzzOpen(t *testing.T, name string, data []byte) {
 	}
 }
 
-func addSeeds(f *testing.F, pattern string) {
-	paths, _ := filepath.Glob(filepath.Join(pyarrowDir, pattern))
-	if len(paths) == 0 {
-		f.Fatalf("no seeds match %s", pattern)
-	}
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-		if len(b) > 16 {
-			f.Add(b[:len(b)-len(b)/3]) // truncated
-			c := append([]byte(nil), b...)
-			c[len(c)-12] ^= 0x5A // inside the footer
-			f.Add(c)
-		}
-	}
-}
-
-// FuzzParquetFooter: footer and metadata handling, seeded from testdata.
-// Run: go test ./loader -run '^$' -fuzz FuzzParquetFooter -fuzztime 60s
-func FuzzParquetFooter(f *testing.F) {
-	addSeeds(f, "*.parquet")
-	f.Fuzz(func(t *testing.T, data []byte) { fuzzOpen(t, "f.parquet", data) })
-}
-
-// FuzzArrowIPCFooter: the IPC footer, block list and batch metadata.
-// Run: go test ./loader -run '^$' -fuzz FuzzArrowIPCFooter -fuzztime 60s
-func FuzzArrowIPCFooter(f *testing.F) {
-	addSeeds(f, "*.arrow")
-	f.Fuzz(func(t *testing.T, data []byte) { fuzzOpen(t, "f.arrow", data) })
-}
-
 // TestCorruptionNeverCrashes mutates every test file at random (bytes set,
 // bits flipped, truncations) and decodes the result: each must end in a
 // classified error naming the file, or in the footer's rows; never a panic,

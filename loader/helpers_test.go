@@ -6,6 +6,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/float16"
 
+	"github.com/meshfeed/meshfeed/internal/fastgen"
 	"github.com/meshfeed/meshfeed/internal/testseed"
 )
 
@@ -16,3 +17,9 @@ var decodeSeed = flag.Uint64("loader.seed", 0, "seed for the decode tests' rando
 func testSeed(t testing.TB) uint64 { return testseed.Get(t, *decodeSeed, "loader.seed") }
 
 func float16Of(f float32) float16.Num { return float16.New(f) }
+
+// The mixed test record and its writer (internal/fastgen).
+var (
+	testRecord   = fastgen.MixedRecord
+	writeParquet = fastgen.WriteParquet
+)

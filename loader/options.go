@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/meshfeed/meshfeed/format"
 	"github.com/meshfeed/meshfeed/objstore"
 )
 
@@ -30,7 +31,19 @@ type config struct {
 	maxRowGroupBytes int64
 	mmap             bool
 	validity         bool
-	store            objstore.Store // set by Open: the store the dataset reads from
+}
+
+// formatOptions are the settings package format reads footers and decodes
+// with.
+func (c *config) formatOptions() format.Options {
+	return format.Options{
+		Fill:             c.fill,
+		NullsAsValidity:  c.validity,
+		MaxBytes:         c.maxRowGroupBytes,
+		FooterReadLength: c.footerReadLength,
+		Missing:          ErrNotFound,
+		Kept:             []error{objstore.ErrUnavailable, ErrNotFound},
+	}
 }
 
 // Option configures Open.
@@ -131,11 +144,13 @@ func WithDecodeWorkers(n int) Option { return func(c *config) { c.decodeWorkers 
 // FooterCache keeps the footers Open parsed, keyed by object version
 // (objstore.FooterCache): re-planning the same files reads no footer twice.
 // A nil *FooterCache caches nothing.
-type FooterCache = objstore.FooterCache[footer]
+type FooterCache = objstore.FooterCache[format.Footer]
 
 // NewFooterCache returns a cache holding at most maxEntries footers (least
 // recently used evicted first). maxEntries <= 0 returns nil: no caching.
-func NewFooterCache(maxEntries int) *FooterCache { return objstore.NewFooterCache[footer](maxEntries) }
+func NewFooterCache(maxEntries int) *FooterCache {
+	return objstore.NewFooterCache[format.Footer](maxEntries)
+}
 
 var defaultFooterCache = NewFooterCache(4096)
 

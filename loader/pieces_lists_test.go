@@ -1,15 +1,11 @@
 package loader
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
-	"errors"
 	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -17,8 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	pq "github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
-	"github.com/klauspost/compress/s2"
-	"github.com/klauspost/compress/snappy"
+	"github.com/parquet-go/parquet-go"
 
 	"github.com/meshfeed/meshfeed/objstore"
 )
@@ -31,72 +26,6 @@ import (
 // start at all: a piece then decodes the page where its first row starts
 // (whose leading values belong to the row before) through the page where
 // the row after its last one starts.
-
-// vlistLen is the length of row i's list in the test's list columns: mostly
-// 1 to 2500 values (rows spanning several 1 KiB pages: arrow-go fills a
-// page with at least 1024 levels), with stretches of lists of one (RLE runs
-// of repetition level 0).
-func vlistLen(seed uint64, i int) int {
-	if (i/40)%5 == 0 {
-		return 1
-	}
-	h := (uint64(i) + seed) * 0x9e3779b97f4a7c15
-	return 1 + int((h>>33)%2500)
-}
-
-// vlistRecord holds rows [first, first+n) of "tokens" (list<int32>, the
-// elements nullable without nulls), "rtokens" (list<int32 not null>) and
-// "stokens" (list<int16>: INT32 narrowed after decoding).
-func vlistRecord(seed uint64, first, n int) arrow.RecordBatch {
-	mem := memory.NewGoAllocator()
-	fields := []arrow.Field{
-		{Name: "tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
-		{Name: "rtokens", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Int32)},
-		{Name: "stokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int16)},
-	}
-	b := array.NewRecordBuilder(mem, arrow.NewSchema(fields, nil))
-	defer b.Release()
-	for i := first; i < first+n; i++ {
-		for k := range fields {
-			lb := b.Field(k).(*array.ListBuilder)
-			lb.Append(true)
-			for j := range vlistLen(seed+uint64(k), i) {
-				switch vb := lb.ValueBuilder().(type) {
-				case *array.Int32Builder:
-					vb.Append(genTok(i, j))
-				case *array.Int16Builder:
-					vb.Append(int16(genTok(i, j)))
-				}
-			}
-		}
-	}
-	return b.NewRecordBatch()
-}
-
-// checkVlist compares list column k of vlistRecord, rows from first, with
-// its generator.
-func checkVlist(t *testing.T, seed uint64, k int, a arrow.Array, first int) {
-	t.Helper()
-	l := a.(*array.List)
-	offs := l.Offsets()
-	for i := 0; i < a.Len(); i++ {
-		if n, want := int(offs[i+1]-offs[i]), vlistLen(seed+uint64(k), first+i); n != want {
-			t.Fatalf("column %d row %d: %d values, want %d", k, first+i, n, want)
-		}
-		for j := int(offs[i]); j < int(offs[i+1]); j++ {
-			var v int32
-			switch vals := l.ListValues().(type) {
-			case *array.Int32:
-				v = vals.Value(j)
-			case *array.Int16:
-				v = int32(vals.Value(j))
-			}
-			if w := genTok(first+i, j-int(offs[i])); k == 2 && v != int32(int16(w)) || k != 2 && v != w {
-				t.Fatalf("column %d row %d value %d = %d, want %d", k, first+i, j-int(offs[i]), v, w)
-			}
-		}
-	}
-}
 
 func TestPiecesStreamV1Lists(t *testing.T) {
 	seed := fastSeed(t)
@@ -129,47 +58,20 @@ func TestPiecesStreamV1Lists(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					d := ds.decoders[0].(*parquetDecoder)
-					if cc := d.pf.Metadata().RowGroups[0].Columns[d.cols[0].leaf]; cc.OffsetIndexOffset != 0 {
+					if offsetIndexed(t, path, k) {
 						t.Fatal("offset index written; the test needs none")
 					}
+					// Whole row groups and their pages as format locates
+					// them: format's TestPiecesLocateV1Lists.
 					first := 0
-					var cont, spanning int
 					for rg, meta := range ds.Files[0].RowGroups {
-						fast := fastChunks.Load()
 						rec, err := ds.ReadRowGroup(ctx, 0, rg, mem)
 						if err != nil {
 							t.Fatal(err)
 						}
 						checkVlist(t, seed, k, rec.Column(0), first)
-						// Whole row groups take the fast path too, lists
-						// of 16-bit integers stored as INT32 included.
-						if fastChunks.Load() == fast {
-							t.Errorf("row group %d read whole: not on the fast path", rg)
-						}
 						rec.Release()
 						first += int(meta.Rows)
-						// Located: every page placed, rows adding up.
-						locs, err := d.locatePages(ctx, store, rg, &d.cols[0], &ReadStats{})
-						if err != nil {
-							t.Fatal(err)
-						}
-						if len(locs) < 10 {
-							t.Fatalf("row group %d: %d pages located, want the chunk's pages (at least 10 of 1 KiB)", rg, len(locs))
-						}
-						for _, l := range locs {
-							if l.cont {
-								cont++
-								if l.rows == 0 {
-									spanning++
-								}
-							}
-						}
-					}
-					// What the test covers: pages that begin inside a row,
-					// and pages inside one row.
-					if cont == 0 || spanning == 0 {
-						t.Fatalf("%d pages begin inside a row, %d hold no row start: want both", cont, spanning)
 					}
 					refs := randomPieces(r, ds, 60)
 					st := checkPieces(t, ds, refs, mem)
@@ -228,223 +130,6 @@ func TestPiecesStreamV1Lists(t *testing.T) {
 	}
 }
 
-// TestPiecesV1ListCorruptLevels: a v1 list page whose repetition levels are
-// corrupt is an error naming file, row group and column, never a panic or
-// wrong rows.
-func TestPiecesV1ListCorruptLevels(t *testing.T) {
-	seed := fastSeed(t)
-	rec := vlistRecord(seed, 0, 600)
-	defer rec.Release()
-	path := filepath.Join(t.TempDir(), "corrupt.parquet")
-	writeFastFile(t, path, []arrow.RecordBatch{rec},
-		pq.WithCompression(compress.Codecs.Uncompressed),
-		pq.WithDictionaryDefault(false),
-		pq.WithDataPageVersion(pq.DataPageV1),
-		pq.WithDataPageSize(1<<10))
-	ctx := context.Background()
-	store := objstore.NewLocalStore()
-	defer store.Close()
-	ds, err := Open(ctx, store, []string{path}, WithColumns("rtokens"), WithFooterCache(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := ds.decoders[0].(*parquetDecoder)
-	locs, err := d.locatePages(ctx, store, 0, &d.cols[0], &ReadStats{})
-	if err != nil || len(locs) < 3 {
-		t.Fatalf("located %d pages, %v: want several", len(locs), err)
-	}
-	// The third page's repetition levels: a length past the page.
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := locs[2]
-	body := l.off + l.size - int64(pageBodySize(t, data[l.off:l.off+l.size]))
-	copy(data[body:], []byte{0xff, 0xff, 0xff, 0x7f})
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ds, err = Open(ctx, store, []string{path}, WithColumns("rtokens"), WithFooterCache(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-	defer mem.AssertSize(t, 0)
-	ref := ds.RowGroups()[0]
-	var refs []RowGroupRef
-	for s := int64(0); s < ref.Rows; s += 50 {
-		p := ref
-		p.Start, p.End = s, min(s+50, ref.Rows)
-		refs = append(refs, p)
-	}
-	rd := ds.NewReader(ctx, refs, mem)
-	defer rd.Close()
-	for {
-		r, _, err := rd.Next()
-		if err == io.EOF {
-			t.Fatal("every piece read from a corrupt column")
-		}
-		if err != nil {
-			msg := err.Error()
-			for _, want := range []string{path, "row group 0", `"rtokens"`} {
-				if !strings.Contains(msg, want) {
-					t.Errorf("error %q does not name %s", msg, want)
-				}
-			}
-			if !errors.Is(err, ErrCorrupt) {
-				t.Errorf("error %v does not wrap ErrCorrupt", err)
-			}
-			break
-		}
-		r.Release()
-	}
-}
-
-// pageBodySize returns the compressed_page_size of the page header at the
-// start of page (header and body).
-func pageBodySize(t *testing.T, page []byte) int {
-	t.Helper()
-	pages, err := (&colDecoder{kind: kindList, elemSize: 4, maxDef: 1}).fastPages(page, 0)
-	if err != nil || len(pages) != 1 {
-		t.Fatalf("not one data page: %d", len(pages))
-	}
-	return len(pages[0].body)
-}
-
-// TestSnappyPrefix: snappyPrefix decodes exactly the start of what
-// snappy.Decode decodes, for blocks of random, repetitive and level-like
-// data from every snappy encoder at hand, with the block whole or cut; a
-// corrupt block is an error or a prefix, never a panic.
-func TestSnappyPrefix(t *testing.T) {
-	seed := fastSeed(t)
-	r := rand.New(rand.NewPCG(seed, seed^0x5a99))
-	encoders := map[string]func(dst, src []byte) []byte{
-		"snappy":    snappy.Encode,
-		"s2":        s2.EncodeSnappy,
-		"s2 better": s2.EncodeSnappyBetter,
-		"s2 best":   s2.EncodeSnappyBest,
-	}
-	for trial := range 300 {
-		n := r.IntN(200 << 10)
-		plain := make([]byte, n)
-		switch trial % 3 {
-		case 0: // random
-			for i := range plain {
-				plain[i] = byte(r.Uint32())
-			}
-		case 1: // runs of a few values, far and near repeats
-			for i := 0; i < n; {
-				v, k := byte(r.IntN(4)), 1+r.IntN(300)
-				for ; k > 0 && i < n; k, i = k-1, i+1 {
-					plain[i] = v
-				}
-			}
-		default: // a level section: a length, RLE runs, then values
-			if n >= 4 {
-				binary.LittleEndian.PutUint32(plain, uint32(r.IntN(n-3)))
-			}
-			for i := 4; i < n; i++ {
-				plain[i] = byte(i % (1 + r.IntN(9)))
-			}
-		}
-		for name, enc := range encoders {
-			block := enc(nil, plain)
-			for range 4 {
-				dst := make([]byte, r.IntN(n+10))
-				cut := block[:r.IntN(len(block)+1)]
-				if r.IntN(2) == 0 {
-					cut = block
-				}
-				got, err := snappyPrefix(dst, cut, int64(n))
-				if err != nil {
-					t.Fatalf("trial %d %s: %d of %d bytes, cut at %d of %d: %v", trial, name, len(dst), n, len(cut), len(block), err)
-				}
-				if len(cut) == len(block) && got != min(len(dst), n) {
-					t.Fatalf("trial %d %s: decoded %d bytes of the whole block, want %d", trial, name, got, min(len(dst), n))
-				}
-				if !bytes.Equal(dst[:got], plain[:got]) {
-					t.Fatalf("trial %d %s: the %d bytes decoded differ from the data", trial, name, got)
-				}
-			}
-			if _, err := snappyPrefix(make([]byte, 8), block, int64(n)+1); !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("trial %d %s: wrong stated length: %v, want ErrCorrupt", trial, name, err)
-			}
-			// Corrupt: a prefix or an error, never a panic.
-			bad := bytes.Clone(block)
-			for range 1 + r.IntN(4) {
-				if len(bad) > 0 {
-					bad[r.IntN(len(bad))] ^= byte(1 + r.IntN(255))
-				}
-			}
-			_, _ = snappyPrefix(make([]byte, r.IntN(n+10)), bad, int64(n))
-		}
-	}
-}
-
-// TestSnappyLevels: the level sections of a SNAPPY page come from the part of its
-// body in the header window, without a read, when that part holds them,
-// and from the body read whole when it does not (the window ends inside
-// the levels, or before the body).
-func TestSnappyLevels(t *testing.T) {
-	seed := fastSeed(t)
-	r := rand.New(rand.NewPCG(seed, seed^0x1e7e))
-	// A page: 4-byte length, levels (random: incompressible), values.
-	levels := make([]byte, 20000)
-	for i := range levels {
-		levels[i] = byte(r.Uint32())
-	}
-	page := binary.LittleEndian.AppendUint32(nil, uint32(len(levels)))
-	page = append(page, levels...)
-	page = append(page, make([]byte, 300000)...) // values: compressible
-	body := snappy.Encode(nil, page)
-	const at = 1000 // the body's offset in the file
-	path := filepath.Join(t.TempDir(), "page")
-	if err := os.WriteFile(path, append(make([]byte, at), body...), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	store := objstore.NewLocalStore()
-	defer store.Close()
-	obj, err := store.Stat(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := append(make([]byte, at), body...)
-	for _, tc := range []struct {
-		name       string
-		wpos, wlen int64 // the window: file bytes [wpos, wpos+wlen)
-		read       bool  // whether the body is read
-	}{
-		{"body in the window", 0, at + int64(len(body)), false},
-		{"levels in the window", at - 10, 10 + 30000, false},
-		{"window ends inside the levels", at - 10, 10 + 5000, true},
-		{"window ends before the body", 0, at - 5, true},
-		{"window ends 10 bytes into the body", 0, at + 10, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var st ReadStats
-			lv := listLevels{store: store, obj: obj, stats: &st, win: file[tc.wpos : tc.wpos+tc.wlen], wpos: tc.wpos}
-			defer lv.release()
-			got, err := lv.snappyLevels(ctx, at, int64(len(body)), int64(len(page)), 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, page[:4+len(levels)]) {
-				t.Fatalf("%d bytes of levels differ from the page's %d", len(got), 4+len(levels))
-			}
-			if read := st.Fetches.Load() > 0; read != tc.read {
-				t.Errorf("body read: %v (%d bytes), want %v", read, st.FetchedBytes.Load(), tc.read)
-			}
-		})
-	}
-	// A body cut short in the file's page header: ErrCorrupt, not a hang.
-	lv := listLevels{store: store, obj: obj, stats: &ReadStats{}, win: file, wpos: 0}
-	defer lv.release()
-	if _, err := lv.snappyLevels(ctx, at, 5000, int64(len(page)), 1); !errors.Is(err, ErrCorrupt) {
-		t.Errorf("a body of 5000 of its %d bytes: %v, want ErrCorrupt", len(body), err)
-	}
-}
-
 // TestPiecesV1ListEmptyLists: a v1 list column holding empty lists (its
 // definition levels below the max) is not placed: it is decoded whole once
 // per row group, and charged whole, not streamed page by page.
@@ -471,14 +156,8 @@ func TestPiecesV1ListEmptyLists(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				d := ds.decoders[0].(*parquetDecoder)
-				locs, err := d.locatePages(ctx, store, 0, &d.cols[0], &ReadStats{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got, want := locs != nil, col == "tokens"; got != want {
-					t.Fatalf("column %q: pages placed %v, want %v", col, got, want)
-				}
+				// Whether its pages are placed: format's
+				// TestLocateV1ListEmptyLists.
 				st := checkPieces(t, ds, randomPieces(rand.New(rand.NewPCG(1, 2)), ds, 400), mem)
 				if got, want := st.Pages.Load() > 0, col == "tokens"; got != want {
 					t.Errorf("column %q: pages decoded by pieces %v, want %v", col, got, want)
@@ -486,4 +165,24 @@ func TestPiecesV1ListEmptyLists(t *testing.T) {
 			}
 		})
 	}
+}
+
+// offsetIndexed reports whether leaf column leaf of path's first row
+// group has an offset index (read with parquet-go, apart from the loader).
+func offsetIndexed(t *testing.T, path string, leaf int) bool {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pf, err := parquet.OpenFile(f, st.Size(), parquet.SkipPageIndex(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pf.Metadata().RowGroups[0].Columns[leaf].OffsetIndexOffset != 0
 }

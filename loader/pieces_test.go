@@ -199,8 +199,7 @@ func TestPiecesMatchWholeRowGroups(t *testing.T) {
 						)
 						ds, mem := openChecked(t, path, WithFill(map[string]float64{"maybe": -1}))
 						// The variant is what it says: an offset index or none.
-						cc := ds.decoders[0].(*parquetDecoder).pf.Metadata().RowGroups[0].Columns[0]
-						if got := cc.OffsetIndexOffset > 0; got != index {
+						if got := offsetIndexed(t, path, 0); got != index {
 							t.Fatalf("offset index written = %v, want %v", got, index)
 						}
 						first := 0
@@ -236,6 +235,10 @@ func TestPiecesMatchWholeRowGroups(t *testing.T) {
 		}
 	}
 }
+
+// pageWindow is the bytes format reads at a time to walk page headers
+// without an offset index (format/pieces_pages.go).
+const pageWindow = 64 << 10
 
 // TestPiecesStreamOnlyTheirPages: a piece of a streamed column fetches and
 // decodes about its own rows' pages, not the chunk; with WithReaderMaxPiece

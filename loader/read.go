@@ -13,6 +13,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/meshfeed/meshfeed/format"
+	"github.com/meshfeed/meshfeed/internal/bufpool"
 	"github.com/meshfeed/meshfeed/objstore"
 )
 
@@ -24,22 +26,10 @@ type ReadStats struct {
 	// Pieces decoded: row ranges of row groups read by themselves
 	// (RowGroupRef.Start and End, WithReaderMaxPiece).
 	Pieces atomic.Int64
-	// Pages decoded by pieces from the pages of their rows alone (the
-	// streamed columns).
-	Pages atomic.Int64
-	// Reused counts a piece's columns served from the pages an earlier
-	// piece of its row group decoded (its rows lay inside them): no page
-	// decoded again.
-	Reused atomic.Int64
-	// PagesReused counts compressed pages (of lists and fixed-size lists) a
-	// piece took decompressed from the piece of its row group before it
-	// (the page both pieces' rows are in).
-	PagesReused atomic.Int64
-	// Fetches is the number of ranged reads issued (after coalescing).
-	Fetches atomic.Int64
-	// FetchedBytes is the bytes those reads made available: read into
-	// buffers, or mapped (MappedBytes).
-	FetchedBytes atomic.Int64
+	// Stats: Pages, Reused and PagesReused (what pieces decoded from their
+	// pages alone, or reused), Fetches and FetchedBytes (the ranged reads
+	// issued after coalescing, and the bytes they read or mapped).
+	format.Stats
 	// MappedBytes is the part of FetchedBytes that was mapped with mmap
 	// (see WithMmap) rather than read.
 	MappedBytes atomic.Int64
@@ -133,42 +123,9 @@ func coalesce(chunks []Chunk, gap, max int64) []span {
 	return out
 }
 
-// Fetch buffers are recycled: they only live from the ranged read to the end
-// of decoding (the decoders copy out of them), and fresh ones would be zeroed
-// by the runtime on every row group. Size classes are powers of two.
-var bufPools [48]sync.Pool
-
-func sizeClass(n int64) int {
-	c := 16 // 64 KiB minimum
-	for int64(1)<<c < n {
-		c++
-	}
-	return c
-}
-
-func getBuf(n int64) []byte {
-	c := sizeClass(n)
-	if c >= len(bufPools) {
-		return make([]byte, n)
-	}
-	if b, ok := bufPools[c].Get().(*[]byte); ok {
-		return (*b)[:n]
-	}
-	return make([]byte, n, int64(1)<<c)
-}
-
-func putBuf(b []byte) {
-	c := sizeClass(int64(cap(b)))
-	if c >= len(bufPools) || int64(1)<<c != int64(cap(b)) {
-		return
-	}
-	b = b[:0]
-	bufPools[c].Put(&b)
-}
-
-// bytesAt returns the fetched bytes [off, off+n) without copying, if one
-// span holds them.
-func (r *spanReader) bytesAt(off, n int64) ([]byte, bool) {
+// BytesAt returns the fetched bytes [off, off+n) without copying, if one
+// span holds them (format.Fetched).
+func (r *spanReader) BytesAt(off, n int64) ([]byte, bool) {
 	i := sort.Search(len(r.spans), func(i int) bool { return r.spans[i].off+int64(len(r.spans[i].data)) > off })
 	if i < len(r.spans) {
 		s := r.spans[i]
@@ -179,9 +136,13 @@ func (r *spanReader) bytesAt(off, n int64) ([]byte, bool) {
 	return nil, false
 }
 
-// release returns the fetched buffers to the pool and unmaps the mapped
-// spans; r must not be used after.
-func (r *spanReader) release() { releaseSpans(r.spans) }
+// Mapped reports whether some spans are mappings of the file
+// (format.Fetched).
+func (r *spanReader) Mapped() bool { return r.mapped }
+
+// Release returns the fetched buffers to the pool and unmaps the mapped
+// spans; r must not be used after (format.Fetched).
+func (r *spanReader) Release() { releaseSpans(r.spans) }
 
 func releaseSpans(spans []span) {
 	for i := range spans {
@@ -190,7 +151,7 @@ func releaseSpans(spans []span) {
 		case s.unmap != nil:
 			s.unmap()
 		case s.data != nil:
-			putBuf(s.data)
+			bufpool.Put(s.data)
 		}
 		s.data, s.unmap = nil, nil
 	}
@@ -225,7 +186,7 @@ func (ds *Dataset) fetchChunks(ctx context.Context, fi, rg int, chunks []Chunk, 
 					return
 				}
 			}
-			s.data = getBuf(s.n)
+			s.data = bufpool.Get(s.n)
 			errs[i] = ds.store.ReadAt(ctx, f.Object, s.data, s.off)
 		}()
 	}
@@ -272,8 +233,8 @@ func (ds *Dataset) readRowGroup(ctx context.Context, file, rowGroup int, mem mem
 	if testHookFetched != nil {
 		testHookFetched(ds.Files[file].Object)
 	}
-	rec, err := ds.decoders[file].decode(ctx, rowGroup, ra, mem)
-	ra.release()
+	rec, err := ds.decoders[file].DecodeRowGroup(ctx, rowGroup, ra, mem)
+	ra.Release()
 	if err != nil {
 		return nil, err
 	}
@@ -285,13 +246,30 @@ func (ds *Dataset) readRowGroup(ctx context.Context, file, rowGroup int, mem mem
 // decoding it.
 var testHookFetched func(obj objstore.Object)
 
-// faultErr returns the error for a recovered panic that is a memory fault
-// (with fetch's SetPanicOnFault, a mapped page of a file truncated while it
-// was read), or nil for any other panic.
-func faultErr(obj objstore.Object, rg int, r any) error {
-	if _, ok := r.(interface{ Addr() uintptr }); !ok {
-		return nil
+// objSource is one object of a store as format reads it (format.Source).
+type objSource struct {
+	store objstore.Store
+	obj   objstore.Object
+}
+
+func (s objSource) URI() string { return s.obj.URI }
+func (s objSource) Size() int64 { return s.obj.Size }
+func (s objSource) ReadAt(ctx context.Context, p []byte, off int64) error {
+	return s.store.ReadAt(ctx, s.obj, p, off)
+}
+
+// chunkFetcher fetches parts of the row groups of file fi for format's
+// decoding of pieces (format.Fetcher), counting in stats.
+type chunkFetcher struct {
+	ds    *Dataset
+	fi    int
+	stats *ReadStats
+}
+
+func (f chunkFetcher) Fetch(ctx context.Context, rg int, chunks []format.Chunk) (format.Fetched, error) {
+	r, err := f.ds.fetchChunks(ctx, f.fi, rg, chunks, f.stats)
+	if err != nil {
+		return nil, err // not a nil *spanReader in an interface
 	}
-	return fmt.Errorf("loader: %s row group %d: memory fault reading the mapped file (%v): %w; it was truncated or rewritten in place while being read: replace files by renaming new ones into place",
-		obj.URI, rg, r, ErrNotFound)
+	return r, nil
 }

@@ -212,7 +212,7 @@ func (r *RowGroupReader) pieces(refs []RowGroupRef) []RowGroupRef {
 // them, which stay pinned until the row group's last piece is decoded.
 func (r *RowGroupReader) pieceCost(p *pending) (cost, pin int64, err error) {
 	start, end := p.ref.span()
-	return r.ds.pieceCharge(r.ctx, p.ref, start, end, &r.stats, p.ent)
+	return r.ds.pieceCharge(r.ctx, p.ref, piece{start: start, end: end, stats: &r.stats, e: p.ent})
 }
 
 // pieceDone records that p's piece was decoded, and releases its row
@@ -221,8 +221,7 @@ func (r *RowGroupReader) pieceDone(p *pending) {
 	e := p.ent
 	e.mu.Lock()
 	e.left--
-	extra := e.extra
-	e.extra = 0
+	extra := e.pages.TakeExtra()
 	e.pin += extra
 	last := e.left == 0
 	var pin int64
@@ -302,7 +301,7 @@ func (r *RowGroupReader) produce(refs []RowGroupRef, mem memory.Allocator) {
 				p.rec, p.err = r.ds.readRowGroup(r.ctx, ref.File, ref.Index, mem, &r.stats)
 			} else {
 				start, end := ref.span()
-				p.rec, p.err = r.ds.readPiece(r.ctx, ref, piece{rows: rowRange{start, end}, mem: mem, stats: &r.stats, e: p.ent})
+				p.rec, p.err = r.ds.readPiece(r.ctx, ref, piece{start: start, end: end, mem: mem, stats: &r.stats, e: p.ent})
 				if p.err == nil {
 					r.stats.Pieces.Add(1)
 				}

@@ -1,0 +1,46 @@
+// Package bufpool recycles byte buffers by power-of-two size class: fetch
+// buffers and decompressed pages live from a ranged read to the end of
+// decoding (the decoders copy out of them), and fresh ones would be zeroed
+// by the runtime on every row group.
+//
+// # Caveats
+//
+// A buffer from Get holds whatever its last user left in it. Put only
+// buffers that nothing still reads.
+package bufpool
+
+import "sync"
+
+var pools [48]sync.Pool
+
+func sizeClass(n int64) int {
+	c := 16 // 64 KiB minimum
+	for int64(1)<<c < n {
+		c++
+	}
+	return c
+}
+
+// Get returns a buffer of n bytes, pooled when one of its size class is
+// free (its contents are then not cleared).
+func Get(n int64) []byte {
+	c := sizeClass(n)
+	if c >= len(pools) {
+		return make([]byte, n)
+	}
+	if b, ok := pools[c].Get().(*[]byte); ok {
+		return (*b)[:n]
+	}
+	return make([]byte, n, int64(1)<<c)
+}
+
+// Put returns b, from Get, to the pool; a buffer whose capacity is not a
+// size class is dropped.
+func Put(b []byte) {
+	c := sizeClass(int64(cap(b)))
+	if c >= len(pools) || int64(1)<<c != int64(cap(b)) {
+		return
+	}
+	b = b[:0]
+	pools[c].Put(&b)
+}
