@@ -186,15 +186,24 @@ func (d *parquetDecoder) routeColumn(ctx context.Context, c *colDecoder, rg int,
 		return a, err
 	}
 	rt := c.route(cm)
-	if rt.fast() {
+	if rt != routeArrow {
+		// The fast path and the engine both decode fetched bytes whose page
+		// headers the one walk has checked; a chunk not fetched into memory
+		// goes to the engine, which reads it through ra.
 		b, ok := chunkBytes(ra, cm)
-		if !ok { // not fetched into memory: the engine reads it through ra
+		var emptyV2 bool
+		var err error
+		if ok {
+			emptyV2, err = walkPages(b, cm, d.maxBytes)
+		}
+		switch {
+		case !ok:
 			rt = routeEngine
-		} else if emptyV2, err := walkPages(b, cm, d.maxBytes); err != nil {
+		case err != nil:
 			return nil, err
-		} else if emptyV2 { // parquet-go cannot decode a v2 page of 0 values: arrow-go does
+		case emptyV2: // parquet-go cannot decode a v2 page of 0 values: arrow-go does
 			rt = routeArrow
-		} else {
+		case rt.fast():
 			v := chunkView{b: b, codec: cm.Codec, n: c.slot(rows)}
 			out, err := c.decodeRows(v, rowRange{0, rows}, outSpec{mem: mem, maxBytes: d.maxBytes})
 			if err != errFallback {
