@@ -252,6 +252,13 @@ func (s *Server) readShmHello(w *shmConn) (*Request, *shmHello, error) {
 	return req, &hello, err
 }
 
+// shmStream serves one shared-memory connection: its hello, the stream's
+// arena and schema, then its steps until the end, an error, or the client's
+// departure.
+//
+// Length: the set-up is one sequence whose deferred clean-ups (admission,
+// arena, pool, producer) must unwind in the reverse order; split up, the
+// order would be spread over several functions.
 func (s *Server) shmStream(w *shmConn) error {
 	req, hello, err := s.readShmHello(w)
 	if err != nil {
