@@ -1,0 +1,10 @@
+// Package bufpool recycles byte buffers by power-of-two size class: fetch
+// buffers and decompressed pages live from a ranged read to the end of
+// decoding (the decoders copy out of them), and fresh ones would be zeroed
+// by the runtime on every row group.
+//
+// # Caveats
+//
+// A buffer from Get holds whatever its last user left in it. Put only
+// buffers that nothing still reads.
+package bufpool
