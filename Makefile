@@ -101,7 +101,7 @@ demo: setup
 # Benchmarks: each BENCH_COUNT times into bench.txt; BENCHMARKS.md quotes
 # medians from such a run. MESHFEED_BENCH_ROWS sets the loader's dataset size.
 bench: setup
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCH_COUNT) -timeout 60m ./loader ./batching ./shape ./shard ./transport ./feed | tee bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCH_COUNT) -timeout 60m ./objstore ./format ./loader ./batching ./shape ./shard ./transport ./feed | tee bench.txt
 
 # The server's peak RSS (anonymous and file-backed apart) against its budget,
 # for row groups of 16 MiB to 1 GiB (benchmarks/pieces_rss.sh; settings there,
