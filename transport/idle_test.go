@@ -2,11 +2,14 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -135,5 +138,60 @@ func TestShutdownWaitsForIdleStreams(t *testing.T) {
 	ts.conn.Close()
 	if err := <-ts.done; err != nil {
 		t.Errorf("Serve: %v", err)
+	}
+}
+
+// gateWriter passes the schema message and blocks the next Send until
+// unblock is closed; it counts the Sends.
+type gateWriter struct {
+	sends   atomic.Int32
+	unblock chan struct{}
+}
+
+func (w *gateWriter) Send(*flight.FlightData) error {
+	if w.sends.Add(1) > 1 {
+		<-w.unblock
+	}
+	return nil
+}
+
+// TestIdleNoSendAfterAbandon: once the idle timeout has given up on a
+// stream (its call returns), the stream starts no further send, even when
+// the pending one completes just then: gRPC would drop a message queued on a
+// stream whose call has ended.
+func TestIdleNoSendAfterAbandon(t *testing.T) {
+	s, err := New(&DemoBackend{NumRows: 1 << 20}, WithLogger(discard), WithAllowedRoots("/data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := baseRequest()
+	req.Epochs = 0
+	st, err := s.backend.Open(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &gateWriter{unblock: make(chan struct{})}
+	idle := &idleClock{}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.stream(ctx, st, w, idle)
+		done <- err
+	}()
+	if err := idle.wait(done, 30*time.Millisecond); !errors.Is(err, ErrIdle) {
+		t.Fatalf("wait = %v, want ErrIdle", err)
+	}
+	close(w.unblock) // the client takes the pending step just as the call gives up
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrIdle) {
+			t.Errorf("stream ended with %v, want ErrIdle", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the stream kept sending after the call gave up on it (%d sends)", w.sends.Load())
+	}
+	if n := w.sends.Load(); n != 2 {
+		t.Errorf("%d sends, want 2: the schema and the step pending when the call gave up", n)
 	}
 }
