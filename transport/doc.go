@@ -34,7 +34,12 @@
 //     regions all count against that account.
 //   - A stream whose client takes no step for the idle timeout is ended
 //     (ErrIdle): a DoGet's stream runs on its own goroutine so that a send
-//     its client never takes can be abandoned.
+//     its client never takes can be abandoned. Once abandoned, the stream
+//     starts no further send; it closes its Stream after its call has
+//     returned, and Shutdown waits for that. A step whose zero-copy message
+//     gRPC drops unfreed (its stream ended while it was queued) is released,
+//     with its share of the memory account, once its frame is garbage
+//     (zerocopy.go): the account can hold such bytes until the next GC.
 //   - Errors are converted to gRPC status codes only at the server's edge; a
 //     Backend returns wrapped errors (this package's sentinels, or its own
 //     registered with WithErrorCode), never status errors of its own making.

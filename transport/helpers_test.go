@@ -163,6 +163,7 @@ type tracking struct {
 	delay                 time.Duration
 	failAfter             int64 // > 0: Next fails with failErr after this many steps
 	failErr               error
+	closeDelay            atomic.Int64 // nanoseconds each Close sleeps first
 }
 
 func (b *tracking) Open(ctx context.Context, req *Request) (Stream, error) {
@@ -201,6 +202,7 @@ func (s *trackedStream) Close() error {
 	if s.closed.Swap(true) {
 		panic("Close called twice")
 	}
+	time.Sleep(time.Duration(s.b.closeDelay.Load()))
 	s.b.closed.Add(1)
 	return s.Stream.Close()
 }

@@ -118,7 +118,10 @@ func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWrit
 		rows := it.rec.NumRows()
 		sending := time.Now()
 		s.metrics.waitSeconds.Observe(sending.Sub(waited).Seconds())
-		idle.sending()
+		if !idle.sending() {
+			s.drop(it)
+			return n, fmt.Errorf("transport: %w: the call gave up on the stream before step %d", ErrIdle, n.steps)
+		}
 		err = send(it, meta)
 		idle.sent()
 		if err != nil {

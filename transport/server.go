@@ -46,6 +46,9 @@ type Server struct {
 	health  *health.Server
 	slots   chan struct{}
 	budget  *budget
+	// streams counts the DoGet streams' goroutines, which outlive their
+	// call when the idle timeout gives up on a send (DoGet).
+	streams sync.WaitGroup
 	metrics Metrics
 	// registry holds the Prometheus collectors served at /metrics.
 	registry *prometheus.Registry
@@ -183,7 +186,9 @@ func (s *Server) MetricsAddr() net.Addr {
 
 // Shutdown stops accepting calls, marks the health service NOT_SERVING and
 // lets the calls in flight finish. When ctx is done first, it cancels them
-// and returns ctx's error once they have returned.
+// and returns ctx's error once they have returned. Either way it returns
+// once every stream has closed its backend stream (those ended by the idle
+// timeout included), so the backend can be closed after it.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.health.Shutdown()
 	s.shutdownShm()
@@ -201,6 +206,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-done
 		err = ctx.Err()
 	}
+	// A stream the idle timeout abandoned has returned from its call but may
+	// still be closing its backend stream: the caller may close the backend
+	// next. Every call has returned, so no stream starts any more.
+	s.streams.Wait()
 	s.mu.Lock()
 	srv := s.metricsSrv
 	s.mu.Unlock()
@@ -377,10 +386,13 @@ func (s *Server) DoGet(t *flight.Ticket, fs flight.FlightService_DoGetServer) er
 	// The stream runs on its own goroutine, so that a send its client never
 	// takes (a full flow-control window) can be given up after the idle
 	// timeout: returning ends the call, which unblocks that send; the
-	// stream's slot returns once the stream has released what it holds.
+	// stream's slot returns once the stream has released what it holds, and
+	// Shutdown waits for it.
 	idle := &idleClock{}
 	done := make(chan error, 1)
+	s.streams.Add(1)
 	go func() {
+		defer s.streams.Done()
 		defer leave()
 		st, err := s.backend.Open(ctx, req)
 		if err != nil {

@@ -18,7 +18,9 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -52,9 +54,30 @@ const (
 type frame struct {
 	bufs    mem.BufferSlice
 	size    int
-	payload ipc.Payload
 	pending atomic.Int32 // borrowed pieces not yet freed
-	release func()       // runs once, when the last borrowed piece is freed
+	rel     *frameRelease
+}
+
+// frameRelease is what a frame releases, once: by done when gRPC and the
+// sender have freed its borrowed pieces, or else by a cleanup once the frame
+// is garbage. (gRPC drops, without freeing it, a message whose stream ended
+// while SendMsg was queueing it: a stream cancelled by its client, or one
+// the idle timeout gave up on. Its step, and its share of the memory
+// account, would otherwise never come back.) Nothing can read a garbage
+// frame's pieces, so releasing them then is safe.
+type frameRelease struct {
+	once    sync.Once
+	payload ipc.Payload
+	release func() // runs once, after the payload is released
+}
+
+func (r *frameRelease) run() {
+	r.once.Do(func() {
+		r.payload.Release()
+		if r.release != nil {
+			r.release()
+		}
+	})
 }
 
 // Get implements mem.BufferPool. gRPC does not allocate from a frame; it
@@ -73,12 +96,7 @@ func (f *frame) Put(*[]byte) {
 }
 
 // done releases the payload and runs release.
-func (f *frame) done() {
-	f.payload.Release()
-	if f.release != nil {
-		f.release()
-	}
-}
+func (f *frame) done() { f.rel.run() }
 
 // free drops the sender's references to the frame's pieces. Call it once,
 // after SendMsg returned (whether or not it failed).
@@ -108,15 +126,15 @@ func newFrame(payload ipc.Payload, appMeta []byte, release func()) (f *frame, er
 // bytes the payload's body would serialize to), or, when body is nil, taken
 // from the payload.
 func newFrameBody(payload ipc.Payload, body *bodyParts, appMeta []byte, release func()) (f *frame, err error) {
-	f = &frame{payload: payload, release: release}
+	f = &frame{rel: &frameRelease{payload: payload, release: release}}
 	if body == nil {
 		body = &bodyParts{}
-		if err := f.payload.SerializeBody(body); err != nil {
+		if err := payload.SerializeBody(body); err != nil {
 			f.done()
 			return nil, fmt.Errorf("transport: serialize record body: %w", err)
 		}
 	}
-	meta := f.payload.Meta()
+	meta := payload.Meta()
 	var header []byte
 	if meta != nil {
 		header = meta.Bytes()
@@ -155,7 +173,9 @@ func newFrameBody(payload ipc.Payload, body *bodyParts, appMeta []byte, release 
 	if len(borrowed) == 0 {
 		// Everything was copied: nothing ties the payload to gRPC.
 		f.done()
+		return f, nil
 	}
+	runtime.AddCleanup(f, (*frameRelease).run, f.rel)
 	return f, nil
 }
 

@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -489,5 +491,58 @@ func TestSchemaHasDictionary(t *testing.T) {
 		if got := schemaHasDictionary(s); got != c.want {
 			t.Errorf("schemaHasDictionary(%q) = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestFrameDroppedUnfreed: a frame whose message gRPC drops without freeing
+// it (its stream ended while SendMsg queued it) is released once it is
+// garbage, exactly once; a frame freed normally is not released again then.
+func TestFrameDroppedUnfreed(t *testing.T) {
+	codec, err := newFlightCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dropped := range []bool{true, false} {
+		t.Run(fmt.Sprintf("dropped=%v", dropped), func(t *testing.T) {
+			mem := checkedMem(t)
+			st, err := (&DemoBackend{NumRows: 8192, Mem: mem}).Open(context.Background(), bigRequest(8192, 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			step, err := st.Next(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			payload, err := recordPayload(step.Slices[0], []ipc.Option{ipc.WithAllocator(mem)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			step.Release()
+			var released atomic.Int32
+			f, err := newFrame(payload, []byte("{}"), func() { released.Add(1) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent, err := codec.Marshal(f) // gRPC's reference
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.free() // the sender's
+			if !dropped {
+				sent.Free()
+			}
+			f, sent = nil, nil
+			waitFor(t, "the frame released", func() bool {
+				runtime.GC()
+				return released.Load() == 1 && mem.CurrentAlloc() == 0
+			})
+			for range 3 {
+				runtime.GC()
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n := released.Load(); n != 1 {
+				t.Errorf("release ran %d times, want once", n)
+			}
+		})
 	}
 }
