@@ -18,6 +18,6 @@ if [ -d "$tmp/old/feed" ]; then (cd "$tmp/old" && go test -c -o "$tmp/oldpipe.te
 for i in $(seq "$rounds"); do
   (cd "$tmp/old/$oldpipe" && "$tmp/oldpipe.test" -test.run '^$' -test.bench ServePipeline -test.benchtime 100x) | grep '^Benchmark' | sed 's/^/old /'
   (cd "$top/feed" && "$tmp/newpipe.test" -test.run '^$' -test.bench ServePipeline -test.benchtime 100x) | grep '^Benchmark' | sed 's/^/new /'
-  (cd "$tmp/old/transport" && "$tmp/old.test" -test.run '^$' -test.bench 'DoGet/.*/8MiB/zerocopy$' -test.benchtime 100x) | grep '^Benchmark' | grep -v Pyarrow | sed 's/^/old /'
-  (cd "$top/transport" && "$tmp/new.test" -test.run '^$' -test.bench 'DoGet/.*/8MiB/zerocopy$' -test.benchtime 100x) | grep '^Benchmark' | grep -v Pyarrow | sed 's/^/new /'
+  (cd "$tmp/old/transport" && "$tmp/old.test" -test.run '^$' -test.bench '^BenchmarkDoGet$/.*/8MiB/zerocopy$' -test.benchtime 100x) | grep '^Benchmark' | grep -v Pyarrow | sed 's/^/old /'
+  (cd "$top/transport" && "$tmp/new.test" -test.run '^$' -test.bench '^BenchmarkDoGet$/.*/8MiB/zerocopy$' -test.benchtime 100x) | grep '^Benchmark' | grep -v Pyarrow | sed 's/^/new /'
 done
