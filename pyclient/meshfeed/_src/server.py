@@ -172,7 +172,12 @@ def local_gc_limit(read_ahead: int | None) -> int:
     streams' read-ahead, the limit it had when its budget counted queued
     steps alone (256 MiB of steps plus 128 MiB for the program)."""
     return LOCAL_GC_LIMIT_BASE + 2 * (LOCAL_READ_AHEAD if read_ahead is None else read_ahead)
-RAY_MEMORY_BUDGET = 2 << 30
+
+
+# A server actor's account holds about 32 streams at their full read-ahead
+# (each stream reserves its read-ahead, at most its dataset's bytes); past
+# that, a stream waits for room, for at most the idle timeout.
+RAY_MEMORY_BUDGET = 8 << 30
 RAY_READ_AHEAD = 256 << 20
 RAY_MAX_STREAMS = 64
 
