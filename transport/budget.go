@@ -26,24 +26,9 @@ func newBudget(limit int64) *budget {
 	return &budget{limit: limit, changed: make(chan struct{})}
 }
 
-// acquire takes n bytes, waiting until they fit or ctx is done.
-func (b *budget) acquire(ctx context.Context, n int64) error {
-	for {
-		b.mu.Lock()
-		if b.limit == 0 || b.used == 0 || b.reserved+b.used+n <= b.limit {
-			b.used += n
-			b.mu.Unlock()
-			return nil
-		}
-		ch := b.changed
-		b.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-ch:
-		}
-	}
-}
+// acquire takes n bytes of queued steps, waiting until they fit (or no
+// other step is queued) or ctx is done.
+func (b *budget) acquire(ctx context.Context, n int64) error { return b.take(ctx, n, &b.used) }
 
 // release returns n bytes and wakes the waiters.
 func (b *budget) release(n int64) {
@@ -61,11 +46,16 @@ func (b *budget) wake() {
 
 // reserve takes n bytes for a stream's life, waiting until they fit (or no
 // other reservation is held) or ctx is done.
-func (b *budget) reserve(ctx context.Context, n int64) error {
+func (b *budget) reserve(ctx context.Context, n int64) error { return b.take(ctx, n, &b.reserved) }
+
+// take adds n to *into (b.used or b.reserved) once the budget has room for
+// it, or once *into is 0 (so that the first of each kind never waits, and
+// no one waits on itself), or returns ctx's error.
+func (b *budget) take(ctx context.Context, n int64, into *int64) error {
 	for {
 		b.mu.Lock()
-		if b.limit == 0 || b.reserved == 0 || b.reserved+b.used+n <= b.limit {
-			b.reserved += n
+		if b.limit == 0 || *into == 0 || b.reserved+b.used+n <= b.limit {
+			*into += n
 			b.mu.Unlock()
 			return nil
 		}
