@@ -233,7 +233,7 @@ func checkBatchBuffers(raw []byte, metaLen int, limit int64) (err error) {
 			total += length
 		}
 		if total > limit {
-			return fmt.Errorf("buffers decompress to more than %d bytes; the file is corrupt, or raise WithMaxRowGroupBytes", limit)
+			return fmt.Errorf("buffers decompress to more than %d bytes; the file is corrupt, or raise loader.WithMaxRowGroupBytes (the cap on one column chunk's decoded bytes)", limit)
 		}
 	}
 	return nil

@@ -45,7 +45,7 @@ var noLimits = pageLimits{values: math.MaxInt64, bytes: math.MaxInt64}
 // under limit bytes; a footer claiming more values than limit is ErrCorrupt.
 func chunkLimits(md *pqformat.ColumnMetaData, limit int64) (pageLimits, error) {
 	if md.NumValues < 0 || md.NumValues > limit {
-		return pageLimits{}, fmt.Errorf("footer claims %d values in the chunk, over the limit of %d: %w; the footer is corrupt, or raise WithMaxRowGroupBytes", md.NumValues, limit, ErrCorrupt)
+		return pageLimits{}, fmt.Errorf("footer claims %d values in the chunk, over the limit of %d: %w; the footer is corrupt, or raise loader.WithMaxRowGroupBytes (the cap on one column chunk's decoded bytes)", md.NumValues, limit, ErrCorrupt)
 	}
 	return pageLimits{values: md.NumValues, bytes: limit}, nil
 }
@@ -152,7 +152,7 @@ func (it *pageIter) next(p *pageHead, whole bool) bool {
 		return it.corrupt("negative uncompressed size %d", h.UncompressedPageSize)
 	}
 	if it.bytes += int64(h.UncompressedPageSize); it.bytes > it.lim.bytes {
-		return it.corrupt("pages decompress to more than %d bytes; the file is corrupt, or raise WithMaxRowGroupBytes", it.lim.bytes)
+		return it.corrupt("pages decompress to more than %d bytes; the file is corrupt, or raise loader.WithMaxRowGroupBytes (the cap on one column chunk's decoded bytes)", it.lim.bytes)
 	}
 	n := int32(0)
 	switch {

@@ -241,7 +241,7 @@ func (c *colDecoder) decodeChunk(fcc *parquet.FileColumnChunk, ra io.ReaderAt, r
 		n = fcc.NumValues()
 	}
 	if est := n * int64(max(c.elemSize, 1)); n < 0 || est > maxBytes || rows > math.MaxInt32 {
-		return nil, fmt.Errorf("%d rows (%d values) would decode to %d bytes, over the limit of %d: %w; the footer is corrupt, or the row groups are too large: rewrite them smaller or raise WithMaxRowGroupBytes",
+		return nil, fmt.Errorf("%d rows (%d values) would decode to %d bytes, over the limit of %d: %w; the footer is corrupt, or the row groups are too large: rewrite them smaller or raise loader.WithMaxRowGroupBytes (the cap on one column chunk's decoded bytes)",
 			rows, n, est, maxBytes, ErrCorrupt)
 	}
 	st := &colState{c: c, mem: mem, nrows: rows}

@@ -113,7 +113,7 @@ func (d *parquetDecoder) decodeFallback(ctx context.Context, c *colDecoder, rg i
 		}
 	}
 	if est > d.maxBytes || rows > math.MaxInt32 {
-		return nil, fmt.Errorf("%d rows would decode to at least %d bytes, over the limit of %d: %w; the footer is corrupt, or the row groups are too large: rewrite them smaller or raise WithMaxRowGroupBytes",
+		return nil, fmt.Errorf("%d rows would decode to at least %d bytes, over the limit of %d: %w; the footer is corrupt, or the row groups are too large: rewrite them smaller or raise loader.WithMaxRowGroupBytes (the cap on one column chunk's decoded bytes)",
 			rows, est, d.maxBytes, ErrCorrupt)
 	}
 	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: max(rows, 1)}, mem)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,7 @@ func TestGCSResumesBrokenBody(t *testing.T) {
 	for i := range 4 {
 		want = append(want, fmt.Sprintf("bytes=%d-%d", off+i*cut, off+n-1))
 	}
-	if reqs != 4 || !equalStrings(ranges, want) {
+	if reqs != 4 || !slices.Equal(ranges, want) {
 		t.Errorf("ranges requested = %q, want %q", ranges, want)
 	}
 	if st := store.Stats(); st.Retries.Load() != 3 || st.Resumes.Load() != 3 {
@@ -94,7 +95,7 @@ func TestGCSStallRecovers(t *testing.T) {
 	}
 	_, ranges := proxy.Seen()
 	want := []string{fmt.Sprintf("bytes=%d-%d", off, off+n-1), fmt.Sprintf("bytes=%d-%d", off+stallAt, off+n-1)}
-	if !equalStrings(ranges, want) {
+	if !slices.Equal(ranges, want) {
 		t.Errorf("ranges requested = %q, want %q", ranges, want)
 	}
 	if st := store.Stats(); st.Retries.Load() != 1 || st.Resumes.Load() != 1 {

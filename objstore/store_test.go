@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -58,18 +59,6 @@ func names(root string, rel ...string) []string {
 		out[i] = join(root, r)
 	}
 	return out
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // The conformance suite (objstoretest.Conformance) on every store: local
@@ -136,11 +125,11 @@ func TestMuxRouting(t *testing.T) {
 		}
 	}
 	got, err := objstore.Match(ctx, m, []string{"rel/*.bin"})
-	if err != nil || !equalStrings(uris(got), []string{abs}) {
+	if err != nil || !slices.Equal(uris(got), []string{abs}) {
 		t.Errorf("Match(%q) = %q, %v; want %q", "rel/*.bin", uris(got), err, abs)
 	}
 	objs, err := m.List(ctx, "rel/")
-	if err != nil || !equalStrings(uris(objs), []string{abs}) {
+	if err != nil || !slices.Equal(uris(objs), []string{abs}) {
 		t.Errorf("List(%q) = %q, %v; want %q", "rel/", uris(objs), err, abs)
 	}
 	if _, err := m.Stat(ctx, "s3://bucket/x"); !errors.Is(err, objstore.ErrUnsupported) {
@@ -230,7 +219,7 @@ func TestLocalCreateAtomic(t *testing.T) {
 		t.Errorf("Stat(%q) after Close = %+v, %v; want 7 bytes", uri, o, err)
 	}
 	all, err := s.List(ctx, dir+"/")
-	if err != nil || !equalStrings(uris(all), []string{uri}) {
+	if err != nil || !slices.Equal(uris(all), []string{uri}) {
 		t.Errorf("List(%q) = %q, %v; want only %q (no temp files left)", dir+"/", uris(all), err, uri)
 	}
 }
@@ -255,7 +244,7 @@ func TestGCSEmulatorEnv(t *testing.T) {
 		t.Errorf("ReadAt(%s, [3, 7)) = %q, %v; want %q", obj.URI, p, err, "3456")
 	}
 	got, err := objstore.Match(ctx, m, []string{"gs://env"})
-	if err != nil || !equalStrings(uris(got), []string{"gs://env/a/b.bin"}) {
+	if err != nil || !slices.Equal(uris(got), []string{"gs://env/a/b.bin"}) {
 		t.Errorf("Match(gs://env) = %q, %v", uris(got), err)
 	}
 	if r := m.Stats().Reads.Load(); r != 1 {

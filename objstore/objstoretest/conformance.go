@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -55,18 +56,6 @@ func names(root string, rel ...string) []string {
 		out[i] = join(root, r)
 	}
 	return out
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // PutFunc writes data at uri, replacing any object there, so that store
@@ -130,7 +119,7 @@ func Conformance(t *testing.T, open func(t *testing.T) (store objstore.Store, ro
 				t.Errorf("List(%q) = %v", c.prefix, err)
 				continue
 			}
-			if want := names(root, c.want...); !equalStrings(uris(got), want) {
+			if want := names(root, c.want...); !slices.Equal(uris(got), want) {
 				t.Errorf("List(%q) = %q, want %q", c.prefix, uris(got), want)
 			}
 			for _, o := range got {
@@ -300,7 +289,7 @@ func Conformance(t *testing.T, open func(t *testing.T) (store objstore.Store, ro
 		}
 		for _, c := range cases {
 			got, err := objstore.Match(ctx, store, c.patterns)
-			if want := names(root, c.want...); err != nil || !equalStrings(uris(got), want) {
+			if want := names(root, c.want...); err != nil || !slices.Equal(uris(got), want) {
 				t.Errorf("Match(%q) = %q, %v; want %q", c.patterns, uris(got), err, want)
 			}
 		}
