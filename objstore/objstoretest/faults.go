@@ -52,7 +52,7 @@ func (k FaultKind) String() string {
 
 // FaultFront is a deterministic fault-injecting HTTP reverse proxy on
 // 127.0.0.1 in front of a GCS emulator (such as FakeGCS). The armed fault
-// applies to the next n media requests (GET with alt=media), then the front
+// applies to the next n media requests (NewFaultFront: GET with alt=media; NewFaultFrontFor: its isMedia), then the front
 // passes requests through again; n < 0 faults every media request, a
 // permanent outage. Listing, stat and upload requests always pass through.
 //
@@ -66,6 +66,7 @@ type FaultFront struct {
 	transport *http.Transport
 	srv       *httptest.Server
 	closing   chan struct{}
+	isMedia   func(*http.Request) bool
 
 	mu       sync.Mutex
 	kind     FaultKind
@@ -83,6 +84,24 @@ type FaultFront struct {
 // fault armed.
 func NewFaultFront(t testing.TB, upstream string) *FaultFront {
 	t.Helper()
+	return NewFaultFrontFor(t, upstream, IsGCSMedia)
+}
+
+// IsGCSMedia reports whether r reads an object's bytes from the GCS JSON API
+// (GET with alt=media).
+func IsGCSMedia(r *http.Request) bool { return r.URL.Query().Get("alt") == "media" }
+
+// IsRangedGet reports whether r is a GET with a Range header: how the S3,
+// Azure Blob and HTTPS stores read an object's bytes.
+func IsRangedGet(r *http.Request) bool {
+	return r.Method == http.MethodGet && r.Header.Get("Range") != ""
+}
+
+// NewFaultFrontFor is NewFaultFront for any HTTP object store: isMedia says
+// which requests read object bytes (IsGCSMedia, IsRangedGet, or the store's
+// own rule); only those are counted and faulted.
+func NewFaultFrontFor(t testing.TB, upstream string, isMedia func(*http.Request) bool) *FaultFront {
+	t.Helper()
 	u, err := url.Parse(upstream)
 	if err != nil || u.Scheme == "" || u.Host == "" {
 		t.Fatalf("objstoretest: NewFaultFront(%q): want an http://host:port URL (%v)", upstream, err)
@@ -92,6 +111,7 @@ func NewFaultFront(t testing.TB, upstream string) *FaultFront {
 		upstream:  u,
 		transport: &http.Transport{DisableCompression: true},
 		closing:   make(chan struct{}),
+		isMedia:   isMedia,
 	}
 	f.srv = httptest.NewServer(f) // listens on 127.0.0.1
 	t.Cleanup(func() {
@@ -153,7 +173,7 @@ func (f *FaultFront) Seen() (requests int, ranges []string) {
 // requests.
 func (f *FaultFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	kind, code, at := FaultNone, 0, int64(0)
-	if r.URL.Query().Get("alt") == "media" {
+	if f.isMedia(r) {
 		f.mu.Lock()
 		f.media++
 		f.log++
