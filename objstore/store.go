@@ -18,15 +18,24 @@ type Object struct {
 	// overwritten mid-epoch is an error rather than a silent mix of versions.
 	// Zero on local disk.
 	Generation int64
+	// ETag is the entity tag of this version of the object (S3, HTTPS):
+	// reads pin it with If-Match, so an object replaced mid-epoch is an
+	// error rather than a silent mix of versions. Empty on GCS and local
+	// disk.
+	ETag string
 	// ModTime is the last modification time (local disk; GCS "updated").
 	ModTime time.Time
 }
 
-// CacheKey identifies this version of the object: URI plus generation (GCS) or
-// size and mtime (local disk). Footer caches key on it.
+// CacheKey identifies this version of the object: URI plus generation (GCS),
+// ETag (S3, HTTPS) or size and mtime (local disk, HTTPS without an ETag).
+// Footer caches key on it.
 func (o Object) CacheKey() string {
 	if o.Generation != 0 {
 		return o.URI + "#g" + strconv.FormatInt(o.Generation, 10)
+	}
+	if o.ETag != "" {
+		return o.URI + "#e" + o.ETag
 	}
 	return o.URI + "#s" + strconv.FormatInt(o.Size, 10) + "m" + strconv.FormatInt(o.ModTime.UnixNano(), 10)
 }
