@@ -51,6 +51,11 @@ func WithMaxGlobDepth(n int) MatchOption { return func(c *matchConfig) { c.maxDe
 //     linear in the names' segments times the pattern's, whatever the
 //     tree's depth).
 //
+// A store that cannot list ([CanList]: http(s)://) takes exact URIs only:
+// '?' and '[' are the URL's own characters, and a pattern with '*' or
+// ending in '/' is an error wrapping ErrUnsupported that says to name each
+// file.
+//
 // Names starting with '.' or '_' (_SUCCESS, .crc files, _temporary/) are
 // skipped when they are reached through a directory or a wildcard; a pattern
 // segment that itself starts with '.' or '_' can name them. Relative local
@@ -114,7 +119,10 @@ func checkPath(uri string) error {
 
 func noMatch(pat string) error {
 	hint := "check the bucket and object names and that the credentials may list the bucket"
-	if uriScheme(pat) == "" {
+	switch sc := uriScheme(pat); {
+	case sc == "https" || sc == "http":
+		hint = "check the URL (and any token the server wants)"
+	case sc == "":
 		wd, _ := os.Getwd()
 		hint = fmt.Sprintf("check that the path exists and is readable (relative paths resolve against %s)", wd)
 	}
@@ -133,7 +141,12 @@ func matchOne(ctx context.Context, store Store, pat string, cfg *matchConfig) ([
 		}
 		norm = p
 	}
-	if strings.ContainsAny(norm, globMeta) {
+	listable := CanList(store, norm)
+	if !listable && (strings.Contains(norm, "*") || strings.HasSuffix(norm, "/")) {
+		return nil, fmt.Errorf("objstore: pattern %q: %w: its store cannot list (HTTP has no listing), so it takes exact URLs only, not a glob or a directory; name each file", pat, ErrUnsupported)
+	}
+	// Without a listing, '?' and '[' are a URL's own characters (a query).
+	if listable && strings.ContainsAny(norm, globMeta) {
 		return matchGlob(ctx, store, pat, norm, cfg)
 	}
 	if !strings.HasSuffix(norm, "/") {
@@ -143,6 +156,9 @@ func matchOne(ctx context.Context, store Store, pat string, cfg *matchConfig) ([
 		}
 		if !errors.Is(err, ErrNotFound) {
 			return nil, err
+		}
+		if !listable {
+			return nil, nil // no directory to expand: Match reports no match
 		}
 	}
 	// A directory: everything under it that is not hidden.

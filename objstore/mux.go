@@ -180,6 +180,12 @@ func (m *Mux) ReadAt(ctx context.Context, obj Object, p []byte, off int64) error
 	return s.ReadAt(ctx, obj, p, off)
 }
 
+// CanList implements ListChecker by asking the store uri routes to.
+func (m *Mux) CanList(uri string) bool {
+	s, err := m.route(context.Background(), uri)
+	return err != nil || CanList(s, uri)
+}
+
 // Create implements Creator.
 func (m *Mux) Create(ctx context.Context, uri string) (io.WriteCloser, error) {
 	s, err := m.route(ctx, uri)

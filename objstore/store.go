@@ -99,6 +99,24 @@ type StatsReporter interface {
 	Stats() *Stats
 }
 
+// ListChecker is implemented by stores that cannot list every URI they
+// read (the HTTPS store: HTTP has no listing). A store that does not
+// implement it lists all of its URIs. See [CanList].
+type ListChecker interface {
+	// CanList reports whether List works for URIs like uri.
+	CanList(uri string) bool
+}
+
+// CanList reports whether store can list URIs like uri: false for http(s)://
+// (the HTTPS store, or a Mux routing to it), whose List fails with
+// ErrUnsupported; [Match] then takes only exact URIs, each checked by Stat.
+func CanList(store Store, uri string) bool {
+	if l, ok := store.(ListChecker); ok {
+		return l.CanList(uri)
+	}
+	return true
+}
+
 // Creator is implemented by stores that can write objects (datasets generated
 // by `meshfeed gen`, test fixtures).
 type Creator interface {

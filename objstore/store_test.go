@@ -132,8 +132,8 @@ func TestMuxRouting(t *testing.T) {
 	if err != nil || !slices.Equal(uris(objs), []string{abs}) {
 		t.Errorf("List(%q) = %q, %v; want %q", "rel/", uris(objs), err, abs)
 	}
-	if _, err := m.Stat(ctx, "s3://bucket/x"); !errors.Is(err, objstore.ErrUnsupported) {
-		t.Errorf("Stat(%q) = %v, want ErrUnsupported", "s3://bucket/x", err)
+	if _, err := m.Stat(ctx, "ftp://bucket/x"); !errors.Is(err, objstore.ErrUnsupported) {
+		t.Errorf("Stat(%q) = %v, want ErrUnsupported", "ftp://bucket/x", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "rel")); err != nil {
 		t.Errorf("Create did not make the directory: %v", err)

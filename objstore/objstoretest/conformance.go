@@ -67,6 +67,9 @@ type PutFunc func(t testing.TB, store objstore.Store, uri string, data []byte) o
 // stat, ranged and tail reads, reads past the end, not-found errors,
 // concurrent reads and version pinning. Every store runs it (local disk,
 // GCS on the fake server, the Mux); a new store adds one test that calls it.
+// A store that cannot list (objstore.CanList false: https://) is checked
+// for that instead: List and globs fail with ErrUnsupported, exact URIs
+// match.
 //
 // open returns the store under test and a root under which it holds nothing
 // yet (a local directory, "gs://bucket/prefix"); it is called once. put
@@ -99,7 +102,20 @@ func Conformance(t *testing.T, open func(t *testing.T) (store objstore.Store, ro
 		stats = sr.Stats()
 	}
 
+	// A store that cannot list (https://) must say so for every prefix, and
+	// is checked on exact URIs only.
+	canList := objstore.CanList(store, root+"/")
+
 	t.Run("List", func(t *testing.T) {
+		if !canList {
+			for _, prefix := range []string{root + "/", join(root, "a"), join(root, "a/x.bin")} {
+				_, err := store.List(ctx, prefix)
+				if !errors.Is(err, objstore.ErrUnsupported) || !strings.Contains(fmt.Sprint(err), prefix) {
+					t.Errorf("List(%q) on a store that cannot list = %v, want ErrUnsupported naming it", prefix, err)
+				}
+			}
+			return
+		}
 		cases := []struct {
 			prefix string
 			want   []string
@@ -205,7 +221,7 @@ func Conformance(t *testing.T, open func(t *testing.T) (store objstore.Store, ro
 	t.Run("TailReads", func(t *testing.T) {
 		// What a footer read does: the last n bytes of each listed object,
 		// located by the size the listing reported.
-		objs, err := store.List(ctx, root+"/")
+		objs, err := listOrStat(ctx, store, root, canList)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,6 +303,10 @@ func Conformance(t *testing.T, open func(t *testing.T) (store objstore.Store, ro
 			{[]string{join(root, "*.parquet")}, []string{"top.parquet"}},
 			{[]string{join(root, "t*"), join(root, "top.parquet"), join(root, "a")}, []string{"a/x.bin", "a/y.bin", "top.parquet"}},
 		}
+		if !canList {
+			matchUnlisted(t, store, root)
+			return
+		}
 		for _, c := range cases {
 			got, err := objstore.Match(ctx, store, c.patterns)
 			if want := names(root, c.want...); err != nil || !slices.Equal(uris(got), want) {
@@ -325,4 +345,44 @@ func Conformance(t *testing.T, open func(t *testing.T) (store objstore.Store, ro
 			t.Errorf("ReadAt(new version of %s) = %v, want the new bytes", uri, err)
 		}
 	})
+}
+
+// listOrStat returns the suite's objects: listed under root, or, from a
+// store that cannot list, stat'ed one by one.
+func listOrStat(ctx context.Context, store objstore.Store, root string, canList bool) ([]objstore.Object, error) {
+	if canList {
+		return store.List(ctx, root+"/")
+	}
+	var objs []objstore.Object
+	for _, f := range suiteFiles {
+		o, err := store.Stat(ctx, join(root, f.name))
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, o)
+	}
+	return objs, nil
+}
+
+// matchUnlisted checks Match on a store that cannot list: exact URIs match
+// (hidden names too, since they are named), a missing one is ErrNotFound
+// naming it, and globs and directories are ErrUnsupported naming the
+// pattern.
+func matchUnlisted(t *testing.T, store objstore.Store, root string) {
+	ctx := context.Background()
+	exact := []string{join(root, "a/x.bin"), join(root, "b/_SUCCESS"), join(root, "top.parquet")}
+	got, err := objstore.Match(ctx, store, exact)
+	if want := slices.Sorted(slices.Values(exact)); err != nil || !slices.Equal(uris(got), want) {
+		t.Errorf("Match(%q) = %q, %v; want %q", exact, uris(got), err, want)
+	}
+	missing := join(root, "nope.bin")
+	if _, err := objstore.Match(ctx, store, []string{missing}); !errors.Is(err, objstore.ErrNotFound) || !strings.Contains(fmt.Sprint(err), missing) {
+		t.Errorf("Match(%q) = %v, want ErrNotFound naming it", missing, err)
+	}
+	for _, pat := range []string{join(root, "*.parquet"), join(root, "a/"), join(root, "**/x.bin")} {
+		_, err := objstore.Match(ctx, store, []string{pat})
+		if !errors.Is(err, objstore.ErrUnsupported) || !strings.Contains(fmt.Sprint(err), pat) || !strings.Contains(fmt.Sprint(err), "name each file") {
+			t.Errorf("Match(%q) on a store that cannot list = %v, want ErrUnsupported naming it and saying to name each file", pat, err)
+		}
+	}
 }
