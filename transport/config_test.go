@@ -94,7 +94,7 @@ func TestConfigValidate(t *testing.T) {
 		{"negative arena", []Option{root, WithShmArena(-1)}, []string{"shared-memory arena -1 must be >= 0"}},
 		{"bad files", []Option{root, WithTLS(filepath.Join(dir, "nope.pem"), key), WithTokenFile(filepath.Join(dir, "nope"))},
 			[]string{"nope.pem", "token file"}},
-		{"bad roots", []Option{WithAllowedRoots("/data/../etc", "s3://x")}, []string{`"/data/../etc" has a ".." segment`, `scheme "s3"`}},
+		{"bad roots", []Option{WithAllowedRoots("/data/../etc", "ftp://x")}, []string{`"/data/../etc" has a ".." segment`, `scheme "ftp"`}},
 	}
 	for _, tc := range cases {
 		err := NewConfig(tc.opts...).Validate()

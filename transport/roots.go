@@ -2,6 +2,7 @@ package transport
 
 import (
 	"fmt"
+	"net/url"
 	"path"
 	"path/filepath"
 	"slices"
@@ -17,8 +18,8 @@ type location struct {
 }
 
 func (l location) String() string {
-	if l.scheme == "gs" {
-		return "gs://" + l.bucket + "/" + strings.Join(l.segs, "/")
+	if l.scheme != "file" {
+		return l.scheme + "://" + l.bucket + "/" + strings.Join(l.segs, "/")
 	}
 	return "/" + strings.Join(l.segs, "/")
 }
@@ -40,21 +41,47 @@ func parseLocation(uri string) (location, error) {
 	if hasDotDot(uri) {
 		return location{}, fmt.Errorf("%q has a \"..\" segment", uri)
 	}
-	if rest, ok := strings.CutPrefix(uri, "gs://"); ok {
-		bucket, p, _ := strings.Cut(rest, "/")
-		if bucket == "" {
-			return location{}, fmt.Errorf("%q has no bucket", uri)
+	if sc, rest, ok := strings.Cut(uri, "://"); ok && sc != "file" {
+		if !slices.Contains(remoteSchemes, sc) {
+			return location{}, fmt.Errorf("%q: scheme %q is not served (use %s:// or an absolute local path)", uri, sc, strings.Join(remoteSchemes, "://, "))
 		}
-		return location{scheme: "gs", bucket: bucket, segs: segments(p)}, nil
+		return parseRemote(uri, sc, rest)
 	}
 	p := strings.TrimPrefix(uri, "file://")
-	if i := strings.Index(p, "://"); i >= 0 {
-		return location{}, fmt.Errorf("%q: scheme %q is not served (use gs:// or an absolute local path)", uri, p[:i])
-	}
 	if !strings.HasPrefix(p, "/") {
 		return location{}, fmt.Errorf("%q is not an absolute path", uri)
 	}
 	return location{scheme: "file", segs: segments(p)}, nil
+}
+
+// remoteSchemes are the URI schemes of the remote stores, whose roots are
+// a bucket (or an http(s) host) and a prefix of object names.
+var remoteSchemes = []string{"gs", "s3", "https", "http"}
+
+// parseRemote parses a remote URI: scheme://bucket/path, or for http(s)
+// scheme://host[:port]/path, whose host is compared without case and whose
+// path is percent-decoded before its segments are checked (a server
+// decodes "%2e%2e" to ".." and "%2f" to "/").
+func parseRemote(uri, scheme, rest string) (location, error) {
+	bucket, p, _ := strings.Cut(rest, "/")
+	if bucket == "" {
+		return location{}, fmt.Errorf("%q has no bucket or host", uri)
+	}
+	if scheme == "https" || scheme == "http" {
+		if strings.Contains(bucket, "@") {
+			return location{}, fmt.Errorf("%q: credentials in the URL are not served", uri)
+		}
+		bucket = strings.ToLower(bucket)
+		dec, err := url.PathUnescape(p)
+		if err != nil {
+			return location{}, fmt.Errorf("%q: %v", uri, err)
+		}
+		if hasDotDot(dec) {
+			return location{}, fmt.Errorf("%q has a \"..\" segment (percent-encoded)", uri)
+		}
+		p = dec
+	}
+	return location{scheme: scheme, bucket: bucket, segs: segments(p)}, nil
 }
 
 // segments returns the non-empty segments of p after path.Clean.
@@ -94,10 +121,13 @@ func (l location) under(root location) bool {
 // URI that does not lie under one of roots (every URI is checked; all bad
 // ones are named).
 //
-// The check is lexical. For gs:// URIs it is the whole check: GCS has no
-// symlinks and no directories, an object's name is its path, so a
-// segment-wise prefix of the name (with ".." refused, since GCS would take
-// "a/../b" literally) is what a root means there. Local paths are checked
+// The check is lexical. For gs:// and s3:// URIs it is the whole check:
+// object stores have no symlinks and no directories, an object's name is
+// its path, so a segment-wise prefix of the name (with ".." refused, since
+// the store would take "a/../b" literally) is what a root means there. For
+// http(s):// the root is a host and a path prefix, checked on the decoded
+// path; a server's redirects are followed wherever they lead (a CDN), but
+// never to plain http:// off loopback (objstore.HTTPSStore). Local paths are checked
 // again on disk: New confines a RootedBackend (the Pipeline) to the local
 // roots, which then resolves every path, glob match and directory entry
 // through os.Root (objstore.WithRoots).
