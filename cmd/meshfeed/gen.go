@@ -59,7 +59,7 @@ func parseGenArgs(args []string, w io.Writer) (genArgs, error) {
 	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	fs.StringVar(&g.out, "out", "", "output directory: a local path or gs://bucket/prefix (required)")
+	fs.StringVar(&g.out, "out", "", "output directory: a local path, gs://bucket/prefix or s3://bucket/prefix (required)")
 	fs.Int64Var(&g.spec.Rows, "rows", g.spec.Rows, "total rows (at least --files)")
 	fs.IntVar(&g.spec.Files, "files", g.spec.Files, "number of files; rows are spread evenly")
 	fs.Int64Var(&g.spec.RowGroupRows, "row-group-rows", g.spec.RowGroupRows, "rows per Parquet row group (Arrow: per record batch)")
@@ -105,7 +105,7 @@ func parseGenArgs(args []string, w io.Writer) (genArgs, error) {
 	})
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(w, "usage: meshfeed gen --out DIR|gs://BUCKET/PREFIX [flags]\n\n"+
+			fmt.Fprintln(w, "usage: meshfeed gen --out DIR|gs://BUCKET/PREFIX|s3://BUCKET/PREFIX [flags]\n\n"+
 				"Writes a synthetic dataset part-00000.<format> ... whose values are a pure\n"+
 				"function of (seed, row id); see internal/datagen.\n\nflags:")
 			fs.SetOutput(w)
@@ -134,18 +134,18 @@ func genLocalDir(out string) (string, error) {
 		return out, nil
 	case scheme == "file":
 		return rest, nil
-	case scheme == "gs":
+	case scheme == "gs" || scheme == "s3":
 		return "", errGenGCS
 	default:
-		return "", fmt.Errorf("--out %q: unsupported scheme %q (want a local path or gs://)", out, scheme)
+		return "", fmt.Errorf("--out %q: unsupported scheme %q (want a local path, gs:// or s3://)", out, scheme)
 	}
 }
 
 // genPartName matches the files datagen writes, so gen can remove stale ones.
 var genPartName = regexp.MustCompile(`^part-[0-9]{5}\.(parquet|arrow)$`)
 
-// errGenGCS marks a gs:// output, written through the loader's store.
-var errGenGCS = errors.New("gs:// output")
+// errGenGCS marks a gs:// or s3:// output, written through the loader's store.
+var errGenGCS = errors.New("object store output")
 
 func runGen(ctx context.Context, args []string) error {
 	g, err := parseGenArgs(args, os.Stderr)
@@ -260,8 +260,9 @@ func genRemoveStaleParts(dir string, plan []datagen.FilePlan) error {
 	return nil
 }
 
-// runGenGCS writes the dataset to gs://bucket/prefix through the loader's GCS
-// store (STORAGE_EMULATOR_HOST points it at an emulator). --if-absent skips
+// runGenGCS writes the dataset to gs://bucket/prefix or s3://bucket/prefix
+// through the loader's store (STORAGE_EMULATOR_HOST, AWS_ENDPOINT_URL point
+// it at an emulator). --if-absent skips
 // when the manifest object already describes the same dataset.
 func runGenGCS(ctx context.Context, g genArgs) error {
 	store, err := objstore.NewStore(ctx)

@@ -135,7 +135,7 @@ func TestRunGenGCS(t *testing.T) {
 
 func TestRunGenOutURIs(t *testing.T) {
 	for _, tc := range []struct{ out, want string }{
-		{"s3://bucket/prefix", `unsupported scheme "s3"`},
+		{"ftp://bucket/prefix", `unsupported scheme "ftp"`},
 	} {
 		err := runGen(context.Background(), []string{"--out", tc.out})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -64,6 +64,7 @@ type serveFlags struct {
 	demoRows   *int64
 	logLevel   *string
 	parentPID  *int
+	remote     *remoteFlags
 }
 
 // newServeFlags defines the serve command's flags on fs.
@@ -75,7 +76,7 @@ func newServeFlags(fs *flag.FlagSet) *serveFlags {
 	f.key = fs.String("tls-key", "", "PEM private key file (TLS)")
 	f.token = fs.String("token-file", "", "file holding the bearer token every call must carry")
 	f.insecure = fs.Bool("insecure-network", false, "allow a non-loopback address without TLS and a token")
-	fs.Var(&f.allow, "allow", "dataset root that requests may read under (gs://bucket/prefix or a path); repeatable, at least one")
+	fs.Var(&f.allow, "allow", "dataset root that requests may read under (gs://bucket/prefix, s3://bucket/prefix, https://host/prefix or a path); repeatable, at least one")
 	f.maxStreams = fs.Int("max-streams", transport.DefaultMaxStreams, "maximum concurrent DoGet streams")
 	f.prefetch = fs.Int("prefetch", transport.DefaultPrefetch, "steps each stream reads ahead of the one being sent")
 	f.readAhead = fs.Int64("read-ahead", loader.DefaultReadAhead, "bytes of row groups each stream reads ahead (compressed + decoded), split among its slices; larger row groups are read in pieces, and a request that cannot fit is refused at plan time; 0: one whole row group per slice at a time")
@@ -91,6 +92,7 @@ func newServeFlags(fs *flag.FlagSet) *serveFlags {
 	f.backend = fs.String("backend", "pipeline", "pipeline (loader+batching) or demo (synthetic rows, for tests)")
 	f.demoRows = fs.Int64("demo-rows", 1000, "rows of the demo backend's dataset")
 	f.logLevel = fs.String("log-level", "info", "debug, info, warn or error")
+	f.remote = newRemoteFlags(fs)
 	f.parentPID = fs.Int("parent-pid", 0, "stop (streams cancelled, no drain) once process PID is no longer this server's parent: the process that started it ended, even by SIGKILL; checked every 200ms; 0: off")
 	return f
 }
@@ -128,7 +130,11 @@ func runServe(ctx context.Context, args []string) error {
 	case "demo":
 		be = &transport.DemoBackend{NumRows: *f.demoRows, Plan: demoPlan}
 	case "pipeline":
-		p, err := newPipelineBackend(ctx, *f.readAhead, *f.mapCache)
+		remote, err := f.remote.muxOptions()
+		if err != nil {
+			return err
+		}
+		p, err := newPipelineBackend(ctx, *f.readAhead, *f.mapCache, remote...)
 		if err != nil {
 			return err
 		}
