@@ -16,7 +16,7 @@ type remoteFlags struct {
 // newRemoteFlags defines the remote stores' flags on fs.
 func newRemoteFlags(fs *flag.FlagSet) *remoteFlags {
 	return &remoteFlags{
-		s3Endpoint: fs.String("s3-endpoint", "", "S3-compatible endpoint for s3:// URIs (MinIO, R2, CoreWeave: https://host[:port]); default AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS. Credentials and region come from the standard AWS chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_REGION, instance roles)"),
+		s3Endpoint:  fs.String("s3-endpoint", "", "S3-compatible endpoint for s3:// URIs (MinIO, R2, CoreWeave: https://host[:port]); default AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS. Credentials and region come from the standard AWS chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_REGION, instance roles)"),
 		s3PathStyle: fs.String("s3-path-style", "auto", "S3 bucket addressing: path (https://host/bucket/key), virtual (https://bucket.host/key) or auto (path with a custom endpoint, virtual on AWS)"),
 	}
 }
