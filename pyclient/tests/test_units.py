@@ -200,10 +200,30 @@ def test_from_flight_passes_other_errors():
     ("/data/**/x*.parquet", "/data"),
     ("file:///data/a/b?.parquet", "/data/a"),
     ("gs://bucket/train/*.parquet", "gs://bucket"),
+    ("s3://bucket/train/*.parquet", "s3://bucket"),
+    ("https://huggingface.co/datasets/o/d/resolve/main/data/train-0.parquet?download=true",
+     "https://huggingface.co/datasets/o/d/resolve/main/data"),
+    ("http://127.0.0.1:8080/a.parquet", "http://127.0.0.1:8080"),
     ("/*.parquet", "/"),
 ])
 def test_allowed_root(uri, root):
     assert server_mod.allowed_root(uri) == root, f"allowed_root({uri!r}) = {server_mod.allowed_root(uri)!r}, want {root!r}"
+
+
+@pytest.mark.parametrize("uri,ok", [
+    ("gs://b/x.parquet", True),
+    ("s3://b/train/*.parquet", True),
+    ("https://huggingface.co/datasets/o/d/resolve/main/x.parquet", True),
+    ("http://127.0.0.1:8080/x.parquet", True),
+    ("ftp://host/x.parquet", False),
+])
+def test_normalize_remote_uri(uri, ok):
+    from meshfeed._src.config import _normalize_uri
+    norm, problem = _normalize_uri(uri)
+    if ok:
+        assert (norm, problem) == (uri, None), f"_normalize_uri({uri!r}) = {(norm, problem)!r}"
+    else:
+        assert norm is None and uri in problem and "s3://" in problem, f"_normalize_uri({uri!r}) = {problem!r}"
 
 
 def test_allowed_root_of_file_and_dir(tmp_path):

@@ -194,16 +194,22 @@ class ServerOptions:
         object.__setattr__(self, "extra_args", tuple(ea))
 
 
+# URI schemes the server reads (objstore's stores); http:// is served only
+# from loopback hosts, which the server checks.
+_REMOTE_PREFIXES = ("gs://", "s3://", "https://", "http://")
+
+
 def _normalize_uri(uri: Any) -> tuple[str | None, str | None]:
     """(normalized URI, None) or (None, problem)."""
     if isinstance(uri, os.PathLike):
         uri = os.fspath(uri)
     if not isinstance(uri, str) or not uri:
         return None, f"data URI {uri!r}: want a non-empty string"
-    if uri.startswith("gs://") or uri.startswith("file://"):
+    if uri.startswith(_REMOTE_PREFIXES) or uri.startswith("file://"):
         return uri, None
     if "://" in uri:
-        return None, f"data URI {uri!r}: want gs://bucket/path, file:///path or a local path"
+        return None, (f"data URI {uri!r}: want gs://bucket/path, s3://bucket/path, "
+                      "https://host/path/file, file:///path or a local path")
     return os.path.abspath(os.path.expanduser(uri)), None
 
 

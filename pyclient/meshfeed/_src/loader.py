@@ -111,7 +111,9 @@ class Loader:
     A step the loop keeps, or any array of it, stays valid.
 
     Args:
-        data: dataset URI, glob, or a list of them (local paths, ``file://`` or ``gs://``).
+        data: dataset URI, glob, or a list of them (local paths, ``file://``,
+            ``gs://``, ``s3://``, or ``https://`` URLs of files: HTTP has no
+            listing, so no globs or directories there).
         global_batch_size: ``B``, rows per global step.
         sharding: layout of dimension 0 of every array (any ``jax.sharding.Sharding``).
         columns: None (all columns), a list of names, or ``{name: Column or None}``.

@@ -128,11 +128,18 @@ _GLOB_CHARS = set("*?[")
 
 def allowed_root(uri: str) -> str:
     """The root a local server must allow for dataset ``uri``: ``gs://bucket``
-    for GCS; for a local path, the directories before the first glob
+    for GCS and ``s3://bucket`` for S3; for ``https://`` (or loopback
+    ``http://``) the URL's directory (HTTP has no listing: each URI names a
+    file); for a local path, the directories before the first glob
     component, or the parent directory of a plain file."""
-    if uri.startswith("gs://"):
-        bucket = uri[len("gs://"):].split("/", 1)[0]
-        return "gs://" + bucket
+    for scheme in ("gs://", "s3://"):
+        if uri.startswith(scheme):
+            return scheme + uri[len(scheme):].split("/", 1)[0]
+    if uri.startswith(("https://", "http://")):
+        head = uri.split("?", 1)[0].split("#", 1)[0]
+        scheme, rest = head.split("://", 1)
+        host, _, path = rest.partition("/")
+        return f"{scheme}://{host}/{path.rpartition('/')[0]}".rstrip("/")
     path = uri[len("file://"):] if uri.startswith("file://") else uri
     parts = pathlib.PurePosixPath(path).parts
     kept: list[str] = []
