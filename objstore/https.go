@@ -377,7 +377,7 @@ func (s *HTTPSStore) ReadAt(ctx context.Context, obj Object, p []byte, off int64
 		case isStatus && se.status == http.StatusPreconditionFailed:
 			return changedErr(what, errChanged{was: ver.String()})
 		case errors.Is(err, errNoRange):
-			return fmt.Errorf("objstore: %s: %w; meshfeed reads parts of files and needs a server that honours Range requests (206 Partial Content)", what, err)
+			return fmt.Errorf("objstore: %s: %w; meshfeed reads parts of files and needs a server that honours Range requests (206 Partial Content): %w", what, err, ErrUnsupported)
 		case isStatus && (se.status == http.StatusNotFound || se.status == http.StatusGone) && ver.pinned():
 			return fmt.Errorf("objstore: %s: %w: the object was deleted after it was listed", what, ErrNotFound)
 		case httpPermanent(err):

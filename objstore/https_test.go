@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/meshfeed/meshfeed/objstore"
@@ -162,7 +163,7 @@ func TestHTTPSIgnoredRange(t *testing.T) {
 	checkRead(t, store, obj, data, 0, 5000)
 	for _, rg := range [][2]int64{{0, 100}, {100, 4900}, {4000, 10}} {
 		err := store.ReadAt(context.Background(), obj, make([]byte, rg[1]), rg[0])
-		if err == nil || !strings.Contains(err.Error(), obj.URI) || !strings.Contains(err.Error(), "Range") {
+		if !errors.Is(err, objstore.ErrUnsupported) || !strings.Contains(err.Error(), obj.URI) || !strings.Contains(err.Error(), "Range") {
 			t.Errorf("ReadAt([%d, %d)) from a server ignoring Range = %v, want an error naming the URL and Range", rg[0], rg[0]+rg[1], err)
 		}
 	}
@@ -225,4 +226,76 @@ func TestHTTPSHeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRead(t, s, obj, []byte("secret bytes"), 7, 5)
+}
+
+// TestHTTPSStatRetries: Stat retries 5xx and throttling within the store's
+// budget, then fails with ErrUnavailable naming the URL.
+func TestHTTPSStatRetries(t *testing.T) {
+	ctx := context.Background()
+	fake := objstoretest.NewFakeHTTP(t, false)
+	fake.Write(t, "a.bin", []byte("abc"))
+	proxy := objstoretest.NewFaultFrontFor(t, fake.URL, func(r *http.Request) bool { return r.Method == http.MethodHead })
+	store := objstore.NewHTTPSStore(objstore.WithHTTPSRetry(fastPolicy(4)))
+	defer store.Close()
+	uri := proxy.URL() + "/a.bin"
+	proxy.Arm(objstoretest.FaultStatus, http.StatusTooManyRequests, 0, 2)
+	if got, err := store.Stat(ctx, uri); err != nil || got.Size != 3 {
+		t.Errorf("Stat after two 429s = %+v, %v; want the object", got, err)
+	}
+	proxy.Seen()
+	proxy.Arm(objstoretest.FaultStatus, http.StatusBadGateway, 0, -1)
+	if _, err := store.Stat(ctx, uri); !errors.Is(err, objstore.ErrUnavailable) || !strings.Contains(err.Error(), uri) {
+		t.Errorf("Stat under a 502 outage = %v, want ErrUnavailable naming %s", err, uri)
+	}
+	if n, _ := proxy.Seen(); n != 4 {
+		t.Errorf("Stat under a 502 outage: %d requests, want 4 (the attempt budget)", n)
+	}
+}
+
+// TestHTTPSReplacedMidRead: a file replaced between a read's broken-off
+// attempt and its resumption is an error naming it, never a mix of the two
+// versions, also for an Object that carries no version (the read pins the
+// version of its first response).
+func TestHTTPSReplacedMidRead(t *testing.T) {
+	ctx := context.Background()
+	fake := objstoretest.NewFakeHTTP(t, false)
+	data := randBytes(newRand(t), 50_000)
+	var mu sync.Mutex
+	gets := 0
+	replacer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if objstoretest.IsRangedGet(r) {
+			mu.Lock()
+			gets++
+			if gets == 2 {
+				other := append([]byte(nil), data...)
+				other[len(other)-1] ^= 1
+				fake.Write(t, "f.bin", other)
+			}
+			mu.Unlock()
+		}
+		fake.ServeHTTP(w, r)
+	}))
+	defer replacer.Close()
+	proxy := objstoretest.NewFaultFrontFor(t, replacer.URL, objstoretest.IsRangedGet)
+	store := objstore.NewHTTPSStore(objstore.WithHTTPSRetry(fastPolicy(5)))
+	defer store.Close()
+	uri := proxy.URL() + "/f.bin"
+	for _, name := range []string{"stat'ed", "bare"} {
+		fake.Write(t, "f.bin", data)
+		obj, err := store.Stat(ctx, uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "bare" {
+			obj = objstore.Object{URI: uri}
+		}
+		mu.Lock()
+		gets = 0
+		mu.Unlock()
+		proxy.Arm(objstoretest.FaultCut, 0, 1000, 1)
+		err = store.ReadAt(ctx, obj, make([]byte, 40_000), 0)
+		if !errors.Is(err, objstore.ErrNotFound) || !strings.Contains(err.Error(), uri) || !strings.Contains(err.Error(), "changed") {
+			t.Errorf("%s: ReadAt across a replacement = %v, want ErrNotFound naming %s and saying it changed", name, err, uri)
+		}
+	}
 }

@@ -260,6 +260,8 @@ func s3Err(op, uri string, err error) error {
 	case status == http.StatusForbidden || status == http.StatusUnauthorized:
 		return fmt.Errorf("objstore: %s %s: %w (HTTP %d %s; check the credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE) and their s3:GetObject and s3:ListBucket permissions): %w",
 			op, uri, ErrPermission, status, code, fs.ErrPermission)
+	case status/100 == 5 || status == http.StatusTooManyRequests:
+		return fmt.Errorf("objstore: %s %s: %w: the SDK's retries ran out: %w", op, uri, ErrUnavailable, err)
 	case status == http.StatusMovedPermanently:
 		return fmt.Errorf("objstore: %s %s: the bucket is in another region than the store's (set AWS_REGION to the bucket's region): %w", op, uri, err)
 	}
@@ -385,7 +387,7 @@ func (s *S3Store) readFailure(what string, obj Object, etag string, err error) e
 	case status == http.StatusPreconditionFailed:
 		return changedErr(what, errChanged{was: "ETag " + etag})
 	case errors.Is(err, errNoRange):
-		return fmt.Errorf("objstore: %s: %w (want 206 Partial Content with Content-Range; is the endpoint an S3 service?)", what, err)
+		return fmt.Errorf("objstore: %s: %w (want 206 Partial Content with Content-Range; is the endpoint an S3 service?): %w", what, err, ErrUnsupported)
 	case (status == http.StatusNotFound || code == "NoSuchKey") && obj.ETag != "":
 		return fmt.Errorf("objstore: %s: %w: the object was deleted after it was listed", what, ErrNotFound)
 	case s3Permanent(err):

@@ -250,3 +250,31 @@ func TestS3Endpoint(t *testing.T) {
 		t.Errorf("ParsePathStyle(%q) = nil error", "vhost")
 	}
 }
+
+// TestS3StatRetries: Stat and List retry 5xx and throttling within the
+// store's attempt budget (the SDK's retryer), then fail with ErrUnavailable.
+func TestS3StatRetries(t *testing.T) {
+	ctx := context.Background()
+	fake := objstoretest.NewFakeS3(t, "meta")
+	obj := objstoretest.PutObject(t, fake.Store(t), "s3://meta/a.bin", []byte("abc"))
+	proxy := objstoretest.NewFaultFrontFor(t, fake.URL, func(r *http.Request) bool { return r.Method == http.MethodHead || r.URL.Query().Has("list-type") })
+	store := objstoretest.NewS3Store(t, proxy.URL(), objstore.WithS3Retry(fastPolicy(4)))
+
+	proxy.Arm(objstoretest.FaultStatus, http.StatusServiceUnavailable, 0, 2)
+	if got, err := store.Stat(ctx, obj.URI); err != nil || got.ETag != obj.ETag {
+		t.Errorf("Stat after two 503s = %+v, %v; want the object", got, err)
+	}
+	proxy.Arm(objstoretest.FaultStatus, http.StatusTooManyRequests, 0, 2)
+	if got, err := store.List(ctx, "s3://meta/"); err != nil || len(got) != 1 {
+		t.Errorf("List after two 429s = %v, %v; want the object", got, err)
+	}
+	proxy.Seen()
+	proxy.Arm(objstoretest.FaultStatus, http.StatusServiceUnavailable, 0, -1)
+	_, err := store.Stat(ctx, obj.URI)
+	if !errors.Is(err, objstore.ErrUnavailable) || !strings.Contains(err.Error(), obj.URI) {
+		t.Errorf("Stat under a 503 outage = %v, want ErrUnavailable naming %s", err, obj.URI)
+	}
+	if n, _ := proxy.Seen(); n != 4 {
+		t.Errorf("Stat under a 503 outage: %d requests, want 4 (the attempt budget)", n)
+	}
+}
