@@ -2,14 +2,17 @@
 // are byte ranges of them listed, fetched or mapped?
 //
 // It owns the [Store] interface (List, Stat, ReadAt) and its stores: local
-// disk ([LocalStore]: roots, mmap, a map cache) and Google Cloud Storage
-// ([GCSStore]: ranged reads with a retry budget, a stall timeout and
-// resumption at the first missing byte), the [Mux] that routes a URI to one of
+// disk ([LocalStore]: roots, mmap, a map cache), Google Cloud Storage
+// ([GCSStore]), S3 and S3-compatible services ([S3Store]) and web servers
+// ([HTTPSStore]: no listing, see [CanList]), the remote ones with ranged
+// reads pinned to the version listed (generation, ETag or Last-Modified), a
+// retry budget, a stall timeout and resumption at the first missing byte;
+// the [Mux] that routes a URI to one of
 // them by its scheme, globbing ([Match]), and a value-agnostic [FooterCache]
 // keyed by object version. It knows nothing of file formats: package loader
 // reads Parquet and Arrow IPC through it.
 //
-// A new store (S3, Azure, HTTPS) is one file beside local.go and gcs.go, plus
+// A new store (Azure, ...) is one file beside local.go, gcs.go, s3.go and https.go, plus
 // its tests: its type implements Store (and Creator, StatsReporter where it
 // can), its init registers its scheme with the Mux (registerScheme) and its
 // WithXOptions MuxOption passes it options (addSchemeOptions). An HTTP-based
@@ -20,6 +23,14 @@
 // every store passes.
 //
 // # Caveats
+//
+// Versions. An S3 object's version is its ETag, an HTTPS file's its ETag or
+// else its Last-Modified time. Two uploads of the same bytes share an S3
+// ETag (reading either is reading the same bytes); a file served with
+// Last-Modified alone and replaced within the same second by one of the same
+// size is not told apart (HTTP dates have one-second resolution). A read
+// resumed after a break asks for the version of its first response, so it
+// never mixes two versions even for an Object that carries none.
 //
 // Roots. A [LocalStore] given [WithRoots] serves only files inside those
 // directories, resolving every path, glob match and directory entry through
