@@ -43,7 +43,7 @@ func runInspect(ctx context.Context, args []string) error {
 	cols := stringList{}
 	fs.Var(&cols, "columns", "comma-separated columns to report (default: all)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: meshfeed inspect [--json] [--columns a,b] URI...\n\nURIs are files, directories or globs, local or gs://bucket/prefix.")
+		fmt.Fprintln(fs.Output(), "usage: meshfeed inspect [--json] [--columns a,b] URI...\n\nURIs are files, directories or globs, local, gs://bucket/prefix or s3://bucket/prefix, or https:// URLs of files.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

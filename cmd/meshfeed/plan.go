@@ -103,7 +103,7 @@ func parsePlanArgs(args []string, w io.Writer) (planArgs, error) {
 	var a planArgs
 	data, cols, axes := stringList{}, stringList{}, stringList{}
 	fs.BoolVar(&a.asJSON, "json", false, "print JSON instead of a table")
-	fs.Var(&data, "data", "dataset: files, directories or globs, local or gs://; repeatable or comma-separated (required)")
+	fs.Var(&data, "data", "dataset: files, directories or globs, local, gs:// or s3://, or https:// URLs of files; repeatable or comma-separated (required)")
 	fs.Var(&cols, "columns", "comma-separated columns to project (default: all); bytes count only these")
 	planNumFlag(fs, "global-batch-size", "global batch size B, rows per step over all devices; > 0 and a multiple of D (required)",
 		"a positive integer B, a multiple of D", &a.globalBatch)
@@ -141,7 +141,7 @@ func parsePlanArgs(args []string, w io.Writer) (planArgs, error) {
 	}
 	a.data, a.columns = data, cols
 	if len(a.data) == 0 {
-		bad("--data is required: files, directories or globs, local or gs://bucket/prefix")
+		bad("--data is required: files, directories or globs, local, gs://bucket/prefix or s3://bucket/prefix, or https:// URLs of files")
 	}
 	if !set["global-batch-size"] {
 		bad("--global-batch-size is required: the global batch size B, a positive multiple of D")
