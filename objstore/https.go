@@ -413,10 +413,13 @@ func (s *HTTPSStore) readOnce(ctx context.Context, uri string, ver httpVersion, 
 	if ver, err = ver.check(resp); err != nil {
 		return ver, 0, err
 	}
+	if enc := resp.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
+		return ver, 0, fmt.Errorf("%w: it sent a %q-encoded body although none was asked for, and byte ranges are of the file itself", errNoRange, enc)
+	}
 	if resp.StatusCode == http.StatusOK {
 		// The whole object: acceptable only when that is what was asked for.
 		if off != 0 || resp.ContentLength != int64(len(p)) {
-			return ver, 0, fmt.Errorf("%w (HTTP 200, %d bytes, for a range of %d at byte %d)", errNoRange, resp.ContentLength, len(p), off)
+			return ver, 0, fmt.Errorf("%w: it ignored the Range header and sent the whole file (HTTP 200, %d bytes) for %d bytes at byte %d", errNoRange, resp.ContentLength, len(p), off)
 		}
 		n, err := rangedBody(resp.Body, p, off, 0, resp.ContentLength)
 		return ver, n, err

@@ -299,3 +299,26 @@ func TestHTTPSReplacedMidRead(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPSEncodedBody: a server that compresses the body unasked is refused
+// naming the URL and the encoding (its bytes are not the file's).
+func TestHTTPSEncodedBody(t *testing.T) {
+	fake := objstoretest.NewFakeHTTP(t, false)
+	fake.Write(t, "f.bin", []byte("0123456789"))
+	gz := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			w.Header().Set("Content-Encoding", "gzip")
+		}
+		fake.ServeHTTP(w, r)
+	}))
+	defer gz.Close()
+	store := objstore.NewHTTPSStore()
+	obj, err := store.Stat(context.Background(), gz.URL+"/f.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = store.ReadAt(context.Background(), obj, make([]byte, 4), 2)
+	if !errors.Is(err, objstore.ErrUnsupported) || !strings.Contains(err.Error(), obj.URI) || !strings.Contains(err.Error(), "gzip") {
+		t.Errorf("ReadAt(gzip body) = %v, want ErrUnsupported naming the URL and the encoding", err)
+	}
+}

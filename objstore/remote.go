@@ -91,9 +91,10 @@ func changedErr(what string, e errChanged) error {
 // whose object was replaced after it was listed.
 var errObjectChanged = errors.New("object replaced after it was listed")
 
-// errNoRange is returned by a ranged attempt that the server answered with
-// the whole object (it ignored Range).
-var errNoRange = errors.New("the server ignored the Range header and sent the whole object")
+// errNoRange is returned by a ranged attempt whose answer is not the range
+// asked for: the whole object (the server ignored Range), another range, or
+// an encoded body.
+var errNoRange = errors.New("the server did not send the byte range asked for")
 
 // rangedBody reads the body of one ranged response into p (the bytes wanted
 // at off): first and total come from its Content-Range. It returns how many
