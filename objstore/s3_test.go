@@ -6,11 +6,16 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/objstore/objstoretest"
@@ -276,5 +281,38 @@ func TestS3StatRetries(t *testing.T) {
 	}
 	if n, _ := proxy.Seen(); n != 4 {
 		t.Errorf("Stat under a 503 outage: %d requests, want 4 (the attempt budget)", n)
+	}
+}
+
+// TestS3Anonymous: with aws.AnonymousCredentials the store sends unsigned
+// requests (no Authorization header), which FakeS3, like a private bucket,
+// refuses with 403.
+func TestS3Anonymous(t *testing.T) {
+	fake := objstoretest.NewFakeS3(t, "anon")
+	objstoretest.PutObject(t, fake.Store(t), "s3://anon/a.bin", []byte("abc"))
+	up, _ := url.Parse(fake.URL)
+	var mu sync.Mutex
+	var auth []string
+	rp := httputil.NewSingleHostReverseProxy(up)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		auth = append(auth, r.Header.Get("Authorization"))
+		mu.Unlock()
+		rp.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+	s, err := objstore.NewS3Store(context.Background(), objstore.WithS3Endpoint(front.URL), objstore.WithS3Region("us-east-1"),
+		objstore.WithS3Credentials(aws.AnonymousCredentials{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Stat(context.Background(), "s3://anon/a.bin"); !errors.Is(err, objstore.ErrPermission) {
+		t.Errorf("anonymous Stat = %v, want ErrPermission", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(auth) == 0 || slices.ContainsFunc(auth, func(a string) bool { return a != "" }) {
+		t.Errorf("anonymous requests carried Authorization headers %q, want none", auth)
 	}
 }
