@@ -1,6 +1,7 @@
 package objstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -137,7 +138,7 @@ func NewS3Store(ctx context.Context, opts ...S3Option) (*S3Store, error) {
 		o(c)
 	}
 	if c.endpoint == "" {
-		c.endpoint = cmpOr(os.Getenv("AWS_ENDPOINT_URL_S3"), os.Getenv("AWS_ENDPOINT_URL"))
+		c.endpoint = cmp.Or(os.Getenv("AWS_ENDPOINT_URL_S3"), os.Getenv("AWS_ENDPOINT_URL"))
 	}
 	if c.endpoint != "" {
 		if u, err := url.Parse(c.endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -196,13 +197,6 @@ func NewS3Store(ctx context.Context, opts ...S3Option) (*S3Store, error) {
 	})
 	reader := s3.NewFromConfig(awsCfg, common, func(o *s3.Options) { o.Retryer = aws.NopRetryer{} })
 	return &S3Store{cfg: c, client: client, reader: reader, transport: tt}, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // Client returns the underlying S3 client (for tests and benchmarks).
