@@ -225,16 +225,9 @@ func (s *HTTPSStore) Stat(ctx context.Context, uri string) (Object, error) {
 	}
 	var obj Object
 	var probe bool
-	p := make([]byte, 1)
-	t := newReadTracker(&s.cfg.retry, new(Stats))
-	defer t.stop()
-	err := t.read(ctx, "stat "+uri, p, 0, func(ctx context.Context, p []byte, _ int64) (int, error) {
-		var err error
+	err := metaCall(ctx, &s.cfg.retry, "stat "+uri, func(ctx context.Context) (err error) {
 		obj, probe, err = s.statOnce(ctx, uri, probe)
-		if err != nil {
-			return 0, err
-		}
-		return 1, nil
+		return err
 	}, func(err error) error {
 		if httpPermanent(err) {
 			return httpErr("stat", uri, err)

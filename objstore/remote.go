@@ -1,6 +1,7 @@
 package objstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -111,4 +112,21 @@ func rangedBody(body io.Reader, p []byte, off, first, total int64) (int, error) 
 		return n, fmt.Errorf("body ended after %d of %d bytes: %w", n, len(p), err)
 	}
 	return n, err
+}
+
+// metaCall runs one metadata request (a HEAD, a listing page) under the
+// store's retry budget and stall timeout, as reads are: call is tried again
+// (with backoff, within the budget) while final returns nil for its error.
+// what names the call in errors ("stat s3://b/k"). Nothing is counted in the
+// store's Stats.
+func metaCall(ctx context.Context, cfg *retryConfig, what string, call func(ctx context.Context) error, final func(error) error) error {
+	var one [1]byte
+	t := newReadTracker(cfg, new(Stats))
+	defer t.stop()
+	return t.read(ctx, what, one[:], 0, func(ctx context.Context, _ []byte, _ int64) (int, error) {
+		if err := call(ctx); err != nil {
+			return 0, err
+		}
+		return 1, nil
+	}, final)
 }

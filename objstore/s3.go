@@ -89,8 +89,8 @@ func WithS3Credentials(p aws.CredentialsProvider) S3Option {
 	return func(c *s3Config) { c.creds = p }
 }
 
-// WithS3Retry sets the retry budget, backoff and stall timeout of reads;
-// List, Stat and Create use the same attempt limit and backoff through the
+// WithS3Retry sets the retry budget, backoff and stall timeout of reads,
+// List and Stat; Create uses the same attempt limit and backoff through the
 // SDK's retryer. Default: RetryPolicy{} (the package defaults).
 func WithS3Retry(p RetryPolicy) S3Option { return func(c *s3Config) { c.policy = p } }
 
@@ -118,8 +118,8 @@ func init() {
 // RetryPolicy; a read that breaks off resumes at the first missing byte.
 type S3Store struct {
 	cfg       *s3Config
-	client    *s3.Client // List, Stat, Create: the SDK's retryer
-	reader    *s3.Client // ReadAt: no SDK retries, the readTracker's instead
+	client    *s3.Client // Create: the SDK's retryer
+	reader    *s3.Client // List, Stat, ReadAt: no SDK retries, the readTracker's instead
 	transport *trackingTransport
 }
 
@@ -269,22 +269,24 @@ func s3Permanent(err error) bool {
 	return status/100 == 4 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
 }
 
-// List implements Store with ListObjectsV2 over the prefix. Keys ending in
+// List implements Store with ListObjectsV2 over the prefix, each page a
+// request under the store's retry budget and stall timeout. Keys ending in
 // "/" (folder placeholders) are returned like any other object.
 func (s *S3Store) List(ctx context.Context, prefix string) ([]Object, error) {
 	bucket, key, err := ParseS3URI(prefix)
 	if err != nil {
 		return nil, err
 	}
-	p := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String(key)})
+	p := s3.NewListObjectsV2Paginator(s.reader, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String(key)})
 	var out []Object
 	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
+		var page *s3.ListObjectsV2Output
+		err := metaCall(ctx, &s.cfg.retry, "list "+prefix, func(ctx context.Context) (err error) {
+			page, err = p.NextPage(ctx)
+			return err
+		}, s.metaFailure("list", prefix))
 		if err != nil {
-			if cerr := ctx.Err(); cerr != nil {
-				return nil, fmt.Errorf("objstore: list %s: %w", prefix, cerr)
-			}
-			return nil, s3Err("list", prefix, err)
+			return nil, err
 		}
 		for _, o := range page.Contents {
 			out = append(out, Object{URI: "s3://" + bucket + "/" + aws.ToString(o.Key), Size: aws.ToInt64(o.Size),
@@ -295,7 +297,19 @@ func (s *S3Store) List(ctx context.Context, prefix string) ([]Object, error) {
 	return out, nil
 }
 
-// Stat implements Store with HeadObject.
+// metaFailure classifies a failed metadata request for op on uri: the error
+// ending the call, or nil to retry it.
+func (s *S3Store) metaFailure(op, uri string) func(error) error {
+	return func(err error) error {
+		if s3Permanent(err) {
+			return s3Err(op, uri, err)
+		}
+		return nil
+	}
+}
+
+// Stat implements Store with HeadObject, under the store's retry budget and
+// stall timeout.
 func (s *S3Store) Stat(ctx context.Context, uri string) (Object, error) {
 	bucket, key, err := ParseS3URI(uri)
 	if err != nil {
@@ -304,9 +318,13 @@ func (s *S3Store) Stat(ctx context.Context, uri string) (Object, error) {
 	if key == "" {
 		return Object{}, fmt.Errorf("objstore: stat %s: a bucket is not an object: %w", uri, ErrNotFound)
 	}
-	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	var out *s3.HeadObjectOutput
+	err = metaCall(ctx, &s.cfg.retry, "stat "+uri, func(ctx context.Context) (err error) {
+		out, err = s.reader.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+		return err
+	}, s.metaFailure("stat", uri))
 	if err != nil {
-		return Object{}, s3Err("stat", uri, err)
+		return Object{}, err
 	}
 	return Object{URI: uri, Size: aws.ToInt64(out.ContentLength), ETag: aws.ToString(out.ETag), ModTime: aws.ToTime(out.LastModified)}, nil
 }

@@ -256,8 +256,8 @@ func TestS3Endpoint(t *testing.T) {
 	}
 }
 
-// TestS3StatRetries: Stat and List retry 5xx and throttling within the
-// store's attempt budget (the SDK's retryer), then fail with ErrUnavailable.
+// TestS3StatRetries: Stat and List retry 5xx, throttling and stalls within
+// the store's budget, then fail with ErrUnavailable.
 func TestS3StatRetries(t *testing.T) {
 	ctx := context.Background()
 	fake := objstoretest.NewFakeS3(t, "meta")
@@ -272,6 +272,11 @@ func TestS3StatRetries(t *testing.T) {
 	proxy.Arm(objstoretest.FaultStatus, http.StatusTooManyRequests, 0, 2)
 	if got, err := store.List(ctx, "s3://meta/"); err != nil || len(got) != 1 {
 		t.Errorf("List after two 429s = %v, %v; want the object", got, err)
+	}
+	// A listing page that stalls is cut off by the stall timeout and asked again.
+	proxy.Arm(objstoretest.FaultStall, 0, 10, 1)
+	if got, err := store.List(ctx, "s3://meta/"); err != nil || len(got) != 1 {
+		t.Errorf("List after a stalled page = %v, %v; want the object", got, err)
 	}
 	proxy.Seen()
 	proxy.Arm(objstoretest.FaultStatus, http.StatusServiceUnavailable, 0, -1)
