@@ -100,3 +100,41 @@ def test_http_glob_is_refused(web):
     sh = NamedSharding(jax.make_mesh((8,), ("data",)), P("data"))
     with pytest.raises(meshfeed.MeshfeedError, match="name each file"):
         meshfeed.Loader(f"{base}/*.parquet", global_batch_size=64, sharding=sh)
+
+
+def test_local_server_killed_mid_epoch_over_http(glob, dataset, web):
+    """SIGKILL of the loader's own server while it reads http:// URLs: the new
+    server resumes at the first step the loop has not received, and the steps
+    equal an uninterrupted run over the local files."""
+    import os
+    import signal
+
+    base, _ = web
+    urls = [f"{base}/{p.name}" for p in sorted(dataset.glob("*.parquet"))]
+    sh = NamedSharding(jax.make_mesh((4, 2), ("data", "model")), P("data"))
+    kw = dict(global_batch_size=64, sharding=sh, last_batch="pad", shuffle=meshfeed.Shuffle(seed=3, window=40),
+              num_epochs=None, prefetch=3)
+    steps, kill_at = 160, 5
+
+    def take(ld, action=None):
+        out = []
+        for i, b in enumerate(ld):
+            out.append((np.asarray(b["id"]).copy(), np.asarray(b["valid"]).copy()))
+            if action is not None and i + 1 == kill_at:
+                action()
+            if len(out) == steps:
+                return out
+        return out
+
+    with meshfeed.Loader(glob, **kw) as ld:
+        want = take(ld)
+    with meshfeed.Loader(urls, **kw) as ld:
+        pid = ld.server_pid
+        got = take(ld, action=lambda: os.kill(pid, signal.SIGKILL))
+        stats = ld.stats()
+        assert ld.server_pid != pid
+    assert stats["recoveries"] >= 1, stats
+    assert len(got) == len(want) == steps
+    for s, ((gi, gm), (wi, wm)) in enumerate(zip(got, want)):
+        np.testing.assert_array_equal(gm, wm, err_msg=f"step {s} mask")
+        np.testing.assert_array_equal(gi, wi, err_msg=f"step {s} ids")
