@@ -269,7 +269,10 @@ func (s *HTTPSStore) statOnce(ctx context.Context, uri string, probe bool) (Obje
 		obj.ModTime = lm
 	}
 	switch {
-	case !probe && (resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusNotImplemented):
+	case !probe && (resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusNotImplemented ||
+		resp.StatusCode == http.StatusForbidden):
+		// No HEAD here; or a redirect to a URL signed for GET only (an S3
+		// presigned URL), which refuses HEAD with 403: ask with a GET.
 		return s.statOnce(ctx, uri, true)
 	case resp.StatusCode == http.StatusPartialContent:
 		if _, _, total, ok := contentRange(resp.Header.Get("Content-Range")); ok && total >= 0 {

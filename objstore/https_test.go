@@ -322,3 +322,35 @@ func TestHTTPSEncodedBody(t *testing.T) {
 		t.Errorf("ReadAt(gzip body) = %v, want ErrUnsupported naming the URL and the encoding", err)
 	}
 }
+
+// TestHTTPSHeadForbidden: a server that refuses HEAD with 403 (a redirect to
+// a URL signed for GET only) is asked with a ranged GET instead; one that
+// refuses both is ErrPermission.
+func TestHTTPSHeadForbidden(t *testing.T) {
+	fake := objstoretest.NewFakeHTTP(t, false)
+	data := []byte("0123456789abcdef")
+	fake.Write(t, "f.bin", data)
+	fake.Write(t, "private.bin", data)
+	signed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodHead || strings.HasPrefix(r.URL.Path, "/private") {
+			http.Error(w, "signature does not match", http.StatusForbidden)
+			return
+		}
+		fake.ServeHTTP(w, r)
+	}))
+	defer signed.Close()
+	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, signed.URL+r.URL.Path, http.StatusFound)
+	}))
+	defer redirect.Close()
+	store := objstore.NewHTTPSStore()
+	ctx := context.Background()
+	obj, err := store.Stat(ctx, redirect.URL+"/f.bin")
+	if err != nil || obj.Size != int64(len(data)) {
+		t.Fatalf("Stat(HEAD forbidden) = %+v, %v; want the size from a ranged GET", obj, err)
+	}
+	checkRead(t, store, obj, data, 3, 10)
+	if _, err := store.Stat(ctx, redirect.URL+"/private.bin"); !errors.Is(err, objstore.ErrPermission) {
+		t.Errorf("Stat(all forbidden) = %v, want ErrPermission", err)
+	}
+}
