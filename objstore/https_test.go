@@ -354,3 +354,16 @@ func TestHTTPSHeadForbidden(t *testing.T) {
 		t.Errorf("Stat(all forbidden) = %v, want ErrPermission", err)
 	}
 }
+
+// TestHTTPSMatchQuery: over https, '?' starts a query, not a glob: a URL with
+// one matches itself (a Hugging Face "?download=true" link).
+func TestHTTPSMatchQuery(t *testing.T) {
+	fake := objstoretest.NewFakeHTTP(t, true)
+	fake.Write(t, "f.bin", []byte("abc"))
+	store := fake.Store(t)
+	uri := fake.URI("f.bin?download=true")
+	got, err := objstore.Match(context.Background(), store, []string{uri})
+	if err != nil || len(got) != 1 || got[0].URI != uri || got[0].Size != 3 {
+		t.Errorf("Match(%q) = %+v, %v; want the one object", uri, got, err)
+	}
+}
