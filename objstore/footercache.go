@@ -6,7 +6,7 @@ import (
 )
 
 // FooterCache keeps what was parsed from objects (their footers), keyed by
-// [Object.CacheKey] (URI plus GCS generation, or size and mtime on disk), so
+// [Object.CacheKey] (URI plus GCS generation, S3/HTTPS ETag, or size and mtime), so
 // re-planning the same files (a new epoch, a second stream, a restarted
 // client) reads no footer twice. A changed object has a new key and is read
 // again. It knows nothing of what it holds: V is the caller's parsed footer.
