@@ -20,13 +20,19 @@ type Object struct {
 	Generation int64
 	// ModTime is the last modification time (local disk; GCS "updated").
 	ModTime time.Time
+	// ETag is the S3/Azure/HTTP entity tag; reads pin it.
+	ETag string
 }
 
-// CacheKey identifies this version of the object: URI plus generation (GCS) or
-// size and mtime (local disk). Footer caches key on it.
+// CacheKey identifies this version of the object: URI plus generation (GCS),
+// ETag (S3, Azure, HTTP) or size and mtime (local disk). Footer caches key on
+// it.
 func (o Object) CacheKey() string {
 	if o.Generation != 0 {
 		return o.URI + "#g" + strconv.FormatInt(o.Generation, 10)
+	}
+	if o.ETag != "" {
+		return o.URI + "#e" + o.ETag
 	}
 	return o.URI + "#s" + strconv.FormatInt(o.Size, 10) + "m" + strconv.FormatInt(o.ModTime.UnixNano(), 10)
 }
