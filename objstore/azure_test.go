@@ -10,8 +10,8 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/objstore/objstoretest"
