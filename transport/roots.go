@@ -17,8 +17,8 @@ type location struct {
 }
 
 func (l location) String() string {
-	if l.scheme == "gs" {
-		return "gs://" + l.bucket + "/" + strings.Join(l.segs, "/")
+	if l.scheme != "file" {
+		return l.scheme + "://" + l.bucket + "/" + strings.Join(l.segs, "/")
 	}
 	return "/" + strings.Join(l.segs, "/")
 }
@@ -39,6 +39,9 @@ func hasDotDot(uri string) bool {
 func parseLocation(uri string) (location, error) {
 	if hasDotDot(uri) {
 		return location{}, fmt.Errorf("%q has a \"..\" segment", uri)
+	}
+	if loc, ok, err := parseAzureLocation(uri); ok {
+		return loc, err
 	}
 	if rest, ok := strings.CutPrefix(uri, "gs://"); ok {
 		bucket, p, _ := strings.Cut(rest, "/")
@@ -94,7 +97,8 @@ func (l location) under(root location) bool {
 // URI that does not lie under one of roots (every URI is checked; all bad
 // ones are named).
 //
-// The check is lexical. For gs:// URIs it is the whole check: GCS has no
+// The check is lexical. For gs:// and az:// URIs it is the whole check
+// (Azure's spellings: parseAzureLocation): GCS has no
 // symlinks and no directories, an object's name is its path, so a
 // segment-wise prefix of the name (with ".." refused, since GCS would take
 // "a/../b" literally) is what a root means there. Local paths are checked
