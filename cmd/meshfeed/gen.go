@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -134,10 +135,10 @@ func genLocalDir(out string) (string, error) {
 		return out, nil
 	case scheme == "file":
 		return rest, nil
-	case scheme == "gs":
+	case scheme == "gs", slices.Contains(objstore.AzureSchemes, scheme):
 		return "", errGenGCS
 	default:
-		return "", fmt.Errorf("--out %q: unsupported scheme %q (want a local path or gs://)", out, scheme)
+		return "", fmt.Errorf("--out %q: unsupported scheme %q (want a local path, gs:// or az://)", out, scheme)
 	}
 }
 
