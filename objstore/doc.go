@@ -2,11 +2,12 @@
 // are byte ranges of them listed, fetched or mapped?
 //
 // It owns the [Store] interface (List, Stat, ReadAt) and its stores: local
-// disk ([LocalStore]: roots, mmap, a map cache) and Google Cloud Storage
+// disk ([LocalStore]: roots, mmap, a map cache), Google Cloud Storage
 // ([GCSStore]: ranged reads with a retry budget, a stall timeout and
-// resumption at the first missing byte), the [Mux] that routes a URI to one of
-// them by its scheme, globbing ([Match]), and a value-agnostic [FooterCache]
-// keyed by object version. It knows nothing of file formats: package loader
+// resumption at the first missing byte) and Azure Blob Storage ([AzureStore]:
+// az://, abfs://, abfss://, the same guards, reads pinned by ETag), the [Mux]
+// that routes a URI to one of them by its scheme, globbing ([Match]), and a
+// value-agnostic [FooterCache] keyed by object version. It knows nothing of file formats: package loader
 // reads Parquet and Arrow IPC through it.
 //
 // A new store (S3, Azure, HTTPS) is one file beside local.go and gcs.go, plus
