@@ -85,9 +85,6 @@ func TestPipelineAzureMatchesLocal(t *testing.T) {
 // Azurite: transient faults leave the epoch byte-identical to a fault-free
 // run, a permanent outage mid-epoch ends the stream with Unavailable naming
 // the object.
-//
-// Length: one Azurite and one reference run for a table of cases; split up,
-// each case would start its own.
 func TestFaultsAzure(t *testing.T) {
 	ctx := context.Background()
 	az := objstoretest.StartAzurite(t)

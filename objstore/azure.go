@@ -300,7 +300,7 @@ func deref[T any](p *T) T {
 	return *p
 }
 
-// Stat implements Store.
+// Stat implements Store. A directory marker (see List) is not found.
 func (s *AzureStore) Stat(ctx context.Context, uri string) (Object, error) {
 	u, err := ParseAzureURI(uri)
 	if err != nil {
@@ -317,13 +317,13 @@ func (s *AzureStore) Stat(ctx context.Context, uri string) (Object, error) {
 	if err != nil {
 		return Object{}, azureErr("stat", uri, err)
 	}
+	if isFolderMarker(p.Metadata) {
+		return Object{}, fmt.Errorf("objstore: stat %s: a directory (hdi_isfolder), not a file: %w", uri, ErrNotFound)
+	}
 	return Object{URI: uri, Size: deref(p.ContentLength), ModTime: deref(p.LastModified), ETag: string(deref(p.ETag))}, nil
 }
 
 // ReadAt implements Store.
-//
-// Length: the argument checks and the error classifier of readTracker.read
-// belong to this one read; split up, each would need the read's state.
 func (s *AzureStore) ReadAt(ctx context.Context, obj Object, p []byte, off int64) error {
 	u, err := ParseAzureURI(obj.URI)
 	if err != nil {

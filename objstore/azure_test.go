@@ -321,3 +321,47 @@ func BenchmarkAzureRangedRead(b *testing.B) {
 		})
 	}
 }
+
+// TestAzureSkipsFolderMarkers: accounts with a hierarchical namespace (ADLS
+// Gen2, what abfs:// usually names) list each directory as an empty blob
+// with metadata hdi_isfolder=true; List and Match leave them out, so a glob
+// or a directory expansion yields files only.
+func TestAzureSkipsFolderMarkers(t *testing.T) {
+	ctx := context.Background()
+	az := objstoretest.SharedAzurite(t)
+	c := az.Container(t)
+	store := az.Store(t)
+	objstoretest.PutObject(t, store, "az://"+c+"/ds/part-0.parquet", []byte("x"))
+	cred, err := azblob.NewSharedKeyCredential(objstoretest.AzuriteAccount, objstoretest.AzuriteKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := azblob.NewClientWithSharedKeyCredential(az.URL+"/", cred, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	yes := "true"
+	for _, dir := range []string{"ds", "ds/sub"} {
+		if _, err := raw.UploadBuffer(ctx, c, dir, nil, &azblob.UploadBufferOptions{Metadata: map[string]*string{"hdi_isfolder": &yes}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs, err := store.List(ctx, "abfs://"+c+"/ds")
+	if want := []string{"abfs://" + c + "/ds/part-0.parquet"}; err != nil || !slices.Equal(uriList(objs), want) {
+		t.Errorf("List = %q, %v; want %q (no folder markers)", uriList(objs), err, want)
+	}
+	for _, pat := range []string{"az://" + c + "/ds", "az://" + c + "/**"} {
+		m, err := objstore.Match(ctx, store, []string{pat})
+		if want := []string{"az://" + c + "/ds/part-0.parquet"}; err != nil || !slices.Equal(uriList(m), want) {
+			t.Errorf("Match(%q) = %q, %v; want %q", pat, uriList(m), err, want)
+		}
+	}
+}
+
+func uriList(objs []objstore.Object) []string {
+	out := make([]string, len(objs))
+	for i, o := range objs {
+		out[i] = o.URI
+	}
+	return out
+}
