@@ -4,9 +4,10 @@
 // (FaultFront), so that a suite written against objstore.Store runs on GCS as
 // well as on local disk with no Docker and no network, Azurite (npm, run with
 // node; make azurite-setup installs it) for the Azure store (StartAzurite,
-// SharedAzurite: a package's TestMain calls StopSharedAzurite), and a
-// directory tree
-// of symlinks that stay inside or lead out of a root (RootTree).
+// SharedAzurite), and a directory tree of symlinks that stay inside or lead
+// out of a root (RootTree).
 //
-// Everything it starts is stopped by t.Cleanup.
+// Everything it starts is stopped by t.Cleanup, except SharedAzurite's
+// Azurite, which the package's TestMain stops (StopSharedAzurite) and which
+// dies with the test binary on Linux.
 package objstoretest
