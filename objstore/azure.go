@@ -170,6 +170,9 @@ func NewAzureStore(ctx context.Context, opts ...AzureOption) (*AzureStore, error
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	base.MaxIdleConns = 256
 	base.MaxIdleConnsPerHost = 256
+	// Byte ranges of the stored bytes: no Accept-Encoding, and a blob stored
+	// with Content-Encoding gzip is not inflated on the way.
+	base.DisableCompression = true
 	tt := &trackingTransport{base: base}
 	return &AzureStore{cfg: cfg, transport: tt, http: &http.Client{Transport: tt}, clients: make(map[string]*service.Client)}, nil
 }

@@ -113,3 +113,14 @@ func TestAzureServiceURL(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheKeyETag: two versions with the same size and time but another
+// ETag have different cache keys.
+func TestCacheKeyETag(t *testing.T) {
+	a := Object{URI: "az://c/x", Size: 10, ETag: `"0x1"`}
+	b := a
+	b.ETag = `"0x2"`
+	if a.CacheKey() == b.CacheKey() {
+		t.Errorf("CacheKey(%+v) = CacheKey(%+v) = %q", a, b, a.CacheKey())
+	}
+}
