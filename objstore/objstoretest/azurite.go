@@ -56,7 +56,6 @@ type Azurite struct {
 
 	cmd      *exec.Cmd
 	waitExit chan error
-	dir      string
 	stderr   *bytes.Buffer
 	stopOnce sync.Once
 	next     atomic.Int64
@@ -172,24 +171,19 @@ func launchAzurite(script string) (*Azurite, error) {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	dir, err := os.MkdirTemp("", "meshfeed-azurite-")
-	if err != nil {
-		return nil, err
-	}
 	cmd := exec.Command("node", script,
 		"--blobHost", "127.0.0.1", "--blobPort", fmt.Sprint(port),
 		"--inMemoryPersistence", "--skipApiVersionCheck", "--loose",
 		"--disableTelemetry", "--silent")
-	cmd.Dir = dir
+	cmd.Dir = os.TempDir() // in memory: it writes nothing
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	cmd.SysProcAttr = azuriteProcAttr()
 	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
 		return nil, fmt.Errorf("objstoretest: start Azurite (%s): %v", script, err)
 	}
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	a := &Azurite{URL: base + "/" + AzuriteAccount, Base: base, cmd: cmd, dir: dir, stderr: &stderr}
+	a := &Azurite{URL: base + "/" + AzuriteAccount, Base: base, cmd: cmd, stderr: &stderr}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	deadline := time.Now().Add(60 * time.Second)
@@ -197,7 +191,6 @@ func launchAzurite(script string) (*Azurite, error) {
 	for {
 		select {
 		case err := <-exited:
-			os.RemoveAll(dir)
 			return nil, fmt.Errorf("objstoretest: Azurite exited before it answered (%v): %s", err, stderr.String())
 		default:
 		}
@@ -209,7 +202,6 @@ func launchAzurite(script string) (*Azurite, error) {
 		if time.Now().After(deadline) {
 			a.kill()
 			<-exited
-			os.RemoveAll(dir)
 			return nil, fmt.Errorf("objstoretest: Azurite did not answer at %s within 60s: %s", a.URL, stderr.String())
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -221,13 +213,11 @@ func (a *Azurite) kill() {
 	syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
 }
 
-// Stop kills Azurite's process group and removes its directory. Safe to call
-// more than once.
+// Stop kills Azurite's process group. Safe to call more than once.
 func (a *Azurite) Stop() {
 	a.stopOnce.Do(func() {
 		a.kill()
 		<-a.waitExit
-		os.RemoveAll(a.dir)
 	})
 }
 
