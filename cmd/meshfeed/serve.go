@@ -42,29 +42,29 @@ func gcLimit(getenv func(string) string, budget, readAhead int64, maxStreams int
 
 // serveFlags are the serve command's flags, as parsed.
 type serveFlags struct {
-	allow         rootFlags
-	addr          *string
-	cert          *string
-	key           *string
-	token         *string
-	insecure      *bool
-	maxStreams    *int
-	prefetch      *int
-	readAhead     *int64
-	mapCache      *int64
-	budget        *int64
-	maxMsg        *int
-	metrics       *string
-	zstd          *bool
-	shmAddr       *string
-	shmArena      *int64
-	idle          *time.Duration
-	drain         *time.Duration
-	backend       *string
-	demoRows      *int64
-	logLevel      *string
-	parentPID     *int
-	azureEndpoint *string
+	allow      rootFlags
+	addr       *string
+	cert       *string
+	key        *string
+	token      *string
+	insecure   *bool
+	maxStreams *int
+	prefetch   *int
+	readAhead  *int64
+	mapCache   *int64
+	budget     *int64
+	maxMsg     *int
+	metrics    *string
+	zstd       *bool
+	shmAddr    *string
+	shmArena   *int64
+	idle       *time.Duration
+	drain      *time.Duration
+	backend    *string
+	demoRows   *int64
+	logLevel   *string
+	parentPID  *int
+	azureURL   *string
 }
 
 // newServeFlags defines the serve command's flags on fs.
@@ -93,7 +93,7 @@ func newServeFlags(fs *flag.FlagSet) *serveFlags {
 	f.demoRows = fs.Int64("demo-rows", 1000, "rows of the demo backend's dataset")
 	f.logLevel = fs.String("log-level", "info", "debug, info, warn or error")
 	f.parentPID = fs.Int("parent-pid", 0, "stop (streams cancelled, no drain) once process PID is no longer this server's parent: the process that started it ended, even by SIGKILL; checked every 200ms; 0: off")
-	f.azureEndpoint = fs.String("azure-endpoint", "", "blob service URL for az:// and abfs:// (Azurite: http://127.0.0.1:10000/devstoreaccount1; a sovereign cloud: https://ACCOUNT.blob.core.chinacloudapi.cn); credentials from AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN, else the default Azure credential chain; empty: the credentials' endpoint, or Azure's")
+	f.azureURL = fs.String("azure-endpoint", "", "blob service URL for az:// and abfs:// (Azurite: http://127.0.0.1:10000/devstoreaccount1; a sovereign cloud: https://ACCOUNT.blob.core.chinacloudapi.cn); credentials from AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN, else the default Azure credential chain; empty: the credentials' endpoint, or Azure's")
 	return f
 }
 
@@ -130,7 +130,7 @@ func runServe(ctx context.Context, args []string) error {
 	case "demo":
 		be = &transport.DemoBackend{NumRows: *f.demoRows, Plan: demoPlan}
 	case "pipeline":
-		p, err := newPipelineBackend(ctx, *f.readAhead, *f.mapCache, azureStoreOptions(*f.azureEndpoint)...)
+		p, err := newPipelineBackend(ctx, *f.readAhead, *f.mapCache, azureStoreOptions(*f.azureURL)...)
 		if err != nil {
 			return err
 		}
