@@ -45,6 +45,20 @@ test: setup vet go-test py-test ray-test wheel-test
 go-test:
 	$(GO) test -count=1 -timeout 30m ./...
 
+# Azurite (npm), the Azure Blob Storage emulator the Go tests start on loopback
+# (objstoretest.Azurite), installed pinned into .azurite/ (git-ignored); the stamp
+# names the version, so changing the pin reinstalls. Needs node and npm.
+AZURITE_VERSION := 3.37.0
+AZURITE_DIR := .azurite
+azurite-setup: $(AZURITE_DIR)/.stamp-$(AZURITE_VERSION)
+$(AZURITE_DIR)/.stamp-$(AZURITE_VERSION):
+	rm -rf $(AZURITE_DIR)
+	mkdir -p $(AZURITE_DIR)
+	npm install --prefix $(AZURITE_DIR) --no-audit --no-fund --ignore-scripts --save-exact azurite@$(AZURITE_VERSION)
+	touch $@
+go-test: azurite-setup
+.PHONY: azurite-setup
+
 # Python tests: test-data generators agree with what is checked in, and the client.
 # A test that runs longer than TEST_TIMEOUT seconds fails with every thread's stack.
 TEST_TIMEOUT ?= 600

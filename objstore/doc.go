@@ -3,16 +3,16 @@
 //
 // It owns the [Store] interface (List, Stat, ReadAt) and its stores: local
 // disk ([LocalStore]: roots, mmap, a map cache), Google Cloud Storage
-// ([GCSStore]), S3 and S3-compatible services ([S3Store]) and web servers
-// ([HTTPSStore]: no listing, see [CanList]), the remote ones with ranged
-// reads pinned to the version listed (generation, ETag or Last-Modified), a
-// retry budget, a stall timeout and resumption at the first missing byte;
-// the [Mux] that routes a URI to one of
-// them by its scheme, globbing ([Match]), and a value-agnostic [FooterCache]
-// keyed by object version. It knows nothing of file formats: package loader
+// ([GCSStore]), S3 and S3-compatible services ([S3Store]), Azure Blob Storage
+// ([AzureStore]: az://, abfs://, abfss://) and web servers ([HTTPSStore]: no
+// listing, see [CanList]), the remote ones with ranged reads pinned to the
+// version listed (generation, ETag or Last-Modified), a retry budget, a stall
+// timeout and resumption at the first missing byte; the [Mux] that routes a
+// URI to one of them by its scheme, globbing ([Match]), and a value-agnostic
+// [FooterCache] keyed by object version. It knows nothing of file formats: package loader
 // reads Parquet and Arrow IPC through it.
 //
-// A new store (Azure, ...) is one file beside local.go, gcs.go, s3.go and https.go, plus
+// A new store is one file beside local.go, gcs.go, s3.go, azure.go and https.go, plus
 // its tests: its type implements Store (and Creator, StatsReporter where it
 // can), its init registers its scheme with the Mux (registerScheme) and its
 // WithXOptions MuxOption passes it options (addSchemeOptions). An HTTP-based

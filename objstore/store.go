@@ -18,7 +18,7 @@ type Object struct {
 	// overwritten mid-epoch is an error rather than a silent mix of versions.
 	// Zero on local disk.
 	Generation int64
-	// ETag is the entity tag of this version of the object (S3, HTTPS):
+	// ETag is the entity tag of this version of the object (S3, Azure, HTTPS):
 	// reads pin it with If-Match, so an object replaced mid-epoch is an
 	// error rather than a silent mix of versions. Empty on GCS and local
 	// disk.
@@ -28,8 +28,8 @@ type Object struct {
 }
 
 // CacheKey identifies this version of the object: URI plus generation (GCS),
-// ETag (S3, HTTPS) or size and mtime (local disk, HTTPS without an ETag).
-// Footer caches key on it.
+// ETag (S3, Azure, HTTPS) or size and mtime (local disk, HTTPS without an
+// ETag). Footer caches key on it.
 func (o Object) CacheKey() string {
 	if o.Generation != 0 {
 		return o.URI + "#g" + strconv.FormatInt(o.Generation, 10)

@@ -41,9 +41,12 @@ func parseLocation(uri string) (location, error) {
 	if hasDotDot(uri) {
 		return location{}, fmt.Errorf("%q has a \"..\" segment", uri)
 	}
+	if loc, ok, err := parseAzureLocation(uri); ok {
+		return loc, err
+	}
 	if sc, rest, ok := strings.Cut(uri, "://"); ok && sc != "file" {
 		if !slices.Contains(remoteSchemes, sc) {
-			return location{}, fmt.Errorf("%q: scheme %q is not served (use %s:// or an absolute local path)", uri, sc, strings.Join(remoteSchemes, "://, "))
+			return location{}, fmt.Errorf("%q: scheme %q is not served (use %s://, az:// or an absolute local path)", uri, sc, strings.Join(remoteSchemes, "://, "))
 		}
 		return parseRemote(uri, sc, rest)
 	}
@@ -121,13 +124,14 @@ func (l location) under(root location) bool {
 // URI that does not lie under one of roots (every URI is checked; all bad
 // ones are named).
 //
-// The check is lexical. For gs:// and s3:// URIs it is the whole check:
-// object stores have no symlinks and no directories, an object's name is
-// its path, so a segment-wise prefix of the name (with ".." refused, since
-// the store would take "a/../b" literally) is what a root means there. For
-// http(s):// the root is a host and a path prefix, checked on the decoded
-// path; a server's redirects are followed wherever they lead (a CDN), but
-// never to plain http:// off loopback (objstore.HTTPSStore). Local paths are checked
+// The check is lexical. For gs://, s3:// and az:// URIs (Azure's
+// spellings: parseAzureLocation) it is the whole check: object stores have
+// no symlinks and no directories, an object's name is its path, so a
+// segment-wise prefix of the name (with ".." refused, since the store would
+// take "a/../b" literally) is what a root means there. For http(s):// the
+// root is a host and a path prefix, checked on the decoded path; a server's
+// redirects are followed wherever they lead (a CDN), but never to plain
+// http:// off loopback (objstore.HTTPSStore). Local paths are checked
 // again on disk: New confines a RootedBackend (the Pipeline) to the local
 // roots, which then resolves every path, glob match and directory entry
 // through os.Root (objstore.WithRoots).

@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -134,10 +135,10 @@ func genLocalDir(out string) (string, error) {
 		return out, nil
 	case scheme == "file":
 		return rest, nil
-	case scheme == "gs" || scheme == "s3":
+	case scheme == "gs" || scheme == "s3", slices.Contains(objstore.AzureSchemes, scheme):
 		return "", errGenGCS
 	default:
-		return "", fmt.Errorf("--out %q: unsupported scheme %q (want a local path, gs:// or s3://)", out, scheme)
+		return "", fmt.Errorf("--out %q: unsupported scheme %q (want a local path, gs://, s3:// or az://)", out, scheme)
 	}
 }
 

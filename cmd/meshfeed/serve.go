@@ -65,6 +65,7 @@ type serveFlags struct {
 	logLevel   *string
 	parentPID  *int
 	remote     *remoteFlags
+	azureURL   *string
 }
 
 // newServeFlags defines the serve command's flags on fs.
@@ -76,7 +77,7 @@ func newServeFlags(fs *flag.FlagSet) *serveFlags {
 	f.key = fs.String("tls-key", "", "PEM private key file (TLS)")
 	f.token = fs.String("token-file", "", "file holding the bearer token every call must carry")
 	f.insecure = fs.Bool("insecure-network", false, "allow a non-loopback address without TLS and a token")
-	fs.Var(&f.allow, "allow", "dataset root that requests may read under (gs://bucket/prefix, s3://bucket/prefix, https://host/prefix or a path); repeatable, at least one")
+	fs.Var(&f.allow, "allow", "dataset root that requests may read under (gs://bucket/prefix, s3://bucket/prefix, az://container/prefix, https://host/prefix or a path); repeatable, at least one")
 	f.maxStreams = fs.Int("max-streams", transport.DefaultMaxStreams, "maximum concurrent DoGet streams")
 	f.prefetch = fs.Int("prefetch", transport.DefaultPrefetch, "steps each stream reads ahead of the one being sent")
 	f.readAhead = fs.Int64("read-ahead", loader.DefaultReadAhead, "bytes of row groups each stream reads ahead (compressed + decoded), split among its slices; larger row groups are read in pieces, and a request that cannot fit is refused at plan time; 0: one whole row group per slice at a time")
@@ -94,6 +95,7 @@ func newServeFlags(fs *flag.FlagSet) *serveFlags {
 	f.logLevel = fs.String("log-level", "info", "debug, info, warn or error")
 	f.remote = newRemoteFlags(fs)
 	f.parentPID = fs.Int("parent-pid", 0, "stop (streams cancelled, no drain) once process PID is no longer this server's parent: the process that started it ended, even by SIGKILL; checked every 200ms; 0: off")
+	f.azureURL = fs.String("azure-endpoint", "", "blob service URL for az:// and abfs:// (Azurite: http://127.0.0.1:10000/devstoreaccount1; a sovereign cloud: https://ACCOUNT.blob.core.chinacloudapi.cn); credentials from AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN, else the default Azure credential chain; empty: the credentials' endpoint, or Azure's")
 	return f
 }
 
@@ -134,7 +136,7 @@ func runServe(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		p, err := newPipelineBackend(ctx, *f.readAhead, *f.mapCache, remote...)
+		p, err := newPipelineBackend(ctx, *f.readAhead, *f.mapCache, append(remote, azureStoreOptions(*f.azureURL)...)...)
 		if err != nil {
 			return err
 		}

@@ -97,6 +97,12 @@ func IsRangedGet(r *http.Request) bool {
 	return r.Method == http.MethodGet && r.Header.Get("Range") != ""
 }
 
+// IsAzureRangedGet reports whether r is a ranged GET of Azure Blob Storage:
+// the Go SDK (azblob) sends its range as x-ms-range, not Range.
+func IsAzureRangedGet(r *http.Request) bool {
+	return r.Method == http.MethodGet && (r.Header.Get("Range") != "" || r.Header.Get("X-Ms-Range") != "")
+}
+
 // NewFaultFrontFor is NewFaultFront for any HTTP object store: isMedia says
 // which requests read object bytes (IsGCSMedia, IsRangedGet, or the store's
 // own rule); only those are counted and faulted.
@@ -159,8 +165,9 @@ func (f *FaultFront) Counts() (media, injected int) {
 }
 
 // Seen returns the media requests seen since the previous call to Seen (or
-// since the start) and their Range headers in arrival order ("" where a
-// request had none), and starts a new log.
+// since the start) and their Range headers (x-ms-range where Range is
+// absent) in arrival order ("" where a request had neither), and starts a
+// new log.
 func (f *FaultFront) Seen() (requests int, ranges []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -177,7 +184,11 @@ func (f *FaultFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.media++
 		f.log++
-		f.ranges = append(f.ranges, r.Header.Get("Range"))
+		rg := r.Header.Get("Range")
+		if rg == "" {
+			rg = r.Header.Get("X-Ms-Range") // Azure Blob Storage's own spelling
+		}
+		f.ranges = append(f.ranges, rg)
 		if f.kind != FaultNone && f.n != 0 {
 			if f.n > 0 {
 				f.n--
