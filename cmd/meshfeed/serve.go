@@ -64,6 +64,7 @@ type serveFlags struct {
 	demoRows   *int64
 	logLevel   *string
 	parentPID  *int
+	cache      *cacheFlags
 }
 
 // newServeFlags defines the serve command's flags on fs.
@@ -91,6 +92,7 @@ func newServeFlags(fs *flag.FlagSet) *serveFlags {
 	f.backend = fs.String("backend", "pipeline", "pipeline (loader+batching) or demo (synthetic rows, for tests)")
 	f.demoRows = fs.Int64("demo-rows", 1000, "rows of the demo backend's dataset")
 	f.logLevel = fs.String("log-level", "info", "debug, info, warn or error")
+	f.cache = newCacheFlags(fs)
 	f.parentPID = fs.Int("parent-pid", 0, "stop (streams cancelled, no drain) once process PID is no longer this server's parent: the process that started it ended, even by SIGKILL; checked every 200ms; 0: off")
 	return f
 }
@@ -128,7 +130,11 @@ func runServe(ctx context.Context, args []string) error {
 	case "demo":
 		be = &transport.DemoBackend{NumRows: *f.demoRows, Plan: demoPlan}
 	case "pipeline":
-		p, err := newPipelineBackend(ctx, *f.readAhead, *f.mapCache)
+		_, cacheOpts, err := f.cache.open()
+		if err != nil {
+			return err
+		}
+		p, err := newPipelineBackend(ctx, *f.readAhead, *f.mapCache, cacheOpts...)
 		if err != nil {
 			return err
 		}
