@@ -6,6 +6,8 @@ import (
 	"flag"
 	"io"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +28,9 @@ import (
 //
 //	go test ./loader/ -run '^$' -bench BenchmarkLatencyThroughput -benchtime 2x
 //
-// Cases, per store: "reads=workers" keeps as many reads in flight as decode
+// Cases, per store: "raw" reads the objects in ranged reads of 1 MiB, 64
+// at a time, without the loader (the ceiling of store, front and machine);
+// "reads=workers" keeps as many reads in flight as decode
 // workers (how the reader worked before WithReadsInFlight), "reads=default"
 // the default, "cache/cold" and "cache/warm" the first and second epoch
 // through a DiskCache in front of the store, and "local" the same files on
@@ -87,6 +91,7 @@ func benchLatency(b *testing.B, rs remoteStore) {
 	b.Logf("%s: latency %v, bandwidth %.0f MiB/s", rs.name, *latencyFlag, float64(*bandwidthFlag)/(1<<20))
 
 	workers := []loader.ReaderOption{loader.WithReaderReadsInFlight(1)} // taken as the decode workers
+	b.Run("raw", func(b *testing.B) { rawRanges(b, remote, glob) })
 	b.Run("reads=workers", func(b *testing.B) { readThrough(b, remote, glob, workers) })
 	b.Run("reads=default", func(b *testing.B) { readThrough(b, remote, glob, nil) })
 	b.Run("reads=16", func(b *testing.B) {
@@ -134,6 +139,57 @@ func (r *rate) report(b *testing.B) {
 	b.SetBytes(int64(r.bytes / float64(b.N)))
 	b.ReportMetric(r.bytes/r.secs/(1<<20), "MiB/s")
 	b.ReportMetric(100*r.bytes/r.secs/float64(*bandwidthFlag), "%cap")
+}
+
+// rawRanges reads every object of glob in ranged reads of 1 MiB, 64 at a
+// time, with no loader: what the store and the front deliver at most.
+func rawRanges(b *testing.B, store objstore.Store, glob string) {
+	ctx := context.Background()
+	objs, err := objstore.Match(ctx, store, []string{glob})
+	if err != nil {
+		b.Fatal(err)
+	}
+	type job struct {
+		obj    objstore.Object
+		off, n int64
+	}
+	var jobs []job
+	for _, o := range objs {
+		for off := int64(0); off < o.Size; off += 1 << 20 {
+			jobs = append(jobs, job{o, off, min(1<<20, o.Size-off)})
+		}
+	}
+	var rate rate
+	for range b.N {
+		start := time.Now()
+		ch := make(chan job)
+		var wg sync.WaitGroup
+		var failed atomic.Value
+		for range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, 1<<20)
+				for j := range ch {
+					if err := store.ReadAt(ctx, j.obj, buf[:j.n], j.off); err != nil {
+						failed.Store(err)
+					}
+				}
+			}()
+		}
+		var total int64
+		for _, j := range jobs {
+			ch <- j
+			total += j.n
+		}
+		close(ch)
+		wg.Wait()
+		if err, _ := failed.Load().(error); err != nil {
+			b.Fatal(err)
+		}
+		rate.add(float64(total), time.Since(start).Seconds())
+	}
+	rate.report(b)
 }
 
 // readThrough reads the dataset b.N times and reports the rate.
