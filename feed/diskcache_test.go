@@ -70,7 +70,16 @@ func (e *cachedEnv) serveCached(t *testing.T, dir string) (*testServer, func() *
 	ts := startServer(t, viaTCP, p, []transport.Option{transport.WithAllowedRoots("gs://bucket/train")})
 	// The server confined the Pipeline to its roots: a new store, whose
 	// counters these are.
-	return ts, func() *objstore.Stats { return p.cfg.store.(objstore.StatsReporter).Stats() }
+	return ts, func() *objstore.Stats {
+		st := p.cfg.store.(objstore.StatsReporter).Stats()
+		// What the server exports (meshfeed_storage_cache_*, /debug/vars).
+		if got, ok := p.StorageStats(); !ok || got.CacheHits != st.CacheHits.Load() || got.CacheMisses != st.CacheMisses.Load() ||
+			got.CacheBytesSaved != st.CacheBytesSaved.Load() || got.CacheCorrupt != st.CacheCorrupt.Load() {
+			t.Errorf("StorageStats() = %+v, %v; the store counts hits %d, misses %d, saved %d", got, ok,
+				st.CacheHits.Load(), st.CacheMisses.Load(), st.CacheBytesSaved.Load())
+		}
+		return st
+	}
 }
 
 // epochSums streams epoch of faultRequest's plan and returns its step sums.
