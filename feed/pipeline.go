@@ -202,6 +202,13 @@ func (p *Pipeline) StorageStats() (transport.StorageStats, bool) {
 		Reads:     st.Reads.Load(),
 		Retries:   st.Retries.Load(),
 		Resumes:   st.Resumes.Load(),
+
+		CacheHits:        st.CacheHits.Load(),
+		CacheMisses:      st.CacheMisses.Load(),
+		CacheBytesSaved:  st.CacheBytesSaved.Load(),
+		CacheEvictions:   st.CacheEvictions.Load(),
+		CacheCorrupt:     st.CacheCorrupt.Load(),
+		CacheWriteErrors: st.CacheWriteErrors.Load(),
 	}, true
 }
 

@@ -175,7 +175,7 @@ func TestMmapTruncatedWhileMapped(t *testing.T) {
 			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 			defer mem.AssertSize(t, 0)
 			var st ReadStats
-			rec, err := ds.readRowGroup(ctx, 0, 0, mem, &st)
+			rec, err := ds.readRowGroup(ctx, 0, 0, mem, &st, nil)
 			if err == nil {
 				rec.Release()
 				t.Fatal("reading a row group of a file truncated while mapped succeeded, want an error")

@@ -25,6 +25,7 @@ type config struct {
 	coalesceGap      int64
 	maxCoalesced     int64
 	decodeWorkers    int
+	readsInFlight    int
 	footerCache      *FooterCache
 	readBufferSize   int
 	footerReadLength int
@@ -55,6 +56,7 @@ func newConfig(opts []Option) (config, error) {
 		coalesceGap:      1 << 20,
 		maxCoalesced:     64 << 20,
 		decodeWorkers:    runtime.GOMAXPROCS(0),
+		readsInFlight:    DefaultReadsInFlight,
 		footerCache:      defaultFooterCache,
 		readBufferSize:   64 << 10,
 		footerReadLength: 64 << 10,
@@ -140,6 +142,24 @@ func WithMaxCoalescedRead(n int64) Option { return func(c *config) { c.maxCoales
 // WithDecodeWorkers sets how many row groups a RowGroupReader decodes at once.
 // Default GOMAXPROCS.
 func WithDecodeWorkers(n int) Option { return func(c *config) { c.decodeWorkers = n } }
+
+// DefaultReadsInFlight is the default of WithReadsInFlight: enough ranged
+// reads to keep a link busy when each request waits tens of milliseconds for
+// its first byte. The bytes in flight must be about bandwidth x latency:
+// 50 MB for 1 GB/s at 50 ms, 64 row groups of 1 MiB (BENCHMARKS.md, "Remote
+// stores: throughput against latency": 16 kept 55% of a 200 MiB/s link busy,
+// 64 kept 74%). The read-ahead budget bounds the bytes either way.
+const DefaultReadsInFlight = 64
+
+// WithReadsInFlight sets how many row groups (or pieces) a RowGroupReader
+// has in flight at once: fetching (their coalesced ranged reads) or
+// decoding. Decoding holds one of WithDecodeWorkers' slots, waiting for
+// bytes does not, so a reader keeps fetching ahead while its workers decode:
+// what object stores with tens of milliseconds of latency per request need.
+// The read-ahead budget still bounds the bytes in flight. Default
+// DefaultReadsInFlight; values below the decode workers are taken as that
+// number (one read per worker, as decoding needs its bytes first).
+func WithReadsInFlight(n int) Option { return func(c *config) { c.readsInFlight = n } }
 
 // FooterCache keeps the footers Open parsed, keyed by object version
 // (objstore.FooterCache): re-planning the same files reads no footer twice.

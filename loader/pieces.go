@@ -177,7 +177,7 @@ func (ds *Dataset) readPiece(ctx context.Context, ref RowGroupRef, p piece) (arr
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		if e.rec == nil {
-			rec, err := ds.readRowGroup(ctx, ref.File, ref.Index, mem, stats)
+			rec, err := ds.readRowGroup(ctx, ref.File, ref.Index, mem, stats, nil)
 			if err != nil {
 				return nil, err
 			}

@@ -213,10 +213,12 @@ func (ds *Dataset) fetchChunks(ctx context.Context, fi, rg int, chunks []Chunk, 
 // ReadRowGroup fetches and decodes one row group into a record of the
 // projected columns, allocated from mem. The caller releases the record.
 func (ds *Dataset) ReadRowGroup(ctx context.Context, file, rowGroup int, mem memory.Allocator) (arrow.RecordBatch, error) {
-	return ds.readRowGroup(ctx, file, rowGroup, mem, &ReadStats{})
+	return ds.readRowGroup(ctx, file, rowGroup, mem, &ReadStats{}, nil)
 }
 
-func (ds *Dataset) readRowGroup(ctx context.Context, file, rowGroup int, mem memory.Allocator, stats *ReadStats) (arrow.RecordBatch, error) {
+// readRowGroup is ReadRowGroup counting in stats; it decodes holding a slot
+// of gate (none while it fetches; nil: no gate).
+func (ds *Dataset) readRowGroup(ctx context.Context, file, rowGroup int, mem memory.Allocator, stats *ReadStats, gate decodeGate) (arrow.RecordBatch, error) {
 	if file < 0 || file >= len(ds.Files) || rowGroup < 0 || rowGroup >= len(ds.Files[file].RowGroups) {
 		return nil, fmt.Errorf("loader: row group (file %d, index %d) out of range", file, rowGroup)
 	}
@@ -233,13 +235,37 @@ func (ds *Dataset) readRowGroup(ctx context.Context, file, rowGroup int, mem mem
 	if testHookFetched != nil {
 		testHookFetched(ds.Files[file].Object)
 	}
+	gate.enter()
 	rec, err := ds.decoders[file].DecodeRowGroup(ctx, rowGroup, ra, mem)
+	gate.leave()
 	ra.Release()
 	if err != nil {
 		return nil, err
 	}
 	stats.RowGroups.Add(1)
 	return rec, nil
+}
+
+// decodeGate bounds how many row groups or pieces a reader decodes at once
+// (WithDecodeWorkers). A whole row group holds a slot while decoding, not
+// while fetching, so that more reads than decodes can be in flight
+// (WithReadsInFlight). A piece holds one from before it starts, taken in
+// order by the producer, until it is decoded: format fetches a piece's pages
+// from inside its decode, holding locks that later pieces of its row group
+// wait for, so a piece that gave its slot up while fetching could wait for
+// one held by those pieces. A nil gate bounds nothing.
+type decodeGate chan struct{}
+
+func (g decodeGate) enter() {
+	if g != nil {
+		g <- struct{}{}
+	}
+}
+
+func (g decodeGate) leave() {
+	if g != nil {
+		<-g
+	}
 }
 
 // testHookFetched, when set by a test, runs between fetching a row group and

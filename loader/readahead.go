@@ -27,6 +27,7 @@ import (
 type RowGroupReader struct {
 	budget   int64 // in-flight bytes
 	workers  int   // concurrent decodes
+	reads    int   // row groups or pieces in flight (fetching or decoding)
 	maxPiece int64 // bytes per piece; 0: refs as given
 	ds       *Dataset
 	ctx      context.Context
@@ -73,6 +74,13 @@ func WithReaderDecodeWorkers(n int) ReaderOption {
 	return func(r *RowGroupReader) { r.workers = max(n, 1) }
 }
 
+// WithReaderReadsInFlight sets how many row groups (or pieces) this reader
+// has in flight at once, fetching or decoding (see WithReadsInFlight);
+// values below its decode workers are taken as that number.
+func WithReaderReadsInFlight(n int) ReaderOption {
+	return func(r *RowGroupReader) { r.reads = n }
+}
+
 // WithReaderMaxPiece makes this reader read every ref whose rows cost more
 // than bytes (compressed plus decoded, Dataset.PieceCost) in pieces of about
 // bytes each (at least one row): Next then returns consecutive row ranges of
@@ -89,6 +97,7 @@ func (ds *Dataset) NewReader(ctx context.Context, refs []RowGroupRef, mem memory
 	r := &RowGroupReader{
 		budget:  DefaultReadAhead,
 		workers: ds.cfg.decodeWorkers,
+		reads:   ds.cfg.readsInFlight,
 		ds:      ds,
 		ctx:     ctx,
 		cancel:  cancel,
@@ -245,7 +254,10 @@ func (r *RowGroupReader) pieceDone(p *pending) {
 func (r *RowGroupReader) produce(refs []RowGroupRef, mem memory.Allocator) {
 	defer r.wg.Done()
 	defer close(r.queue)
-	workers := make(chan struct{}, r.workers)
+	// Up to reads row groups are in flight; up to workers of them decode
+	// at once (the gate), the others wait for their bytes.
+	workers := make(chan struct{}, max(r.reads, r.workers))
+	gate := make(decodeGate, r.workers)
 	r.mu.Lock()
 	refs = r.pieces(refs)
 	r.mu.Unlock()
@@ -286,9 +298,15 @@ func (r *RowGroupReader) produce(refs []RowGroupRef, mem memory.Allocator) {
 			r.release(p.cost)
 			return
 		}
+		if p.ent != nil {
+			gate.enter() // in order (see decodeGate); decodes always end
+		}
 		select {
 		case r.queue <- p:
 		case <-r.ctx.Done():
+			if p.ent != nil {
+				gate.leave()
+			}
 			<-workers
 			r.release(p.cost)
 			return
@@ -298,10 +316,11 @@ func (r *RowGroupReader) produce(refs []RowGroupRef, mem memory.Allocator) {
 			defer r.wg.Done()
 			defer func() { <-workers }()
 			if p.ent == nil {
-				p.rec, p.err = r.ds.readRowGroup(r.ctx, ref.File, ref.Index, mem, &r.stats)
+				p.rec, p.err = r.ds.readRowGroup(r.ctx, ref.File, ref.Index, mem, &r.stats, gate)
 			} else {
 				start, end := ref.span()
 				p.rec, p.err = r.ds.readPiece(r.ctx, ref, piece{start: start, end: end, mem: mem, stats: &r.stats, e: p.ent})
+				gate.leave()
 				if p.err == nil {
 					r.stats.Pieces.Add(1)
 				}

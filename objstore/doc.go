@@ -22,6 +22,11 @@
 // retrying cannot help. Its test runs objstoretest.Conformance, the suite
 // every store passes.
 //
+// [DiskCache] keeps the bytes of remote objects on local disk in aligned
+// blocks keyed by [Object.CacheKey], bounded by size (least recently used
+// first out), checked on every read; [WithDiskCache] puts it in front of
+// every remote store of a [Mux], [DiskCache.Wrap] in front of any Store.
+//
 // # Caveats
 //
 // Versions. An S3 object's version is its ETag, an HTTPS file's its ETag or
@@ -64,4 +69,11 @@
 // process's RSS (file-backed, reclaimable) until the file is evicted or the
 // store is closed, and a truncated file can fault for as long as it stays
 // cached.
+//
+// Disk cache. Entries are checked (size, header, CRC-32C) on every read and
+// replaced atomically, so a crash or a damaged disk costs a fetch, never a
+// wrong byte. Several processes may share a cache directory, but each keeps
+// only its own entries (and those present when it started) within its size.
+// A miss fetches whole blocks: up to one block more than asked at each end
+// of a read.
 package objstore

@@ -19,6 +19,8 @@ type muxConfig struct {
 	// of that store's option type O, stored as []any so that the Mux
 	// needs no field per store (see addSchemeOptions, schemeOptions).
 	opts map[string][]any
+	// cache, when set, is put in front of every remote store (WithDiskCache).
+	cache *DiskCache
 }
 
 // WithLocalOptions passes options to the local disk store. Default: none.
@@ -148,6 +150,9 @@ func (m *Mux) route(ctx context.Context, uri string) (Store, error) {
 	s, err := sc.open(context.WithoutCancel(ctx), &m.cfg, m.stats)
 	if err != nil {
 		return nil, err
+	}
+	if m.cfg.cache != nil {
+		s = m.cfg.cache.Wrap(s, m.stats)
 	}
 	m.remote[name] = s
 	return s, nil

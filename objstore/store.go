@@ -91,6 +91,30 @@ type Stats struct {
 	// LiveFileMaps is the number of whole-file mappings ([WithMapCache])
 	// not yet unmapped (a gauge: zero after Close).
 	LiveFileMaps atomic.Int64
+
+	// The counters of a DiskCache in front of the store ([WithDiskCache],
+	// [DiskCache.Wrap]); zero without one. BytesRead and Reads count only
+	// what was read from the store itself.
+
+	// CacheHits is the number of cache blocks a read found in the cache,
+	// or took from another read's fetch of the same block: no request.
+	CacheHits atomic.Int64
+	// CacheMisses is the number of cache blocks fetched from the store.
+	CacheMisses atomic.Int64
+	// CacheBytesSaved is the number of bytes reads took from cache hits:
+	// bytes that were not read from the store.
+	CacheBytesSaved atomic.Int64
+	// CacheEvictions is the number of cache entries removed to keep the
+	// cache within its size.
+	CacheEvictions atomic.Int64
+	// CacheCorrupt is the number of cache entries found truncated or
+	// corrupt on read (checksum, size or header); each was removed and its
+	// block fetched again.
+	CacheCorrupt atomic.Int64
+	// CacheWriteErrors is the number of fetched blocks that could not be
+	// written to the cache (a full disk, a failing one): the read went on,
+	// uncached.
+	CacheWriteErrors atomic.Int64
 }
 
 // StatsReporter is implemented by stores that count their work.

@@ -131,10 +131,20 @@ type ErrorCoder interface {
 // StorageStats are the storage counters a backend reports, which the server
 // exports as meshfeed_storage_* metrics.
 type StorageStats struct {
-	BytesRead int64 // bytes returned by successful reads
-	Reads     int64 // successful reads
-	Retries   int64 // requests re-issued after a failed one, resumes included
-	Resumes   int64 // retries that continued a ranged read past the bytes already received
+	BytesRead int64 `json:"bytes_read"` // bytes returned by successful reads
+	Reads     int64 `json:"reads"`      // successful reads
+	Retries   int64 `json:"retries"`    // requests re-issued after a failed one, resumes included
+	Resumes   int64 `json:"resumes"`    // retries that continued a ranged read past the bytes already received
+
+	// The counters of a local disk cache of remote bytes in front of the
+	// storage (`serve --cache-dir`); zero without one. Reads and BytesRead
+	// count only what was read from the storage itself.
+	CacheHits        int64 `json:"cache_hits"`         // cache blocks read that needed no storage request
+	CacheMisses      int64 `json:"cache_misses"`       // cache blocks fetched from the storage
+	CacheBytesSaved  int64 `json:"cache_bytes_saved"`  // bytes served by cache hits instead of the storage
+	CacheEvictions   int64 `json:"cache_evictions"`    // entries removed to keep the cache within its size
+	CacheCorrupt     int64 `json:"cache_corrupt"`      // entries found corrupt on read, removed and fetched again
+	CacheWriteErrors int64 `json:"cache_write_errors"` // fetched blocks the cache could not write (disk full)
 }
 
 // StatsReporter is implemented by a Backend that counts its storage work.

@@ -66,6 +66,9 @@ type MetricsSnapshot struct {
 	Errors map[string]int64 `json:"errors_by_code"`
 	// BudgetInUse is the bytes of records queued across streams now.
 	BudgetInUse int64 `json:"memory_budget_in_use"`
+	// Storage is the backend's storage counters (the same as the
+	// meshfeed_storage_* metrics); absent when the backend reports none.
+	Storage *StorageStats `json:"storage,omitempty"`
 }
 
 // stepSecondsBuckets are the buckets of the per-step histograms: 100µs to
@@ -168,7 +171,31 @@ var (
 	descStorageResumes = prometheus.NewDesc("meshfeed_storage_resumes_total",
 		"Storage retries that continued a ranged read past the bytes already received; absent when the "+
 			"backend reports none.", nil, nil)
+	descCacheHits = prometheus.NewDesc("meshfeed_storage_cache_hits_total",
+		"Blocks of remote objects read from the local disk cache (serve --cache-dir), or from another read's fetch "+
+			"of the same block, with no storage request; absent when the backend reports no storage counters.", nil, nil)
+	descCacheMisses = prometheus.NewDesc("meshfeed_storage_cache_misses_total",
+		"Blocks of remote objects the local disk cache fetched from the storage.", nil, nil)
+	descCacheSaved = prometheus.NewDesc("meshfeed_storage_cache_saved_bytes_total",
+		"Bytes served by local disk cache hits instead of the storage.", nil, nil)
+	descCacheEvictions = prometheus.NewDesc("meshfeed_storage_cache_evictions_total",
+		"Local disk cache entries removed to keep the cache within --cache-size.", nil, nil)
+	descCacheCorrupt = prometheus.NewDesc("meshfeed_storage_cache_corrupt_total",
+		"Local disk cache entries found truncated or corrupt on read; each was removed and fetched again.", nil, nil)
+	descCacheWriteErrors = prometheus.NewDesc("meshfeed_storage_cache_write_errors_total",
+		"Blocks the local disk cache could not write (a full or failing disk); those reads went on uncached.", nil, nil)
 )
+
+// storageDescs are the descriptions of the storage metrics, in the order
+// storageCounters gives their values.
+var storageDescs = []*prometheus.Desc{descStorageBytes, descStorageReads, descStorageRetries, descStorageResumes,
+	descCacheHits, descCacheMisses, descCacheSaved, descCacheEvictions, descCacheCorrupt, descCacheWriteErrors}
+
+// storageCounters returns st's counters in the order of storageDescs.
+func storageCounters(st StorageStats) []int64 {
+	return []int64{st.BytesRead, st.Reads, st.Retries, st.Resumes,
+		st.CacheHits, st.CacheMisses, st.CacheBytesSaved, st.CacheEvictions, st.CacheCorrupt, st.CacheWriteErrors}
+}
 
 // serverCollector reads the server's atomics, and its backend's storage
 // counters (when the backend is a StatsReporter), at scrape time.
@@ -177,7 +204,10 @@ type serverCollector struct{ s *Server }
 // Describe implements prometheus.Collector.
 func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descStreamsActive, descStreamsTotal, descSteps, descRows, descBytes,
-		descQueue, descShmInPlace, descShmSpills, descBudget, descErrors, descStorageBytes, descStorageReads, descStorageRetries, descStorageResumes} {
+		descQueue, descShmInPlace, descShmSpills, descBudget, descErrors} {
+		ch <- d
+	}
+	for _, d := range storageDescs {
 		ch <- d
 	}
 }
@@ -206,10 +236,9 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if r, ok := s.backend.(StatsReporter); ok {
 		if st, ok := r.StorageStats(); ok {
-			counter(descStorageBytes, st.BytesRead)
-			counter(descStorageReads, st.Reads)
-			counter(descStorageRetries, st.Retries)
-			counter(descStorageResumes, st.Resumes)
+			for i, v := range storageCounters(st) {
+				counter(storageDescs[i], v)
+			}
 		}
 	}
 }

@@ -220,13 +220,24 @@ func TestPrometheusStorage(t *testing.T) {
 	be := &sizing{Backend: &DemoBackend{NumRows: 100}, stats: stats}
 	ts := startServer(t, viaTCP, be, []Option{WithMetricsAddress("127.0.0.1:0")})
 	wantMetrics(t, scrape(t, ts.srv), map[string]float64{"meshfeed_storage_read_bytes_total": 0, "meshfeed_storage_retries_total": 0})
-	*stats = StorageStats{BytesRead: 12345, Reads: 7, Retries: 2, Resumes: 1}
+	*stats = StorageStats{BytesRead: 12345, Reads: 7, Retries: 2, Resumes: 1,
+		CacheHits: 11, CacheMisses: 5, CacheBytesSaved: 4096, CacheEvictions: 3, CacheCorrupt: 2, CacheWriteErrors: 1}
 	wantMetrics(t, scrape(t, ts.srv), map[string]float64{
-		"meshfeed_storage_read_bytes_total": 12345,
-		"meshfeed_storage_reads_total":      7,
-		"meshfeed_storage_retries_total":    2,
-		"meshfeed_storage_resumes_total":    1,
+		"meshfeed_storage_read_bytes_total":         12345,
+		"meshfeed_storage_reads_total":              7,
+		"meshfeed_storage_retries_total":            2,
+		"meshfeed_storage_resumes_total":            1,
+		"meshfeed_storage_cache_hits_total":         11,
+		"meshfeed_storage_cache_misses_total":       5,
+		"meshfeed_storage_cache_saved_bytes_total":  4096,
+		"meshfeed_storage_cache_evictions_total":    3,
+		"meshfeed_storage_cache_corrupt_total":      2,
+		"meshfeed_storage_cache_write_errors_total": 1,
 	})
+	// The JSON snapshot carries the same counters.
+	if got := ts.srv.Metrics().Storage; got == nil || *got != *stats {
+		t.Errorf("Metrics().Storage = %+v, want %+v", got, *stats)
+	}
 	if _, ok := scrape(t, startServer(t, viaTCP, &DemoBackend{NumRows: 100}, []Option{WithMetricsAddress("127.0.0.1:0")}).srv)["meshfeed_storage_read_bytes_total"]; ok {
 		t.Errorf("meshfeed_storage_read_bytes_total is served for a backend that reports no storage counters")
 	}

@@ -235,6 +235,11 @@ func (s *Server) Limits() Limits {
 func (s *Server) Metrics() MetricsSnapshot {
 	m := s.metrics.snapshot()
 	m.BudgetInUse = s.budget.inUse()
+	if r, ok := s.backend.(StatsReporter); ok {
+		if st, ok := r.StorageStats(); ok {
+			m.Storage = &st
+		}
+	}
 	return m
 }
 

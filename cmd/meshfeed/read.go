@@ -30,8 +30,9 @@ func runRead(ctx context.Context, args []string) error {
 	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "row groups decoded at once")
 	readAhead := fs.Int64("read-ahead", loader.DefaultReadAhead, "in-flight byte budget (compressed + decoded)")
 	mapCache := fs.Int64("map-cache", 0, "keep local files of up to this many bytes in all mapped between reads (see objstore.WithMapCache); 0: off")
+	cache := newCacheFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: meshfeed read [--columns a,b] [--workers N] [--read-ahead BYTES] [--map-cache BYTES] URI...")
+		fmt.Fprintln(fs.Output(), "usage: meshfeed read [--columns a,b] [--workers N] [--read-ahead BYTES] [--map-cache BYTES] [--cache-dir DIR] URI...")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -44,7 +45,11 @@ func runRead(ctx context.Context, args []string) error {
 	if *readAhead < 0 {
 		return fmt.Errorf("read: --read-ahead %d must be >= 0 (0 reads one row group at a time)", *readAhead)
 	}
-	store, err := objstore.NewStore(ctx, objstore.WithLocalOptions(mapCacheOptions(*mapCache)...))
+	_, cacheOpts, err := cache.open()
+	if err != nil {
+		return err
+	}
+	store, err := objstore.NewStore(ctx, append(cacheOpts, objstore.WithLocalOptions(mapCacheOptions(*mapCache)...))...)
 	if err != nil {
 		return err
 	}
@@ -90,6 +95,10 @@ func runRead(ctx context.Context, args []string) error {
 		rows, st.RowGroups.Load(), len(ds.Files), planned.Seconds(), el)
 	fmt.Fprintf(readStdout, "  %.0f rows/s, %.2f GB/s decoded Arrow bytes, %.2f GB/s fetched (%d ranged reads), %d workers\n",
 		float64(rows)/el, float64(decoded)/el/1e9, float64(st.FetchedBytes.Load())/el/1e9, st.Fetches.Load(), *workers)
+	if ss := store.Stats(); *cache.dir != "" {
+		fmt.Fprintf(readStdout, "  cache: %d hits, %d misses, %d bytes saved, %d evictions, %d corrupt, %d write errors\n",
+			ss.CacheHits.Load(), ss.CacheMisses.Load(), ss.CacheBytesSaved.Load(), ss.CacheEvictions.Load(), ss.CacheCorrupt.Load(), ss.CacheWriteErrors.Load())
+	}
 	return nil
 }
 

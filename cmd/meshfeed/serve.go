@@ -66,6 +66,7 @@ type serveFlags struct {
 	parentPID  *int
 	remote     *remoteFlags
 	azureURL   *string
+	cache      *cacheFlags
 }
 
 // newServeFlags defines the serve command's flags on fs.
@@ -94,6 +95,7 @@ func newServeFlags(fs *flag.FlagSet) *serveFlags {
 	f.demoRows = fs.Int64("demo-rows", 1000, "rows of the demo backend's dataset")
 	f.logLevel = fs.String("log-level", "info", "debug, info, warn or error")
 	f.remote = newRemoteFlags(fs)
+	f.cache = newCacheFlags(fs)
 	f.parentPID = fs.Int("parent-pid", 0, "stop (streams cancelled, no drain) once process PID is no longer this server's parent: the process that started it ended, even by SIGKILL; checked every 200ms; 0: off")
 	f.azureURL = fs.String("azure-endpoint", "", "blob service URL for az:// and abfs:// (Azurite: http://127.0.0.1:10000/devstoreaccount1; a sovereign cloud: https://ACCOUNT.blob.core.chinacloudapi.cn); credentials from AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN, else the default Azure credential chain; empty: the credentials' endpoint, or Azure's")
 	return f
@@ -136,7 +138,12 @@ func runServe(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		p, err := newPipelineBackend(ctx, *f.readAhead, *f.mapCache, append(remote, azureStoreOptions(*f.azureURL)...)...)
+		_, cacheOpts, err := f.cache.open()
+		if err != nil {
+			return err
+		}
+		storeOpts := append(append(remote, azureStoreOptions(*f.azureURL)...), cacheOpts...)
+		p, err := newPipelineBackend(ctx, *f.readAhead, *f.mapCache, storeOpts...)
 		if err != nil {
 			return err
 		}

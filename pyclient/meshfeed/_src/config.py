@@ -166,6 +166,15 @@ class ServerOptions:
             read-ahead, shuffle windows and queued steps (``--memory-budget``);
             None: :data:`LOCAL_MEMORY_BUDGET`
             (2 GiB); 0: unbounded.
+        cache_dir: a directory where the server keeps the bytes it reads from
+            remote stores (``gs://``), so that later epochs, and servers
+            started again after a failure or in the next run, read them from
+            local disk (``--cache-dir``; created if needed); None: no cache.
+            Local files are not cached. ``Loader.stats()["cache"]`` reports
+            its hits, misses and bytes saved.
+        cache_size: bytes the cache may hold, least recently used blocks
+            removed beyond it (``--cache-size``); None: the server's default
+            (10 GiB). Only with ``cache_dir``.
         extra_args: more ``meshfeed serve`` flags, after those above (a flag
             given again wins), e.g. ``("--map-cache", str(8 << 30))`` to keep
             local files mapped between epochs, or ``("--allow", DIR)``.
@@ -176,6 +185,8 @@ class ServerOptions:
     binary: str | os.PathLike[str] | None = None
     read_ahead: int | None = None
     memory_budget: int | None = None
+    cache_dir: str | os.PathLike[str] | None = None
+    cache_size: int | None = None
     extra_args: Sequence[str] = ()
 
     def __post_init__(self) -> None:
@@ -186,6 +197,12 @@ class ServerOptions:
             v = getattr(self, name)
             if v is not None and not _int_at_least(v, 0):
                 problems.append(f"{name}={v!r}: want an int of bytes >= 0, or None for the default")
+        if self.cache_dir is not None and (not isinstance(self.cache_dir, (str, os.PathLike)) or not os.fspath(self.cache_dir)):
+            problems.append(f"cache_dir={self.cache_dir!r}: want a directory path or None")
+        if self.cache_size is not None and not _int_at_least(self.cache_size, 1):
+            problems.append(f"cache_size={self.cache_size!r}: want an int of bytes > 0, or None for the default")
+        elif self.cache_size is not None and self.cache_dir is None:
+            problems.append(f"cache_size={self.cache_size!r}: without cache_dir there is no cache to size")
         ea = self.extra_args
         if isinstance(ea, str) or not isinstance(ea, Sequence) or not all(isinstance(a, str) for a in ea):
             problems.append(f"extra_args={ea!r}: want a sequence of strings")

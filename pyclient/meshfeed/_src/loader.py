@@ -22,6 +22,7 @@ import numpy as np
 
 from .arrowtypes import masked_columns
 from .config import Column, LastBatch, LoaderConfig, ServerOptions, Shuffle, Transport
+from .serverstats import cache_stats
 from .elastic import resolve_switch
 from .errors import InvalidRequestError, MeshfeedError, PlanError, StateMismatchError, recoverable
 from .layout import Materializer, layout_of, narrowed_columns
@@ -453,7 +454,14 @@ class Loader:
         ``transport`` (``"shm"`` or ``"flight"``: how the current stream travels),
         ``in_place_bytes`` (of ``bytes``, those the server decoded or gathered
         straight into shared memory and sent by reference: no copy between
-        decoding and the ``jax.Array``).
+        decoding and the ``jax.Array``). With a local server that has a
+        disk cache (``ServerOptions(cache_dir=...)``), ``cache``: its
+        counters since that server started: ``hits`` and ``misses`` (cache
+        blocks served without, or fetched with, a storage request),
+        ``bytes_saved`` (bytes not read from storage), ``evictions``,
+        ``corrupt`` (entries found damaged and fetched again) and
+        ``write_errors`` (blocks the disk could not take); None while the
+        server cannot say.
         """
         el = time.perf_counter() - self._t0 if self._t0 is not None else 0.0
         n = self._steps
@@ -466,7 +474,16 @@ class Loader:
                 "bytes_per_s": tot["bytes"] / el if el > 0 else 0.0,
                 "recoveries": self._session.recoveries, "transport": self._session.transport,
                 "host_copies": tot["host_copies"], "mask_unpacks": tot["mask_unpacks"],
-                "unaligned_transfers": tot["unaligned_transfers"], "in_place_bytes": tot["in_place_bytes"]}
+                "unaligned_transfers": tot["unaligned_transfers"], "in_place_bytes": tot["in_place_bytes"],
+                **self._cache_stats()}
+
+    def _cache_stats(self) -> dict[str, Any]:
+        """``{"cache": counters}`` for stats() when the local server has a
+        disk cache, else nothing."""
+        srv = self._session.server
+        if srv is None or srv.metrics_address is None:
+            return {}
+        return {"cache": cache_stats(srv.metrics_address)}
 
     def close(self) -> None:
         """Stops the prefetch thread, closes the connection and stops the local

@@ -220,7 +220,8 @@ class LocalServer:
                  extra_args: Sequence[str] = (), start_timeout: float = 30.0, stop_timeout: float = 10.0,
                  socket: str | os.PathLike | None = None, shm: bool = False, address: str | None = None,
                  read_ahead: int | None = None, memory_budget: int | None = None,
-                 gc_limit: int | None = None):
+                 gc_limit: int | None = None, cache_dir: str | os.PathLike | None = None,
+                 cache_size: int | None = None):
         """Starts ``meshfeed serve`` allowed to read ``roots`` and waits until
         it accepts calls. ``read_ahead`` and ``memory_budget``: bytes
         (``--read-ahead``, ``--memory-budget``); None: LOCAL_READ_AHEAD and
@@ -233,7 +234,11 @@ class LocalServer:
         ``address``: ``host:port`` to listen on instead of a Unix socket
         (port 0: a free one). ``gc_limit``: the Go runtime's soft memory
         limit in bytes (GOMEMLIMIT; a GOMEMLIMIT in this environment wins);
-        None: the server's own rule (``meshfeed serve -h``).
+        None: the server's own rule (``meshfeed serve -h``). ``cache_dir``,
+        ``cache_size``: keep the bytes read from remote stores on local disk
+        (``--cache-dir``, ``--cache-size``; None: no cache, the server's
+        default size); with a cache and a Unix socket the server also serves
+        its counters beside the socket (``metrics_address``).
 
         The server is told this process's id (``--parent-pid``) and exits,
         draining as on SIGTERM, within a fraction of a second of this
@@ -248,6 +253,9 @@ class LocalServer:
         sock = os.fspath(socket) if socket is not None else ""
         listen = address if address is not None else "unix://" + sock
         self.shm_address: str | None = None
+        # unix:// address of the server's /debug/vars (storage and cache
+        # counters); None when off.
+        self.metrics_address: str | None = None
         # A local server feeds one Loader: a few streams (a reopen after a
         # failure may overlap the old one), bounded memory (one account for
         # read-ahead, windows and queued steps; the runtime's soft limit below).
@@ -260,6 +268,15 @@ class LocalServer:
             args += ["--shm", "unix://" + sock + ".shm"]
         for r in dict.fromkeys(roots):
             args += ["--allow", r]
+        if cache_dir is not None:
+            args += ["--cache-dir", os.fspath(cache_dir)]
+            if cache_size is not None:
+                args += ["--cache-size", str(cache_size)]
+            if sock:
+                self.metrics_address = "unix://" + sock + ".metrics"
+                args += ["--metrics-addr", self.metrics_address]
+                if own:
+                    own.append(sock + ".metrics")
         args += list(extra_args)
         self.args = args
         # stderr goes to a file (a pipe nobody reads would block the server

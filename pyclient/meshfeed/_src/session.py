@@ -59,7 +59,8 @@ class Session:
         opts = self._cfg.local_server
         return LocalServer(self._binary, self._roots, read_ahead=opts.read_ahead, memory_budget=opts.memory_budget,
                            gc_limit=local_gc_limit(opts.read_ahead),
-                           extra_args=opts.extra_args, shm=self.transport == "shm" and shm.available())
+                           extra_args=opts.extra_args, shm=self.transport == "shm" and shm.available(),
+                           cache_dir=opts.cache_dir, cache_size=opts.cache_size)
 
     def open_stream(self, ticket: bytes, slots: int) -> Any:
         """Opens the stream of ``ticket`` on this session's transport: a
