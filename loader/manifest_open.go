@@ -106,6 +106,17 @@ func (v manifestView) Close() error { return nil }
 // directory.
 var dataExts = []string{".parquet", ".pq", ".arrow", ".feather", ".ipc", ".arrows"}
 
+// DefaultManifestURI is where ManifestAuto looks for the manifest of
+// patterns (see defaultManifestURI), or an error saying why there is no
+// one place.
+func DefaultManifestURI(patterns []string) (string, error) {
+	u, reason := defaultManifestURI(patterns)
+	if u == "" {
+		return "", errors.New("loader: no default manifest location: " + reason)
+	}
+	return u, nil
+}
+
 // defaultManifestURI is where ManifestAuto looks for the manifest of
 // patterns: the directory each names (a glob's literal directory, a file's
 // directory, a directory itself), when they all name the same one.
