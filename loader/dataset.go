@@ -107,7 +107,7 @@ func Open(ctx context.Context, store objstore.Store, patterns []string, opts ...
 	if err != nil {
 		return nil, err
 	}
-	cs := &countingStore{Store: store}
+	cs := objstore.NewCountingStore(store)
 	reason := ""
 	if cfg.manifest != "" {
 		ds, why, err := openManifest(ctx, store, cs, patterns, cfg)
@@ -115,7 +115,7 @@ func Open(ctx context.Context, store objstore.Store, patterns []string, opts ...
 			return nil, err
 		}
 		if ds != nil {
-			ds.plan = PlanInfo{Manifest: manifestURIOf(cfg, patterns), Requests: cs.n.Load()}
+			ds.plan = PlanInfo{Manifest: manifestURIOf(cfg, patterns), Requests: cs.Requests()}
 			return ds, nil
 		}
 		reason = why
@@ -128,7 +128,7 @@ func Open(ctx context.Context, store objstore.Store, patterns []string, opts ...
 	if err != nil {
 		return nil, err
 	}
-	ds.plan = PlanInfo{Reason: reason, Requests: cs.n.Load()}
+	ds.plan = PlanInfo{Reason: reason, Requests: cs.Requests()}
 	return ds, nil
 }
 
@@ -148,12 +148,12 @@ func OpenObjects(ctx context.Context, store objstore.Store, objs []objstore.Obje
 	if err != nil {
 		return nil, err
 	}
-	cs := &countingStore{Store: store}
+	cs := objstore.NewCountingStore(store)
 	ds, err := openObjects(ctx, cs, store, objs, cfg)
 	if err != nil {
 		return nil, err
 	}
-	ds.plan = PlanInfo{Requests: cs.n.Load()}
+	ds.plan = PlanInfo{Requests: cs.Requests()}
 	return ds, nil
 }
 

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -52,27 +51,6 @@ type PlanInfo struct {
 
 // PlanInfo says how the dataset was planned.
 func (ds *Dataset) PlanInfo() PlanInfo { return ds.plan }
-
-// countingStore counts the requests made through it.
-type countingStore struct {
-	objstore.Store
-	n atomic.Int64
-}
-
-func (s *countingStore) List(ctx context.Context, prefix string) ([]objstore.Object, error) {
-	s.n.Add(1)
-	return s.Store.List(ctx, prefix)
-}
-
-func (s *countingStore) Stat(ctx context.Context, uri string) (objstore.Object, error) {
-	s.n.Add(1)
-	return s.Store.Stat(ctx, uri)
-}
-
-func (s *countingStore) ReadAt(ctx context.Context, obj objstore.Object, p []byte, off int64) error {
-	s.n.Add(1)
-	return s.Store.ReadAt(ctx, obj, p, off)
-}
 
 // manifestView is the files a manifest names as a store to match patterns
 // on (objstore.Match): listing and stat answer from the manifest, nothing
@@ -157,7 +135,7 @@ func defaultManifestURI(patterns []string) (string, string) {
 
 // openManifest plans patterns from a manifest (cfg.manifest): the dataset,
 // or nil and why no manifest served (auto only), or an error.
-func openManifest(ctx context.Context, store objstore.Store, cs *countingStore, patterns []string, cfg config) (*Dataset, string, error) {
+func openManifest(ctx context.Context, store objstore.Store, cs *objstore.CountingStore, patterns []string, cfg config) (*Dataset, string, error) {
 	auto := cfg.manifest == ManifestAuto
 	muri := cfg.manifest
 	var m *manifest.Manifest
@@ -172,7 +150,8 @@ func openManifest(ctx context.Context, store objstore.Store, cs *countingStore, 
 			return nil, "no manifest at " + muri, nil
 		}
 		if err != nil {
-			return nil, "", fmt.Errorf("loader: looking for a manifest: %w", err)
+			// Planning from the footers says what is wrong with the files.
+			return nil, fmt.Sprintf("manifest %s: %v", muri, err), nil
 		}
 		m, err = manifest.ReadObject(ctx, cs, obj)
 		if err != nil {
