@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -127,10 +128,15 @@ func Decode(data []byte, uri string) (m *Manifest, err error) {
 		}
 	}
 	dir := Dir(uri)
+	sorted := true
 	for i := range m.Files {
 		if !isAbs(m.Files[i].URI) {
 			m.Files[i].URI = dir + m.Files[i].URI
 		}
+		sorted = sorted && (i == 0 || m.Files[i-1].URI < m.Files[i].URI)
+	}
+	if !sorted { // relative and absolute URIs sort otherwise after a move
+		slices.SortStableFunc(m.Files, func(a, b File) int { return strings.Compare(a.URI, b.URI) })
 	}
 	if err := m.check(); err != nil {
 		return nil, bad("%v", err)

@@ -1,0 +1,109 @@
+package loader_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fsouza/fake-gcs-server/fakestorage"
+
+	"github.com/meshfeed/meshfeed/internal/datagen"
+	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/manifest"
+	"github.com/meshfeed/meshfeed/objstore"
+	"github.com/meshfeed/meshfeed/objstore/objstoretest"
+)
+
+// BenchmarkManifestPlanning plans a dataset of many small files on the GCS
+// emulator behind a 30 ms per-request latency, from its manifest and from
+// its footers, and reports the requests, the bytes fetched and the time of
+// each. The files (MESHFEED_MANIFEST_BENCH_FILES, default 20,000) are
+// copies of one small Parquet file made straight in the emulator; the
+// manifest is that file's entry under each object's name and identity
+// (building it through the latency would cost what the footers do). Run
+// with -benchtime=1x (see BENCHMARKS.md).
+func BenchmarkManifestPlanning(b *testing.B) {
+	n := 20000
+	if v := os.Getenv("MESHFEED_MANIFEST_BENCH_FILES"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			b.Fatalf("MESHFEED_MANIFEST_BENCH_FILES=%q: want a positive integer", v)
+		}
+	}
+	ctx := context.Background()
+	dir := b.TempDir()
+	s := datagen.DefaultSpec()
+	s.Rows, s.Features = 100, 4
+	res, err := datagen.Write(ctx, datagen.LocalCreator{}, dir, s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	data, err := os.ReadFile(res.Files[0].URI)
+	if err != nil {
+		b.Fatal(err)
+	}
+	one, err := loader.BuildManifest(ctx, objstore.NewLocalStore(), []string{res.Files[0].URI}, 0, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	gcs := objstoretest.NewFakeGCS(b, "bench")
+	for i := range n {
+		gcs.Server.CreateObject(fakestorage.Object{
+			ObjectAttrs: fakestorage.ObjectAttrs{BucketName: "bench", Name: fmt.Sprintf("data/part-%06d.parquet", i)},
+			Content:     data,
+		})
+	}
+	direct := gcs.Store(b)
+	objs, err := direct.List(ctx, "gs://bench/data/")
+	if err != nil || len(objs) != n {
+		b.Fatalf("listing the emulator: %d objects, %v", len(objs), err)
+	}
+	m := &manifest.Manifest{}
+	for _, o := range objs {
+		e := one.Files[0]
+		id := manifest.IdentityOf(o)
+		e.URI, e.Size, e.ModTimeNs, e.Generation = o.URI, id.Size, id.ModTimeNs, id.Generation
+		m.AddFile(e, one.Schemas[0])
+	}
+	if err := m.Finish(); err != nil {
+		b.Fatal(err)
+	}
+	muri := manifest.DefaultURI("gs://bench/data")
+	if err := manifest.Write(ctx, direct, muri, m); err != nil {
+		b.Fatal(err)
+	}
+	mobj, _ := direct.Stat(ctx, muri)
+	b.Logf("%d files of %d bytes; manifest %d bytes (%.1f bytes per file)", n, len(data), mobj.Size, float64(mobj.Size)/float64(n))
+
+	for _, tc := range []struct {
+		name string
+		mode string
+	}{{"manifest", loader.ManifestAuto}, {"footers", ""}} {
+		b.Run(tc.name, func(b *testing.B) {
+			front := objstoretest.NewLatencyFront(b, gcs.URL, 30*time.Millisecond, 0)
+			store := objstoretest.NewStore(b, front.URL())
+			var ds *loader.Dataset
+			start := time.Now()
+			for b.Loop() {
+				var err error
+				ds, err = loader.Open(ctx, store, []string{"gs://bench/data/"}, loader.WithManifest(tc.mode), loader.WithFooterCache(nil))
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			el := time.Since(start) / time.Duration(b.N)
+			if len(ds.Files) != n || (tc.mode != "") != (ds.PlanInfo().Manifest != "") {
+				b.Fatalf("%d files, plan %+v", len(ds.Files), ds.PlanInfo())
+			}
+			reqs := float64(front.Requests()) / float64(b.N)
+			bytes := float64(front.BodyBytes()) / float64(b.N)
+			b.ReportMetric(reqs, "requests/op")
+			b.ReportMetric(bytes, "bytes/op")
+			b.ReportMetric(el.Seconds(), "s/plan")
+			b.Logf("%s: %d files planned in %v, %.0f requests, %.0f bytes fetched, %+v", tc.name, n, el, reqs, bytes, ds.PlanInfo())
+		})
+	}
+}
