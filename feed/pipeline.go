@@ -221,6 +221,10 @@ func (p *Pipeline) Info(ctx context.Context, req *transport.Request) (*transport
 		StepsPerEpoch: int64(pl.plan.StepsPerEpoch()),
 		DroppedRows:   pl.plan.DroppedRows(),
 		PaddedRows:    pl.plan.PaddedRows(),
+		// How the dataset was planned (a cached dataset: when it was).
+		Manifest:       pl.ds.PlanInfo().Manifest,
+		ManifestReason: pl.ds.PlanInfo().Reason,
+		PlanRequests:   pl.ds.PlanInfo().Requests,
 	}, nil
 }
 

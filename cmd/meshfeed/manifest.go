@@ -125,3 +125,12 @@ func parseShard(s string) (int, int, error) {
 	}
 	return i, n, nil
 }
+
+// manifestOption is the loader option of a --manifest flag: "auto", "off"
+// (read the footers) or the manifest's URI.
+func manifestOption(flagValue string) loader.Option {
+	if flagValue == "off" {
+		return loader.WithManifest("")
+	}
+	return loader.WithManifest(flagValue)
+}

@@ -330,11 +330,7 @@ func runPlan(ctx context.Context, args []string) error {
 		return err
 	}
 	defer store.Close()
-	mopt := loader.WithManifest(a.manifest)
-	if a.manifest == "off" {
-		mopt = loader.WithManifest("")
-	}
-	ds, err := loader.Open(ctx, store, a.data, loader.WithColumns(a.columns...), mopt)
+	ds, err := loader.Open(ctx, store, a.data, loader.WithColumns(a.columns...), manifestOption(a.manifest))
 	if err != nil {
 		return err
 	}
@@ -347,13 +343,11 @@ func runPlan(ctx context.Context, args []string) error {
 		return err
 	}
 
+	pi := ds.PlanInfo()
 	rep := planReport{
 		Data:             a.data,
 		Columns:          a.columns,
 		Files:            len(ds.Files),
-		Manifest:         ds.PlanInfo().Manifest,
-		ManifestReason:   ds.PlanInfo().Reason,
-		PlanRequests:     ds.PlanInfo().Requests,
 		TotalRowGroups:   len(refs),
 		TotalBytes:       total,
 		NumRows:          plan.N(),
@@ -373,6 +367,7 @@ func runPlan(ctx context.Context, args []string) error {
 		DroppedRows:      plan.DroppedRows(),
 		PaddedRows:       plan.PaddedRows(),
 	}
+	rep.Manifest, rep.ManifestReason, rep.PlanRequests = pi.Manifest, pi.Reason, pi.Requests
 	if len(rep.Columns) == 0 {
 		rep.Columns = []string{}
 		for _, f := range ds.Schema.Fields() {
