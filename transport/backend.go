@@ -44,7 +44,7 @@ type PlanInfo struct {
 	// and PlanRequests the store requests planning made.
 	Manifest       string `json:"manifest,omitempty"`
 	ManifestReason string `json:"manifest_reason,omitempty"`
-	PlanRequests   int64  `json:"plan_requests"`
+	PlanRequests   int64  `json:"plan_requests,omitempty"`
 }
 
 // Step is one step of one client: its rows as records of the stream's schema,
