@@ -20,19 +20,18 @@ import (
 // BenchmarkManifestPlanning plans a dataset of many small files on the GCS
 // emulator behind a 30 ms per-request latency, from its manifest and from
 // its footers, and reports the requests, the bytes fetched and the time of
-// each. The files (MESHFEED_MANIFEST_BENCH_FILES, default 20,000) are
-// copies of one small Parquet file made straight in the emulator; the
-// manifest is that file's entry under each object's name and identity
-// (building it through the latency would cost what the footers do). Run
-// with -benchtime=1x (see BENCHMARKS.md).
+// each. The files are copies of one small Parquet file made straight in
+// the emulator: MESHFEED_MANIFEST_BENCH_FILES (default 20,000) in bucket
+// "bench" with their manifest (that file's entry under each object's name
+// and identity: building it through the latency would cost what the
+// footers do), and MESHFEED_MANIFEST_BENCH_FOOTER_FILES (default 2,000) in
+// bucket "footers": the emulator scans and copies its bucket's object list
+// on every read of a pinned generation, so a footer read costs it time
+// linear in the bucket, and 20,000 footers take it minutes of CPU that no
+// real store spends. Run with -benchtime=1x (see BENCHMARKS.md).
 func BenchmarkManifestPlanning(b *testing.B) {
-	n := 20000
-	if v := os.Getenv("MESHFEED_MANIFEST_BENCH_FILES"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			b.Fatalf("MESHFEED_MANIFEST_BENCH_FILES=%q: want a positive integer", v)
-		}
-	}
+	n := envInt(b, "MESHFEED_MANIFEST_BENCH_FILES", 20000)
+	nf := envInt(b, "MESHFEED_MANIFEST_BENCH_FOOTER_FILES", 2000)
 	ctx := context.Background()
 	dir := b.TempDir()
 	s := datagen.DefaultSpec()
@@ -49,12 +48,14 @@ func BenchmarkManifestPlanning(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	gcs := objstoretest.NewFakeGCS(b, "bench")
-	for i := range n {
-		gcs.Server.CreateObject(fakestorage.Object{
-			ObjectAttrs: fakestorage.ObjectAttrs{BucketName: "bench", Name: fmt.Sprintf("data/part-%06d.parquet", i)},
-			Content:     data,
-		})
+	gcs := objstoretest.NewFakeGCS(b, "bench", "footers")
+	for bucket, count := range map[string]int{"bench": n, "footers": nf} {
+		for i := range count {
+			gcs.Server.CreateObject(fakestorage.Object{
+				ObjectAttrs: fakestorage.ObjectAttrs{BucketName: bucket, Name: fmt.Sprintf("data/part-%06d.parquet", i)},
+				Content:     data,
+			})
+		}
 	}
 	direct := gcs.Store(b)
 	objs, err := direct.List(ctx, "gs://bench/data/")
@@ -79,9 +80,9 @@ func BenchmarkManifestPlanning(b *testing.B) {
 	b.Logf("%d files of %d bytes; manifest %d bytes (%.1f bytes per file)", n, len(data), mobj.Size, float64(mobj.Size)/float64(n))
 
 	for _, tc := range []struct {
-		name string
-		mode string
-	}{{"manifest", loader.ManifestAuto}, {"footers", ""}} {
+		name, mode, bucket string
+		files              int
+	}{{"manifest", loader.ManifestAuto, "bench", n}, {"footers", "", "footers", nf}} {
 		b.Run(tc.name, func(b *testing.B) {
 			front := objstoretest.NewLatencyFront(b, gcs.URL, 30*time.Millisecond, 0)
 			store := objstoretest.NewStore(b, front.URL())
@@ -89,13 +90,13 @@ func BenchmarkManifestPlanning(b *testing.B) {
 			start := time.Now()
 			for b.Loop() {
 				var err error
-				ds, err = loader.Open(ctx, store, []string{"gs://bench/data/"}, loader.WithManifest(tc.mode), loader.WithFooterCache(nil))
+				ds, err = loader.Open(ctx, store, []string{"gs://" + tc.bucket + "/data/"}, loader.WithManifest(tc.mode), loader.WithFooterCache(nil))
 				if err != nil {
 					b.Fatal(err)
 				}
 			}
 			el := time.Since(start) / time.Duration(b.N)
-			if len(ds.Files) != n || (tc.mode != "") != (ds.PlanInfo().Manifest != "") {
+			if len(ds.Files) != tc.files || (tc.mode != "") != (ds.PlanInfo().Manifest != "") {
 				b.Fatalf("%d files, plan %+v", len(ds.Files), ds.PlanInfo())
 			}
 			reqs := float64(front.Requests()) / float64(b.N)
@@ -103,7 +104,20 @@ func BenchmarkManifestPlanning(b *testing.B) {
 			b.ReportMetric(reqs, "requests/op")
 			b.ReportMetric(bytes, "bytes/op")
 			b.ReportMetric(el.Seconds(), "s/plan")
-			b.Logf("%s: %d files planned in %v, %.0f requests, %.0f bytes fetched, %+v", tc.name, n, el, reqs, bytes, ds.PlanInfo())
+			b.Logf("%s: %d files planned in %v, %.0f requests, %.0f bytes fetched, %+v", tc.name, tc.files, el, reqs, bytes, ds.PlanInfo())
 		})
 	}
+}
+
+// envInt is the positive integer in the environment variable name, or def.
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
 }
