@@ -117,8 +117,11 @@ func Decode(data []byte, uri string) (m *Manifest, err error) {
 	r := parquet.NewGenericReader[File](pf)
 	defer r.Close()
 	m.Files = make([]File, n)
+	// Batches of rows: the reader's row buffers are sized by the batch and
+	// reused, where one read of every row would allocate them for all.
+	const batch = 256
 	for got := 0; got < len(m.Files); {
-		k, err := r.Read(m.Files[got:])
+		k, err := r.Read(m.Files[got:min(got+batch, len(m.Files))])
 		got += k
 		if err != nil && !(errors.Is(err, io.EOF) && got == len(m.Files)) {
 			return nil, bad("reading row %d of %d: %v", got, n, err)
