@@ -6,6 +6,7 @@ import json
 import subprocess
 
 import jax
+import pytest
 import numpy as np
 import pyarrow.parquet as pq
 from jax.sharding import NamedSharding, PartitionSpec as P
@@ -66,3 +67,19 @@ def test_loader_plans_from_the_manifest(binary, dataset, tmp_path):
         assert b.stats()["manifest"] == "" and b.stats()["plan_requests"] > 2
         for x, y in zip(a, b, strict=True):
             np.testing.assert_array_equal(np.asarray(x["id"]), np.asarray(y["id"]))
+
+
+def test_manifest_config_in_the_ticket():
+    sh = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    kw = dict(data="/d/*.parquet", global_batch_size=8, sharding=sh)
+    auto = meshfeed.LoaderConfig(**kw)
+    assert auto.manifest == "auto" and "manifest" not in auto.request(1, [0])  # the server's default
+    off = meshfeed.LoaderConfig(manifest="off", **kw)
+    assert off.request(1, [0])["manifest"] == "off"
+    named = meshfeed.LoaderConfig(manifest="/d/_meshfeed_manifest.parquet", **kw)
+    assert named.request(1, [0])["manifest"] == "/d/_meshfeed_manifest.parquet"
+    # which manifest plans does not change the stream: states stay interchangeable
+    plan = {"num_rows": 100, "steps_per_epoch": 12}
+    assert auto.fingerprint(1, plan) == off.fingerprint(1, plan) == named.fingerprint(1, plan)
+    with pytest.raises(meshfeed.InvalidRequestError, match="manifest="):
+        meshfeed.LoaderConfig(manifest=3, **kw)
