@@ -382,6 +382,13 @@ func (d *lazyDecoder) get(ctx context.Context) (format.Decoder, error) {
 	return dec, nil
 }
 
+// prepare checks the file and prepares its decoder (before its bytes are
+// fetched).
+func (d *lazyDecoder) prepare(ctx context.Context) error {
+	_, err := d.get(ctx)
+	return err
+}
+
 // firstDiff is the first row group where a and b differ, or -1.
 func firstDiff(a, b []format.RowGroupMeta) int {
 	if len(a) != len(b) {

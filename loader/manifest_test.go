@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/manifest"
 	"github.com/meshfeed/meshfeed/objstore"
+	"github.com/meshfeed/meshfeed/objstore/objstoretest"
 )
 
 // writeManifest builds the manifest of patterns on store and stores it at
@@ -333,5 +335,43 @@ func TestManifestShardsMerge(t *testing.T) {
 	}
 	if _, err := manifest.Merge(parts[:3]); !errors.Is(err, manifest.ErrMerge) {
 		t.Fatalf("merging 3 of 4 shards: %v, want ErrMerge", err)
+	}
+}
+
+// TestManifestGCSGenerationChanged: on GCS, an object rewritten with the
+// same bytes after the manifest (a new generation, same size) is refused
+// when first read, naming the generations.
+func TestManifestGCSGenerationChanged(t *testing.T) {
+	ctx := context.Background()
+	gcs := objstoretest.NewFakeGCS(t, "b")
+	store := gcs.Store(t)
+	s := datagen.DefaultSpec()
+	s.Files, s.Rows, s.RowGroupRows = 2, 60, 20
+	res, err := datagen.Write(ctx, store, "gs://b/ds", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeManifest(t, store, []string{"gs://b/ds/"}, manifest.DefaultURI("gs://b/ds"))
+	victim := res.Files[0].URI
+	before, _ := store.Stat(ctx, victim)
+	data := make([]byte, before.Size)
+	if err := store.ReadAt(ctx, before, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	after := gcs.Put(t, store, victim, data)
+	ds, err := loader.Open(ctx, store, []string{"gs://b/ds/"}, loader.WithManifest(loader.ManifestAuto), loader.WithFooterCache(nil))
+	if err != nil || ds.PlanInfo().Manifest == "" {
+		t.Fatalf("planning: %v, %+v", err, ds.PlanInfo())
+	}
+	mem := memory.NewGoAllocator()
+	rec, err := ds.ReadRowGroup(ctx, 1, 0, mem)
+	if err != nil {
+		t.Fatalf("the unchanged object: %v", err)
+	}
+	rec.Release()
+	_, err = ds.ReadRowGroup(ctx, 0, 0, mem)
+	want := fmt.Sprintf("generation %d -> %d", before.Generation, after.Generation)
+	if !errors.Is(err, loader.ErrStale) || !strings.Contains(err.Error(), victim) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("reading the rewritten object: %v, want ErrStale naming %s and %q", err, victim, want)
 	}
 }
