@@ -28,7 +28,9 @@ var errorCodes = []transport.ErrorCode{
 	{Target: objstore.ErrInvalidPath, Code: codes.InvalidArgument},
 	{Target: objstore.ErrGlobLimit, Code: codes.InvalidArgument},
 	{Target: loader.ErrColumnNotFound, Code: codes.InvalidArgument},
-	{Target: objstore.ErrNotFound, Code: codes.NotFound}, // loader.ErrNotFound is the same value
+	{Target: loader.ErrStale, Code: codes.FailedPrecondition},    // a file changed since its manifest
+	{Target: loader.ErrManifest, Code: codes.FailedPrecondition}, // a manifest refused
+	{Target: objstore.ErrNotFound, Code: codes.NotFound},         // loader.ErrNotFound is the same value
 	{Target: loader.ErrCorrupt, Code: codes.FailedPrecondition},
 	{Target: loader.ErrSchemaMismatch, Code: codes.FailedPrecondition},
 	{Target: loader.ErrNull, Code: codes.FailedPrecondition},

@@ -228,6 +228,10 @@ func (p *Pipeline) Info(ctx context.Context, req *transport.Request) (*transport
 		StepsPerEpoch: int64(pl.plan.StepsPerEpoch()),
 		DroppedRows:   pl.plan.DroppedRows(),
 		PaddedRows:    pl.plan.PaddedRows(),
+		// How the dataset was planned (a cached dataset: when it was).
+		Manifest:       pl.ds.PlanInfo().Manifest,
+		ManifestReason: pl.ds.PlanInfo().Reason,
+		PlanRequests:   pl.ds.PlanInfo().Requests,
 	}, nil
 }
 
@@ -275,12 +279,13 @@ func (p *Pipeline) OpenWith(ctx context.Context, req *transport.Request, mem mem
 
 // dataset opens (or takes from the cache) the dataset of patterns projected
 // to cols.
-func (p *Pipeline) dataset(ctx context.Context, patterns, cols []string, fills map[string]float64) (*loader.Dataset, error) {
+func (p *Pipeline) dataset(ctx context.Context, patterns, cols []string, fills map[string]float64, manifest string) (*loader.Dataset, error) {
 	key, _ := json.Marshal(struct {
 		P []string
 		C []string
 		F map[string]string
-	}{patterns, cols, fillKey(fills)})
+		M string
+	}{patterns, cols, fillKey(fills), manifest})
 	now := time.Now()
 	if p.cfg.cacheTTL > 0 {
 		p.mu.Lock()
@@ -299,6 +304,14 @@ func (p *Pipeline) dataset(ctx context.Context, patterns, cols []string, fills m
 	}
 	// Over Flight, a column without a fill delivers its nulls as Arrow nulls.
 	opts = append(opts, loader.WithNullsAsValidity())
+	// The ticket's manifest: absent means auto, "off" the footers.
+	switch manifest {
+	case "", loader.ManifestAuto:
+		opts = append(opts, loader.WithManifest(loader.ManifestAuto))
+	case "off":
+	default:
+		opts = append(opts, loader.WithManifest(manifest))
+	}
 	ds, err := loader.Open(ctx, p.cfg.store, patterns, opts...)
 	if err != nil {
 		return nil, err

@@ -397,6 +397,11 @@ func TestPipelineInfo(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := transport.PlanInfo{NumRows: 103, StepsPerEpoch: tc.steps, DroppedRows: tc.drop, PaddedRows: tc.pd}
+		// No manifest beside the data: planned from the footers, saying why.
+		if pi.Manifest != "" || !strings.Contains(pi.ManifestReason, "no manifest at") || pi.PlanRequests < 1 {
+			t.Errorf("%s: plan %+v, want the footers, the reason and the requests counted", tc.policy, pi)
+		}
+		pi.ManifestReason, pi.PlanRequests = "", 0
 		if pi != want {
 			t.Errorf("%s: plan %+v, want %+v", tc.policy, pi, want)
 		}

@@ -33,7 +33,7 @@ func (p *Pipeline) planFor(ctx context.Context, req *transport.Request) (*pipeli
 	if err != nil {
 		return nil, err
 	}
-	ds, err := p.dataset(ctx, cfg.datasets, cfg.columns, cfg.fills)
+	ds, err := p.dataset(ctx, cfg.datasets, cfg.columns, cfg.fills, cfg.manifest)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 // once, by configOf, and nothing downstream reads the Request again.
 type streamConfig struct {
 	datasets []string
+	manifest string             // transport.Request.Manifest
 	columns  []string           // projected columns in output order; empty: all
 	shaping  []shape.Column     // the columns that are shaped
 	fills    map[string]float64 // null replacements for the loader
@@ -60,6 +61,7 @@ func configOf(req *transport.Request) (*streamConfig, error) {
 	}
 	c := &streamConfig{
 		datasets: req.Datasets,
+		manifest: req.Manifest,
 		fills:    map[string]float64{},
 		plan: batching.Config{
 			GlobalBatch:      req.GlobalBatchSize,

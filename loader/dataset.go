@@ -92,28 +92,74 @@ type Dataset struct {
 	store    objstore.Store
 	cfg      config
 	decoders []format.Decoder
+	plan     PlanInfo
 }
 
 // Open matches patterns on store, reads every footer (concurrently, bounded,
 // cached), projects and checks the schemas, and returns the plan-ready
 // dataset. No data page is read.
+//
+// With WithManifest, the files and their facts come from the dataset's
+// manifest instead, when it serves (see WithManifest); PlanInfo says which
+// way planning went and how many store requests it made.
 func Open(ctx context.Context, store objstore.Store, patterns []string, opts ...Option) (*Dataset, error) {
-	if _, err := newConfig(opts); err != nil {
-		return nil, err
-	}
-	objs, err := objstore.Match(ctx, store, patterns)
+	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	return OpenObjects(ctx, store, objs, opts...)
+	cs := objstore.NewCountingStore(store)
+	reason := ""
+	if cfg.manifest != "" {
+		ds, why, err := openManifest(ctx, store, cs, patterns, cfg)
+		if err != nil {
+			return nil, err
+		}
+		if ds != nil {
+			ds.plan = PlanInfo{Manifest: manifestURIOf(cfg, patterns), Requests: cs.Requests()}
+			return ds, nil
+		}
+		reason = why
+	}
+	objs, err := objstore.Match(ctx, cs, patterns)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := openObjects(ctx, cs, store, objs, cfg)
+	if err != nil {
+		return nil, err
+	}
+	ds.plan = PlanInfo{Reason: reason, Requests: cs.Requests()}
+	return ds, nil
+}
+
+// manifestURIOf is the manifest planning used under cfg.
+func manifestURIOf(cfg config, patterns []string) string {
+	if cfg.manifest == ManifestAuto {
+		u, _ := defaultManifestURI(patterns)
+		return u
+	}
+	return cfg.manifest
 }
 
 // OpenObjects is Open over an explicit object list (sorted here by URI).
+// It reads the footers (WithManifest does not apply).
 func OpenObjects(ctx context.Context, store objstore.Store, objs []objstore.Object, opts ...Option) (*Dataset, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
+	cs := objstore.NewCountingStore(store)
+	ds, err := openObjects(ctx, cs, store, objs, cfg)
+	if err != nil {
+		return nil, err
+	}
+	ds.plan = PlanInfo{Requests: cs.Requests()}
+	return ds, nil
+}
+
+// openObjects reads the footers of objs through plan (which may count the
+// requests) and returns the dataset reading from store.
+func openObjects(ctx context.Context, plan, store objstore.Store, objs []objstore.Object, cfg config) (*Dataset, error) {
 	if len(objs) == 0 {
 		return nil, fmt.Errorf("loader: no files to open: %w", ErrNotFound)
 	}
@@ -130,7 +176,7 @@ func OpenObjects(ctx context.Context, store objstore.Store, objs []objstore.Obje
 		go func(i int) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			files[i], errs[i] = readFooter(ctx, store, objs[i], &cfg)
+			files[i], errs[i] = readFooter(ctx, plan, objs[i], &cfg)
 		}(i)
 	}
 	wg.Wait()

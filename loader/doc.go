@@ -14,6 +14,12 @@
 // adapts the one to the other (format.Source, format.Fetched and
 // format.Fetcher over objstore).
 //
+// With [WithManifest], Open plans from the dataset's manifest (package
+// manifest; [BuildManifest] writes its facts from the footers) instead of
+// every footer: at most two store requests, and each file's identity is
+// checked, and its footer read, when it is first decoded ([ErrStale] when
+// it changed). [Dataset.PlanInfo] says which way planning went.
+//
 // It knows nothing of batches, steps, streams or meshes: package batching decides
 // which row groups are read in which order, and package shard which process
 // needs which slice.

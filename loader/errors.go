@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/meshfeed/meshfeed/format"
+	"github.com/meshfeed/meshfeed/manifest"
 	"github.com/meshfeed/meshfeed/objstore"
 )
 
@@ -33,4 +34,12 @@ var (
 	// ErrNull: a null in a numeric column that has no fill value.
 	// It is format.ErrNull.
 	ErrNull = format.ErrNull
+	// ErrStale: a file planned from a manifest changed since the manifest
+	// was written (its size, modification time or generation differ, or its
+	// footer disagrees). It is manifest.ErrStale.
+	ErrStale = manifest.ErrStale
+	// ErrManifest: a manifest is refused: truncated, foreign, of another
+	// version, a part, or (when named) not naming the request's files. It
+	// is manifest.ErrInvalid.
+	ErrManifest = manifest.ErrInvalid
 )

@@ -32,6 +32,7 @@ type config struct {
 	maxRowGroupBytes int64
 	mmap             bool
 	validity         bool
+	manifest         string // WithManifest
 }
 
 // formatOptions are the settings package format reads footers and decodes

@@ -222,6 +222,13 @@ func (ds *Dataset) readRowGroup(ctx context.Context, file, rowGroup int, mem mem
 	if file < 0 || file >= len(ds.Files) || rowGroup < 0 || rowGroup >= len(ds.Files[file].RowGroups) {
 		return nil, fmt.Errorf("loader: row group (file %d, index %d) out of range", file, rowGroup)
 	}
+	// A file planned from a manifest is checked before its bytes are
+	// fetched (lazyDecoder).
+	if p, ok := ds.decoders[file].(interface{ prepare(context.Context) error }); ok {
+		if err := p.prepare(ctx); err != nil {
+			return nil, err
+		}
+	}
 	ra, err := ds.fetch(ctx, file, rowGroup, stats)
 	if err != nil {
 		return nil, err

@@ -39,6 +39,12 @@ type PlanInfo struct {
 	DroppedRows int64 `json:"dropped_rows"`
 	// PaddedRows is the padding rows per epoch (last_batch=pad).
 	PaddedRows int64 `json:"padded_rows"`
+	// Manifest is the dataset manifest planning used ("" when it read the
+	// footers), ManifestReason why none served where one was looked for,
+	// and PlanRequests the store requests planning made.
+	Manifest       string `json:"manifest,omitempty"`
+	ManifestReason string `json:"manifest_reason,omitempty"`
+	PlanRequests   int64  `json:"plan_requests,omitempty"`
 }
 
 // Step is one step of one client: its rows as records of the stream's schema,

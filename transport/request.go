@@ -110,6 +110,12 @@ type Request struct {
 	// Datasets are the dataset URIs or glob patterns (gs://bucket/path or
 	// absolute local paths); at least one.
 	Datasets []string `json:"datasets"`
+	// Manifest says where the datasets' manifest is: "" or "auto" (the
+	// default) plans from _meshfeed_manifest.parquet in the datasets'
+	// directory when it is there, "off" reads every footer, anything else
+	// is the manifest's URI (which must exist, be under an allowed root,
+	// and name the datasets' files).
+	Manifest string `json:"manifest,omitempty"`
 	// Columns projects and shapes columns, in output order; empty means every
 	// column unshaped.
 	Columns []Column `json:"columns,omitempty"`
@@ -224,6 +230,9 @@ func (r *Request) Validate() error {
 			p.add("datasets[%d] %q is listed twice", i, u)
 		}
 		seenURI[u] = true
+	}
+	if bytes.IndexByte([]byte(r.Manifest), 0) >= 0 {
+		p.add("manifest %q holds a NUL byte", r.Manifest)
 	}
 	seenCol := r.validateColumns(&p)
 	if r.GlobalBatchSize <= 0 {

@@ -318,6 +318,11 @@ func (s *Server) request(data []byte) (*Request, error) {
 	if err := checkRoots(req.Datasets, s.cfg.rootLocs); err != nil {
 		return nil, err
 	}
+	if m := req.Manifest; m != "" && m != "auto" && m != "off" {
+		if err := checkRoots([]string{m}, s.cfg.rootLocs); err != nil {
+			return nil, err
+		}
+	}
 	return req, nil
 }
 

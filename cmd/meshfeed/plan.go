@@ -36,6 +36,7 @@ type planArgs struct {
 	topology    string // "" unless --topology was given
 	cfg         batching.Config
 	epoch       int
+	manifest    string // --manifest: "auto", "off" or a URI
 }
 
 // planProcess is one process of the report.
@@ -78,6 +79,12 @@ type planReport struct {
 	DroppedRows      int64         `json:"dropped_rows"`
 	PaddedRows       int64         `json:"padded_rows"`
 	Processes        []planProcess `json:"processes"`
+	// Manifest is the manifest planning used ("" when it read the
+	// footers), ManifestReason why none served, PlanRequests the store
+	// requests planning made.
+	Manifest       string `json:"manifest"`
+	ManifestReason string `json:"manifest_reason,omitempty"`
+	PlanRequests   int64  `json:"plan_requests"`
 }
 
 const planUsage = `usage: meshfeed plan --data URI --global-batch-size B --mesh data=4,model=2 --batch-axes data
@@ -103,6 +110,7 @@ func parsePlanArgs(args []string, w io.Writer) (planArgs, error) {
 	var a planArgs
 	data, cols, axes := stringList{}, stringList{}, stringList{}
 	fs.BoolVar(&a.asJSON, "json", false, "print JSON instead of a table")
+	fs.StringVar(&a.manifest, "manifest", loader.ManifestAuto, `dataset manifest: "auto" (the dataset directory's _meshfeed_manifest.parquet when present), "off" (read every footer) or its URI`)
 	fs.Var(&data, "data", "dataset: files, directories or globs, local, gs:// or s3://, or https:// URLs of files; repeatable or comma-separated (required)")
 	fs.Var(&cols, "columns", "comma-separated columns to project (default: all); bytes count only these")
 	planNumFlag(fs, "global-batch-size", "global batch size B, rows per step over all devices; > 0 and a multiple of D (required)",
@@ -322,7 +330,7 @@ func runPlan(ctx context.Context, args []string) error {
 		return err
 	}
 	defer store.Close()
-	ds, err := loader.Open(ctx, store, a.data, loader.WithColumns(a.columns...))
+	ds, err := loader.Open(ctx, store, a.data, loader.WithColumns(a.columns...), manifestOption(a.manifest))
 	if err != nil {
 		return err
 	}
@@ -335,6 +343,7 @@ func runPlan(ctx context.Context, args []string) error {
 		return err
 	}
 
+	pi := ds.PlanInfo()
 	rep := planReport{
 		Data:             a.data,
 		Columns:          a.columns,
@@ -358,6 +367,7 @@ func runPlan(ctx context.Context, args []string) error {
 		DroppedRows:      plan.DroppedRows(),
 		PaddedRows:       plan.PaddedRows(),
 	}
+	rep.Manifest, rep.ManifestReason, rep.PlanRequests = pi.Manifest, pi.Reason, pi.Requests
 	if len(rep.Columns) == 0 {
 		rep.Columns = []string{}
 		for _, f := range ds.Schema.Fields() {
@@ -426,6 +436,13 @@ func printPlanTable(out io.Writer, rep planReport) error {
 	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "dataset\t%d files, %d row groups, %d rows, %s projected (columns %s)\n",
 		rep.Files, rep.TotalRowGroups, rep.NumRows, humanBytes(rep.TotalBytes), strings.Join(rep.Columns, ","))
+	planned := "footers"
+	if rep.Manifest != "" {
+		planned = "manifest " + rep.Manifest
+	} else if rep.ManifestReason != "" {
+		planned += " (" + rep.ManifestReason + ")"
+	}
+	fmt.Fprintf(w, "planned from\t%s, %d store requests\n", planned, rep.PlanRequests)
 	mesh := rep.Mesh
 	if rep.Topology != "" {
 		mesh += ", topology " + rep.Topology

@@ -141,7 +141,7 @@ TRANSPORTS: tuple[str, ...] = get_args(Transport)
 # which stream it reads: a state taken by one process (or at one position, or
 # with another number of epochs) resumes on any other. Every other field of the
 # request is the stream's identity (LoaderConfig.fingerprint).
-_NOT_IDENTITY = ("version", "slices", "start", "epochs")
+_NOT_IDENTITY = ("version", "slices", "start", "epochs", "manifest")  # a manifest plans the same steps
 WIRE_VERSION = 1
 
 
@@ -303,6 +303,7 @@ class LoaderConfig:
     tls_root_certs: bytes | str | os.PathLike[str] | None = None
     tls_server_name: str | None = None
     token: str | None = None
+    manifest: str | os.PathLike[str] = "auto"
     datasets: tuple[str, ...] = dataclasses.field(init=False)
     wire_columns: tuple[dict[str, Any], ...] | None = dataclasses.field(init=False)
 
@@ -352,11 +353,17 @@ class LoaderConfig:
             bad(f"transport={self.transport!r}: want one of {', '.join(TRANSPORTS)}")
         elif self.transport == "shm" and self.server is not None:
             bad("transport='shm': only for a local server (server=None); a server given by address is read over Flight")
+        manifest = self.manifest
+        if manifest not in ("auto", "off"):
+            manifest, problem = _normalize_uri(self.manifest)
+            if problem or manifest is None:
+                bad(f"manifest={self.manifest!r}: want 'auto', 'off' or the manifest's URI ({problem})")
         cols = _wire_columns(self.columns, bad)
         if problems:
             raise InvalidRequestError(_problems("meshfeed.Loader", problems))
         object.__setattr__(self, "datasets", tuple(datasets))
         object.__setattr__(self, "wire_columns", cols)
+        object.__setattr__(self, "manifest", manifest)
         object.__setattr__(self, "recovery_timeout", float(rt))
         object.__setattr__(self, "tls_root_certs", pem)
 
@@ -387,6 +394,8 @@ class LoaderConfig:
             req["shuffle"] = {"enabled": True, "window": self.shuffle.window}
         if self.pad_mask is not None:
             req["mask_column"] = self.pad_mask
+        if self.manifest != "auto":
+            req["manifest"] = self.manifest
         return req
 
     def fingerprint(self, num_slices: int, plan: Mapping[str, Any]) -> dict[str, Any]:

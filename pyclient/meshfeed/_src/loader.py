@@ -152,6 +152,12 @@ class Loader:
         tls_server_name: the name the server's certificate is checked
             against, when it is not the address's host.
         token: bearer token sent with every call (``server=`` only).
+        manifest: the dataset's manifest (``meshfeed manifest``): ``"auto"``
+            (default) plans from ``_meshfeed_manifest.parquet`` in the
+            dataset's directory when it is there, ``"off"`` reads every
+            file's footer, anything else is the manifest's path or URI.
+            ``stats()`` says which served (``manifest``) and how many store
+            requests planning made (``plan_requests``).
         mask_key: name of the mask with ``last_batch="pad"``.
         server_options: how the local server is started (``server=None``
             only): a :class:`ServerOptions` with its binary, read-ahead,
@@ -195,13 +201,14 @@ class Loader:
                  mask_key: str = "valid", recovery_timeout: float = 60.0, transport: Transport = "auto",
                  elastic: bool = False, tls_root_certs: bytes | str | os.PathLike[str] | None = None,
                  tls_server_name: str | None = None, token: str | None = None,
+                 manifest: str | os.PathLike[str] = "auto",
                  binary: str | os.PathLike[str] | None = None, server_args: Sequence[str] | None = None):
         cfg = LoaderConfig(
             data=data, global_batch_size=global_batch_size, sharding=sharding, columns=columns,
             last_batch=last_batch, shuffle=shuffle, num_epochs=num_epochs, prefetch=prefetch, server=server,
             server_options=_server_options(server_options, server, binary, server_args), mask_key=mask_key,
             recovery_timeout=recovery_timeout, transport=transport, tls_root_certs=tls_root_certs,
-            tls_server_name=tls_server_name, token=token)
+            tls_server_name=tls_server_name, token=token, manifest=manifest)
         self._start(cfg, state, elastic)
 
     @classmethod
@@ -461,7 +468,10 @@ class Loader:
         ``bytes_saved`` (bytes not read from storage), ``evictions``,
         ``corrupt`` (entries found damaged and fetched again) and
         ``write_errors`` (blocks the disk could not take); None while the
-        server cannot say.
+        server cannot say; ``manifest`` (the
+        dataset manifest the server planned from, ``""`` when it read the
+        footers) and ``plan_requests`` (the store requests that planning
+        made).
         """
         el = time.perf_counter() - self._t0 if self._t0 is not None else 0.0
         n = self._steps
@@ -475,6 +485,8 @@ class Loader:
                 "recoveries": self._session.recoveries, "transport": self._session.transport,
                 "host_copies": tot["host_copies"], "mask_unpacks": tot["mask_unpacks"],
                 "unaligned_transfers": tot["unaligned_transfers"], "in_place_bytes": tot["in_place_bytes"],
+                "manifest": self._plan_info.get("manifest", ""),
+                "plan_requests": int(self._plan_info.get("plan_requests", 0)),
                 **self._cache_stats()}
 
     def _cache_stats(self) -> dict[str, Any]:
