@@ -1,0 +1,103 @@
+package feed
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/compute"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/meshfeed/meshfeed/batching"
+	"github.com/meshfeed/meshfeed/filter"
+	"github.com/meshfeed/meshfeed/loader"
+)
+
+// takeRuns returns the rows of rec in runs (sorted, disjoint, within rec):
+// a view of rec when they are one run, else one arrow Take per column,
+// allocated from mem. It does not release rec.
+func takeRuns(rec arrow.RecordBatch, runs []filter.Run, mem memory.Allocator) (arrow.RecordBatch, error) {
+	if len(runs) == 1 {
+		return rec.NewSlice(runs[0].Lo, runs[0].Hi), nil
+	}
+	n := int64(0)
+	for _, r := range runs {
+		n += r.Hi - r.Lo
+	}
+	idx := make([]int32, 0, n)
+	for _, r := range runs {
+		for i := r.Lo; i < r.Hi; i++ {
+			idx = append(idx, int32(i))
+		}
+	}
+	ia := array.NewInt32Data(array.NewData(arrow.PrimitiveTypes.Int32, len(idx),
+		[]*memory.Buffer{nil, memory.NewBufferBytes(arrow.Int32Traits.CastToBytes(idx))}, nil, 0, 0))
+	defer ia.Release()
+	ctx := compute.WithAllocator(context.Background(), mem)
+	cols := make([]arrow.Array, rec.NumCols())
+	defer func() {
+		for _, c := range cols {
+			if c != nil {
+				c.Release()
+			}
+		}
+	}()
+	for i, c := range rec.Columns() {
+		out, err := compute.TakeArrayOpts(ctx, c, ia, *compute.DefaultTakeOptions())
+		if err != nil {
+			return nil, fmt.Errorf("filters: taking the kept rows of column %q (%s): %w", rec.Schema().Field(i).Name, c.DataType(), err)
+		}
+		cols[i] = out
+	}
+	return array.NewRecordBatch(rec.Schema(), cols, n), nil
+}
+
+// pieceRef returns the ref a slice reads for the plan's segment g: the
+// whole row group, or the physical rows that hold the segment's rows (with
+// a filter, the plan numbers the kept rows only).
+func (pl *pipelinePlan) pieceRef(g batching.Segment) loader.RowGroupRef {
+	ref := pl.refs[g.RowGroup]
+	var sel *filter.Selection
+	if pl.sels != nil {
+		sel = pl.sels[g.RowGroup]
+	}
+	rows := ref.Rows
+	if sel != nil {
+		rows = sel.Count()
+	}
+	if g.Start == 0 && g.End == rows {
+		return ref
+	}
+	ref.Start, ref.End = g.Start, g.End
+	if sel != nil {
+		ref.Start, ref.End = sel.Physical(g.Start, g.End)
+	}
+	return ref
+}
+
+// selectRows returns the kept rows of rg, the record read for the plan's
+// segment seg by the ref read (a piece when piece is true: then rg holds the
+// physical rows [read.Start, read.End) and seg's kept rows are taken; else
+// rg is the whole row group and all its kept rows are). It releases rg when
+// it returns another record.
+func (s *pipelineStream) selectRows(rg arrow.RecordBatch, seg batching.Segment, read loader.RowGroupRef, piece bool) (arrow.RecordBatch, error) {
+	if s.pl.sels == nil || s.pl.sels[seg.RowGroup] == nil {
+		return rg, nil
+	}
+	sel := s.pl.sels[seg.RowGroup]
+	lo, hi, base := int64(0), sel.Count(), int64(0)
+	if piece {
+		lo, hi = seg.Start, seg.End
+		if read.Start != 0 || read.End != 0 {
+			base = read.Start
+		}
+	}
+	if lo >= hi {
+		rg.Release()
+		return nil, fmt.Errorf("filters: empty segment [%d, %d) of a kept row group", lo, hi)
+	}
+	out, err := takeRuns(rg, sel.Slice(lo, hi, base), s.mem)
+	rg.Release()
+	return out, err
+}
