@@ -16,6 +16,7 @@ import jax
 
 from . import connect
 from .errors import InvalidRequestError
+from .filters import wire_filters
 
 _MAX_U64 = (1 << 64) - 1
 
@@ -280,8 +281,10 @@ class LoaderConfig:
     tls_root_certs: bytes | str | os.PathLike[str] | None = None
     tls_server_name: str | None = None
     token: str | None = None
+    filters: Sequence[Any] | None = None
     datasets: tuple[str, ...] = dataclasses.field(init=False)
     wire_columns: tuple[dict[str, Any], ...] | None = dataclasses.field(init=False)
+    wire_filters: tuple[tuple[dict[str, Any], ...], ...] | None = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -330,10 +333,12 @@ class LoaderConfig:
         elif self.transport == "shm" and self.server is not None:
             bad("transport='shm': only for a local server (server=None); a server given by address is read over Flight")
         cols = _wire_columns(self.columns, bad)
+        filt = wire_filters(self.filters, bad)
         if problems:
             raise InvalidRequestError(_problems("meshfeed.Loader", problems))
         object.__setattr__(self, "datasets", tuple(datasets))
         object.__setattr__(self, "wire_columns", cols)
+        object.__setattr__(self, "wire_filters", filt)
         object.__setattr__(self, "recovery_timeout", float(rt))
         object.__setattr__(self, "tls_root_certs", pem)
 
@@ -364,6 +369,8 @@ class LoaderConfig:
             req["shuffle"] = {"enabled": True, "window": self.shuffle.window}
         if self.pad_mask is not None:
             req["mask_column"] = self.pad_mask
+        if self.wire_filters is not None:
+            req["filters"] = [[dict(t) for t in conj] for conj in self.wire_filters]
         return req
 
     def fingerprint(self, num_slices: int, plan: Mapping[str, Any]) -> dict[str, Any]:
