@@ -12,6 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/meshfeed/meshfeed/batching"
 	"github.com/meshfeed/meshfeed/filter"
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/objstore"
@@ -99,6 +100,10 @@ func (p *Pipeline) selectRowGroups(ctx context.Context, pred *filter.Predicate, 
 			sel = nil
 		}
 		sels = append(sels, sel)
+	}
+	if len(refs) == 0 {
+		return nil, nil, fmt.Errorf("feed: %w: the filters %s keep no rows of the %d files of %s: nothing to plan; loosen the filters",
+			batching.ErrEmptyDataset, canon, len(ds.Files), ds.Files[0].Object.URI)
 	}
 	return refs, sels, nil
 }
