@@ -214,3 +214,29 @@ func (p *Pipeline) pruneRowGroup(fds *loader.Dataset, fi, ri int, bound *filter.
 		return st
 	})
 }
+
+// FilterRowGroups returns the row groups of ds that the filters (the
+// ticket's JSON form) keep, each with Rows set to its kept rows: what a
+// Pipeline plans with (for `meshfeed plan --filters`). Selections are
+// computed as a Pipeline does, with the loader's defaults, and not kept.
+func FilterRowGroups(ctx context.Context, ds *loader.Dataset, filters []byte) ([]loader.RowGroupRef, error) {
+	pred, err := filter.Parse(filters)
+	if err != nil {
+		return nil, err
+	}
+	p, err := NewPipeline(ctx, WithStore(ds.Store()), WithCacheTTL(0))
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	refs, sels, err := p.selectRowGroups(ctx, pred, ds)
+	if err != nil {
+		return nil, err
+	}
+	for i, s := range sels {
+		if s != nil {
+			refs[i].Rows = s.Count()
+		}
+	}
+	return refs, nil
+}

@@ -155,7 +155,11 @@ func compile(t Term, dt arrow.DataType) (matcher, error) {
 
 // kindError says that v's kind is not one the column takes.
 func kindError(v Value, want string) error {
-	return fmt.Errorf("value %s is a %s, want %s", v, v.Kind, want)
+	article := "a"
+	if v.Kind == Int {
+		article = "an"
+	}
+	return fmt.Errorf("value %s is %s %s, want %s", v, article, v.Kind, want)
 }
 
 // wantOf names the kinds an integer-like domain takes.

@@ -14,6 +14,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/meshfeed/meshfeed/batching"
+	"github.com/meshfeed/meshfeed/feed"
+	"github.com/meshfeed/meshfeed/filter"
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/shard"
@@ -36,6 +38,7 @@ type planArgs struct {
 	topology    string // "" unless --topology was given
 	cfg         batching.Config
 	epoch       int
+	filters     string // --filters: the ticket's JSON form; "" keeps every row
 }
 
 // planProcess is one process of the report.
@@ -78,11 +81,13 @@ type planReport struct {
 	DroppedRows      int64         `json:"dropped_rows"`
 	PaddedRows       int64         `json:"padded_rows"`
 	Processes        []planProcess `json:"processes"`
+	// Filters are the --filters given (NumRows counts the rows they keep).
+	Filters json.RawMessage `json:"filters,omitempty"`
 }
 
 const planUsage = `usage: meshfeed plan --data URI --global-batch-size B --mesh data=4,model=2 --batch-axes data
        [--processes P | --topology 4x4 --chips-per-host 4] [--last-batch drop|pad|raise]
-       [--seed S [--shuffle-window W]] [--columns a,b] [--epoch E] [--json]
+       [--seed S [--shuffle-window W]] [--columns a,b] [--epoch E] [--filters JSON] [--json]
 
 Prints the epoch plan of a dataset for a JAX mesh from the footers alone (no data
 page is read): rows, steps per epoch, dropped or padded rows, B, D and b = B/D, and
@@ -124,6 +129,7 @@ func parsePlanArgs(args []string, w io.Writer) (planArgs, error) {
 	planNumFlag(fs, "shuffle-window", "shuffle window W in rows (default 0): W > 0 also permutes the rows within each W-row window of every stream (needs --seed); 0 keeps stream order",
 		"a row count >= 0", &window)
 	planNumFlag(fs, "epoch", "epoch E whose read sets and bytes are reported (default 0)", "an epoch number >= 0", &a.epoch)
+	fs.StringVar(&a.filters, "filters", "", `keep only the rows a filter matches, as pyarrow.parquet's filters in JSON, e.g. '[["score", ">=", 0.5], ["lang", "in", ["en", "de"]]]' (docs/PROTOCOL.md, "Filters"); row groups the footers' statistics rule out are not read, the filter columns of the others are`)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), planUsage, "\nflags:\n")
 		fs.PrintDefaults()
@@ -154,6 +160,11 @@ func parsePlanArgs(args []string, w io.Writer) (planArgs, error) {
 	}
 	if a.epoch < 0 {
 		bad("--epoch %d: want an epoch >= 0", a.epoch)
+	}
+	if a.filters != "" {
+		if _, err := filter.Parse([]byte(a.filters)); err != nil {
+			bad("--filters: %w", err)
+		}
 	}
 	if window < 0 || window > math.MaxInt32 {
 		bad("--shuffle-window %d: want 0 (no row shuffle) or a window of 1..%d rows", window, math.MaxInt32)
@@ -327,6 +338,11 @@ func runPlan(ctx context.Context, args []string) error {
 		return err
 	}
 	refs := ds.RowGroups()
+	if a.filters != "" {
+		if refs, err = feed.FilterRowGroups(ctx, ds, []byte(a.filters)); err != nil {
+			return err
+		}
+	}
 	rgs, total := planRowGroups(refs)
 	// Errors of NewPlan (raise with a remainder, drop with N < B, ...) already
 	// name N, B and the remainder; they are returned as they are.
@@ -338,6 +354,7 @@ func runPlan(ctx context.Context, args []string) error {
 	rep := planReport{
 		Data:             a.data,
 		Columns:          a.columns,
+		Filters:          json.RawMessage(a.filters),
 		Files:            len(ds.Files),
 		TotalRowGroups:   len(refs),
 		TotalBytes:       total,
