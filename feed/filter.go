@@ -215,28 +215,39 @@ func (p *Pipeline) pruneRowGroup(fds *loader.Dataset, fi, ri int, bound *filter.
 	})
 }
 
+// FilterCounts says how the row groups of a dataset were decided: ruled
+// out by their statistics (Pruned), kept whole by them (Whole), or read and
+// evaluated (Evaluated).
+type FilterCounts struct {
+	Pruned    int64 `json:"pruned"`
+	Whole     int64 `json:"whole"`
+	Evaluated int64 `json:"evaluated"`
+}
+
 // FilterRowGroups returns the row groups of ds that the filters (the
 // ticket's JSON form) keep, each with Rows set to its kept rows: what a
-// Pipeline plans with (for `meshfeed plan --filters`). Selections are
-// computed as a Pipeline does, with the loader's defaults, and not kept.
-func FilterRowGroups(ctx context.Context, ds *loader.Dataset, filters []byte) ([]loader.RowGroupRef, error) {
+// Pipeline plans with (for `meshfeed plan --filters`), and how they were
+// decided. Selections are computed as a Pipeline does, with the loader's
+// defaults, and not kept.
+func FilterRowGroups(ctx context.Context, ds *loader.Dataset, filters []byte) ([]loader.RowGroupRef, FilterCounts, error) {
 	pred, err := filter.Parse(filters)
 	if err != nil {
-		return nil, err
+		return nil, FilterCounts{}, err
 	}
 	p, err := NewPipeline(ctx, WithStore(ds.Store()), WithCacheTTL(0))
 	if err != nil {
-		return nil, err
+		return nil, FilterCounts{}, err
 	}
 	defer p.Close()
 	refs, sels, err := p.selectRowGroups(ctx, pred, ds)
 	if err != nil {
-		return nil, err
+		return nil, FilterCounts{}, err
 	}
 	for i, s := range sels {
 		if s != nil {
 			refs[i].Rows = s.Count()
 		}
 	}
-	return refs, nil
+	fs := &p.filterStats
+	return refs, FilterCounts{Pruned: fs.Pruned.Load(), Whole: fs.Whole.Load(), Evaluated: fs.Evaluated.Load()}, nil
 }

@@ -81,8 +81,10 @@ type planReport struct {
 	DroppedRows      int64         `json:"dropped_rows"`
 	PaddedRows       int64         `json:"padded_rows"`
 	Processes        []planProcess `json:"processes"`
-	// Filters are the --filters given (NumRows counts the rows they keep).
-	Filters json.RawMessage `json:"filters,omitempty"`
+	// Filters are the --filters given (NumRows counts the rows they keep),
+	// FilterRowGroups how the row groups were decided.
+	Filters         json.RawMessage    `json:"filters,omitempty"`
+	FilterRowGroups *feed.FilterCounts `json:"filter_row_groups,omitempty"`
 }
 
 const planUsage = `usage: meshfeed plan --data URI --global-batch-size B --mesh data=4,model=2 --batch-axes data
@@ -338,10 +340,13 @@ func runPlan(ctx context.Context, args []string) error {
 		return err
 	}
 	refs := ds.RowGroups()
+	var counts *feed.FilterCounts
 	if a.filters != "" {
-		if refs, err = feed.FilterRowGroups(ctx, ds, []byte(a.filters)); err != nil {
+		var fc feed.FilterCounts
+		if refs, fc, err = feed.FilterRowGroups(ctx, ds, []byte(a.filters)); err != nil {
 			return err
 		}
+		counts = &fc
 	}
 	rgs, total := planRowGroups(refs)
 	// Errors of NewPlan (raise with a remainder, drop with N < B, ...) already
@@ -355,6 +360,7 @@ func runPlan(ctx context.Context, args []string) error {
 		Data:             a.data,
 		Columns:          a.columns,
 		Filters:          json.RawMessage(a.filters),
+		FilterRowGroups:  counts,
 		Files:            len(ds.Files),
 		TotalRowGroups:   len(refs),
 		TotalBytes:       total,
@@ -462,6 +468,10 @@ func printPlanTable(out io.Writer, rep planReport) error {
 		fmt.Fprintf(w, "shuffle\tseed %d: row groups permuted per epoch, rows within %d-row windows\n", rep.Seed, rep.ShuffleWindow)
 	default:
 		fmt.Fprintf(w, "shuffle\tseed %d: row groups permuted per epoch, rows in order\n", rep.Seed)
+	}
+	if c := rep.FilterRowGroups; c != nil {
+		fmt.Fprintf(w, "filters\t%s: row groups ruled out by statistics %d, kept whole by them %d, read and evaluated %d\n",
+			rep.Filters, c.Pruned, c.Whole, c.Evaluated)
 	}
 	fmt.Fprintf(w, "\nepoch %d, per process:\n", rep.Epoch)
 	fmt.Fprintln(w, "PROCESS\tDEVICES\tSLICES\tSTEPS\tSTREAM ROWS\tROW GROUPS\tBYTES")

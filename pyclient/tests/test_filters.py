@@ -209,3 +209,33 @@ def test_bad_filters_fail_at_construction(datasets, fserver, filters, words):
                         filters=filters)
     for w in words:
         assert w in str(e.value), f"{filters}: {w!r} not in {e.value}"
+
+
+@pytest.mark.parametrize("filters, wire", [
+    ([("bucket", "==", 3)], [["bucket", "==", 3]]),
+    ([("ts", "<", datetime.datetime(2020, 1, 5))], [["ts", "<", {"timestamp": "2020-01-05T00:00:00"}]]),
+    ([("tz", "<", datetime.datetime(1970, 1, 3, tzinfo=datetime.timezone.utc))],
+     [["tz", "<", {"timestamp": "1970-01-03T00:00:00+00:00"}]]),
+    ([("day", "<", datetime.date(2020, 1, 10))], [["day", "<", {"date": "2020-01-10"}]]),
+    ([("price", ">", decimal.Decimal("49"))], [["price", ">", {"decimal": "49"}]]),
+    ([("score", ">", 0.99)], [["score", ">", 0.99]]),
+    ([[("name", "<", "a")], [("id", "==", 5)]], [[["name", "<", "a"]], [["id", "==", 5]]]),  # strings prune too
+])
+def test_statistics_rule_row_groups_out(datasets, binary, filters, wire):
+    """`meshfeed plan --filters` on pyarrow's files: with statistics, row groups
+    of every column kind are ruled out from the footers alone; without, none
+    are; both plan the rows pyarrow keeps."""
+    import json
+    import subprocess
+
+    def plan(d):
+        out = subprocess.run([binary, "plan", "--json", "--data", str(d), "--columns", "id", "--global-batch-size", "1",
+                              "--mesh", "data=1", "--batch-axes", "data", "--filters", json.dumps(wire)],
+                             check=True, capture_output=True, text=True, timeout=60)
+        return json.loads(out.stdout)
+
+    with_stats, without = plan(datasets[1]["stats"]), plan(datasets[1]["nostats"])
+    n = len(_reference(datasets[1]["stats"], filters))
+    assert with_stats["num_rows"] == without["num_rows"] == n
+    assert with_stats["filter_row_groups"]["pruned"] > 0, with_stats["filter_row_groups"]
+    assert without["filter_row_groups"]["pruned"] == 0, without["filter_row_groups"]
