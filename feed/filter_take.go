@@ -54,24 +54,18 @@ func takeRuns(rec arrow.RecordBatch, runs []filter.Run, mem memory.Allocator) (a
 }
 
 // pieceRef returns the ref a slice reads for the plan's segment g: the
-// whole row group, or the physical rows that hold the segment's rows (with
-// a filter, the plan numbers the kept rows only).
+// whole row group, or a piece of it. With a filter, the plan numbers the
+// kept rows only, and the piece is the physical rows that hold the
+// segment's rows (all of the row group's kept rows may lie in a part of it:
+// a row group at the edge of a range of a sorted column).
 func (pl *pipelinePlan) pieceRef(g batching.Segment) loader.RowGroupRef {
 	ref := pl.refs[g.RowGroup]
-	var sel *filter.Selection
-	if pl.sels != nil {
-		sel = pl.sels[g.RowGroup]
+	start, end := g.Start, g.End
+	if pl.sels != nil && pl.sels[g.RowGroup] != nil {
+		start, end = pl.sels[g.RowGroup].Physical(g.Start, g.End)
 	}
-	rows := ref.Rows
-	if sel != nil {
-		rows = sel.Count()
-	}
-	if g.Start == 0 && g.End == rows {
-		return ref
-	}
-	ref.Start, ref.End = g.Start, g.End
-	if sel != nil {
-		ref.Start, ref.End = sel.Physical(g.Start, g.End)
+	if start != 0 || end != ref.Rows {
+		ref.Start, ref.End = start, end
 	}
 	return ref
 }
