@@ -61,13 +61,26 @@ func takeRuns(rec arrow.RecordBatch, runs []filter.Run, mem memory.Allocator) (a
 func (pl *pipelinePlan) pieceRef(g batching.Segment) loader.RowGroupRef {
 	ref := pl.refs[g.RowGroup]
 	start, end := g.Start, g.End
-	if pl.sels != nil && pl.sels[g.RowGroup] != nil {
-		start, end = pl.sels[g.RowGroup].Physical(g.Start, g.End)
+	if sel := pl.selection(g.RowGroup); sel != nil {
+		start, end = sel.Physical(g.Start, g.End)
+		if g.Start == 0 && g.End == sel.Count() && 2*(end-start) > ref.Rows {
+			// Every kept row, spread over most of the row group: read it
+			// whole (a piece costs locating its pages, and saves little).
+			start, end = 0, ref.Rows
+		}
 	}
 	if start != 0 || end != ref.Rows {
 		ref.Start, ref.End = start, end
 	}
 	return ref
+}
+
+// selection returns the kept rows of the plan's row group g, nil for all.
+func (pl *pipelinePlan) selection(g int) *filter.Selection {
+	if pl.sels == nil {
+		return nil
+	}
+	return pl.sels[g]
 }
 
 // selectRows returns the kept rows of rg, the record read for the plan's
