@@ -239,3 +239,26 @@ def test_statistics_rule_row_groups_out(datasets, binary, filters, wire):
     assert with_stats["num_rows"] == without["num_rows"] == n
     assert with_stats["filter_row_groups"]["pruned"] > 0, with_stats["filter_row_groups"]
     assert without["filter_row_groups"]["pruned"] == 0, without["filter_row_groups"]
+
+
+def test_elastic_resume_with_a_filter(datasets, fserver):
+    """A state saved with D = 8 resumes with D = 2 (elastic=True): the kept
+    rows of the epoch not yet delivered come once each, none lost."""
+    d = datasets[1]["stats"]
+    filters = [("score", "<", 0.4)]
+
+    def sh(n):
+        return NamedSharding(jax.make_mesh((n,), ("data",), devices=jax.devices()[:n]), P("data"))
+
+    kw = dict(global_batch_size=32, server=fserver.address, columns=["id"], last_batch="pad",
+              shuffle=meshfeed.Shuffle(seed=9, window=40), num_epochs=1, filters=filters)
+    k = 5
+    with meshfeed.Loader(str(d / "*.parquet"), sharding=sh(8), **kw) as ld:
+        spe = ld.steps_per_epoch
+        before = _steps(ld, k)
+        saved = ld.state()
+    with meshfeed.Loader(str(d / "*.parquet"), sharding=sh(2), state=saved, elastic=True, **kw) as ld:
+        after = _steps(ld)
+    assert len(before) + len(after) == spe
+    ids = [i for ids, m in before + after for i, keep in zip(ids, m) if keep]
+    assert sorted(ids) == sorted(_reference(d, filters))
