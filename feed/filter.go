@@ -130,11 +130,13 @@ func (p *Pipeline) planSelections(ctx context.Context, pred *filter.Predicate, d
 	if err != nil {
 		return fmt.Errorf("feed: filters: %w", err)
 	}
+	// The files share the filter columns' types (OpenObjects checks it):
+	// bound once, an error names the first file.
+	bound, err := filter.Bind(pred, fds.Schema)
+	if err != nil {
+		return fmt.Errorf("feed: filters on %s: %w: %w", fds.Files[0].Object.URI, transport.ErrBadRequest, err)
+	}
 	for i, f := range fds.Files {
-		bound, err := filter.Bind(pred, fds.Schema)
-		if err != nil {
-			return fmt.Errorf("feed: filters on %s: %w: %w", f.Object.URI, transport.ErrBadRequest, err)
-		}
 		fs, err := p.fileSelection(ctx, fds, i, bound)
 		if err != nil {
 			return err

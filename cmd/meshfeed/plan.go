@@ -163,11 +163,7 @@ func parsePlanArgs(args []string, w io.Writer) (planArgs, error) {
 	if a.epoch < 0 {
 		bad("--epoch %d: want an epoch >= 0", a.epoch)
 	}
-	if a.filters != "" {
-		if _, err := filter.Parse([]byte(a.filters)); err != nil {
-			bad("--filters: %w", err)
-		}
-	}
+	checkPlanFilters(a.filters, bad)
 	if window < 0 || window > math.MaxInt32 {
 		bad("--shuffle-window %d: want 0 (no row shuffle) or a window of 1..%d rows", window, math.MaxInt32)
 	} else if window > 0 && !set["seed"] {
@@ -312,6 +308,34 @@ func parsePlanMesh(spec string) ([]string, []int, error) {
 	return names, shape, nil
 }
 
+// checkPlanFilters reports through bad a --filters that does not parse.
+func checkPlanFilters(filters string, bad func(string, ...any)) {
+	if filters == "" {
+		return
+	}
+	if _, err := filter.Parse([]byte(filters)); err != nil {
+		bad("--filters: %w", err)
+	}
+}
+
+// openPlanDataset opens a's dataset, projected to a's columns, and returns
+// the row groups the plan numbers: every row group, or with --filters the
+// ones they keep (Rows their kept rows) and how they were decided.
+func openPlanDataset(ctx context.Context, store objstore.Store, a planArgs) (*loader.Dataset, []loader.RowGroupRef, *feed.FilterCounts, error) {
+	ds, err := loader.Open(ctx, store, a.data, loader.WithColumns(a.columns...))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if a.filters == "" {
+		return ds, ds.RowGroups(), nil, nil
+	}
+	refs, counts, err := feed.FilterRowGroups(ctx, ds, []byte(a.filters))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return ds, refs, &counts, nil
+}
+
 // runPlan prints the epoch plan of a dataset for a mesh; see planUsage.
 func runPlan(ctx context.Context, args []string) error {
 	a, err := parsePlanArgs(args, planStderr)
@@ -335,18 +359,9 @@ func runPlan(ctx context.Context, args []string) error {
 		return err
 	}
 	defer store.Close()
-	ds, err := loader.Open(ctx, store, a.data, loader.WithColumns(a.columns...))
+	ds, refs, counts, err := openPlanDataset(ctx, store, a)
 	if err != nil {
 		return err
-	}
-	refs := ds.RowGroups()
-	var counts *feed.FilterCounts
-	if a.filters != "" {
-		var fc feed.FilterCounts
-		if refs, fc, err = feed.FilterRowGroups(ctx, ds, []byte(a.filters)); err != nil {
-			return err
-		}
-		counts = &fc
 	}
 	rgs, total := planRowGroups(refs)
 	// Errors of NewPlan (raise with a remainder, drop with N < B, ...) already
