@@ -11,12 +11,15 @@ import (
 
 	"github.com/meshfeed/meshfeed/batching"
 	"github.com/meshfeed/meshfeed/filter"
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
 	"github.com/meshfeed/meshfeed/loader"
 )
 
 // takeRuns returns the rows of rec in runs (sorted, disjoint, within rec):
-// a view of rec when they are one run, else one arrow Take per column,
-// allocated from mem. It does not release rec.
+// a view of rec when they are one run, else, per column, a copy of the
+// runs' bytes (copyRuns: fixed-width columns and fixed-size lists of them,
+// without nulls) or one arrow Take, allocated from mem. It does not release
+// rec.
 func takeRuns(rec arrow.RecordBatch, runs []filter.Run, mem memory.Allocator) (arrow.RecordBatch, error) {
 	if len(runs) == 1 {
 		return rec.NewSlice(runs[0].Lo, runs[0].Hi), nil
@@ -25,15 +28,12 @@ func takeRuns(rec arrow.RecordBatch, runs []filter.Run, mem memory.Allocator) (a
 	for _, r := range runs {
 		n += r.Hi - r.Lo
 	}
-	idx := make([]int32, 0, n)
-	for _, r := range runs {
-		for i := r.Lo; i < r.Hi; i++ {
-			idx = append(idx, int32(i))
+	var ia *array.Int32 // the kept rows' indices, made for the first column copyRuns does not take
+	defer func() {
+		if ia != nil {
+			ia.Release()
 		}
-	}
-	ia := array.NewInt32Data(array.NewData(arrow.PrimitiveTypes.Int32, len(idx),
-		[]*memory.Buffer{nil, memory.NewBufferBytes(arrow.Int32Traits.CastToBytes(idx))}, nil, 0, 0))
-	defer ia.Release()
+	}()
 	ctx := compute.WithAllocator(context.Background(), mem)
 	cols := make([]arrow.Array, rec.NumCols())
 	defer func() {
@@ -44,6 +44,13 @@ func takeRuns(rec arrow.RecordBatch, runs []filter.Run, mem memory.Allocator) (a
 		}
 	}()
 	for i, c := range rec.Columns() {
+		if out, ok := copyRuns(c, runs, n, mem); ok {
+			cols[i] = out
+			continue
+		}
+		if ia == nil {
+			ia = runIndices(runs, n)
+		}
 		out, err := compute.TakeArrayOpts(ctx, c, ia, *compute.DefaultTakeOptions())
 		if err != nil {
 			return nil, fmt.Errorf("filters: taking the kept rows of column %q (%s): %w", rec.Schema().Field(i).Name, c.DataType(), err)
@@ -107,4 +114,70 @@ func (s *pipelineStream) selectRows(rg arrow.RecordBatch, seg batching.Segment, 
 	out, err := takeRuns(rg, sel.Slice(lo, hi, base), s.mem)
 	rg.Release()
 	return out, err
+}
+
+// runIndices returns the n rows of runs as an index array.
+func runIndices(runs []filter.Run, n int64) *array.Int32 {
+	idx := make([]int32, 0, n)
+	for _, r := range runs {
+		for i := r.Lo; i < r.Hi; i++ {
+			idx = append(idx, int32(i))
+		}
+	}
+	return array.NewInt32Data(array.NewData(arrow.PrimitiveTypes.Int32, len(idx),
+		[]*memory.Buffer{nil, memory.NewBufferBytes(arrow.Int32Traits.CastToBytes(idx))}, nil, 0, 0))
+}
+
+// copyRuns copies the runs of a fixed-width column without nulls (or a
+// fixed-size list of one) into a new array of n rows: one copy per run,
+// about ten times arrow's Take on scattered rows. ok false for any other
+// column.
+func copyRuns(c arrow.Array, runs []filter.Run, n int64, mem memory.Allocator) (arrow.Array, bool) {
+	d := c.Data()
+	if d.NullN() != 0 {
+		return nil, false
+	}
+	width, per := 0, int64(1) // bytes per value, values per row
+	values := d
+	switch t := c.DataType().(type) {
+	case *arrow.FixedSizeListType:
+		ch := d.Children()[0]
+		fw, ok := ch.DataType().(arrow.FixedWidthDataType)
+		if !ok || ch.NullN() != 0 || len(ch.Buffers()) != 2 || fw.BitWidth()%8 != 0 || ch.Buffers()[1] == nil {
+			return nil, false
+		}
+		width, per, values = fw.BitWidth()/8, int64(t.Len()), ch
+	case arrow.FixedWidthDataType:
+		if t.BitWidth()%8 != 0 || len(d.Buffers()) != 2 || d.Buffers()[1] == nil {
+			return nil, false
+		}
+		width = t.BitWidth() / 8
+	default:
+		return nil, false
+	}
+	rowBytes := int64(width) * per
+	// The rows start at the values' offset, plus, for a list, the list's
+	// offset in rows.
+	src := values.Buffers()[1].Bytes()[int64(values.Offset())*int64(width):]
+	if values != d {
+		src = src[int64(d.Offset())*rowBytes:]
+	}
+	buf := arrowmem.NewOverwriteBuffer(mem, int(n*rowBytes))
+	dst := buf.Bytes()
+	at := int64(0)
+	for _, r := range runs {
+		at += int64(copy(dst[at:], src[r.Lo*rowBytes:r.Hi*rowBytes]))
+	}
+	if values == d {
+		out := array.NewData(d.DataType(), int(n), []*memory.Buffer{nil, buf}, nil, 0, 0)
+		buf.Release()
+		defer out.Release()
+		return array.MakeFromData(out), true
+	}
+	child := array.NewData(values.DataType(), int(n*per), []*memory.Buffer{nil, buf}, nil, 0, 0)
+	buf.Release()
+	out := array.NewData(d.DataType(), int(n), []*memory.Buffer{nil}, []arrow.ArrayData{child}, 0, 0)
+	child.Release()
+	defer out.Release()
+	return array.MakeFromData(out), true
 }

@@ -234,12 +234,26 @@ func TestTakeRuns(t *testing.T) {
 		want.Release()
 	}
 	view.Release()
-	got, err := takeRuns(rec, []filter.Run{{Lo: 0, Hi: 1}, {Lo: 4, Hi: 7}, {Lo: 9, Hi: 10}}, mem)
+	// Rows 0, 4, 5, 6 and 9 of rec, taken from rec and from a slice of it
+	// (its arrays have an offset).
+	checkTake(t, rec, rec, []filter.Run{{Lo: 0, Hi: 1}, {Lo: 4, Hi: 7}, {Lo: 9, Hi: 10}}, []int64{0, 4, 5, 6, 9}, mem)
+	part := rec.NewSlice(3, 10)
+	defer part.Release()
+	checkTake(t, rec, part, []filter.Run{{Lo: 1, Hi: 4}, {Lo: 6, Hi: 7}}, []int64{4, 5, 6, 9}, mem)
+}
+
+// checkTake checks that takeRuns(in, runs) holds the rows of rec.
+func checkTake(t *testing.T, rec, in arrow.RecordBatch, runs []filter.Run, rows []int64, mem memory.Allocator) {
+	t.Helper()
+	got, err := takeRuns(in, runs, mem)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer got.Release()
-	for i, row := range []int64{0, 4, 5, 6, 9} {
+	if got.NumRows() != int64(len(rows)) {
+		t.Fatalf("takeRuns(%v) has %d rows, want %d", runs, got.NumRows(), len(rows))
+	}
+	for i, row := range rows {
 		one := rec.NewSlice(row, row+1)
 		g := got.NewSlice(int64(i), int64(i+1))
 		if !array.RecordEqual(g, one) {
