@@ -42,10 +42,10 @@ type FilterStats struct {
 	// Files whose selection came from the store (Cached) or was computed
 	// (Planned).
 	Cached, Planned atomic.Int64
-	// RowGroups ruled out by statistics (Pruned), kept whole by them
-	// (Whole), or whose filter columns were decoded and evaluated
-	// (Evaluated).
-	Pruned, Whole, Evaluated atomic.Int64
+	// RowGroups ruled out by statistics (Pruned; DictPruned of them by a
+	// dictionary page), kept whole by them (Whole), or whose filter columns
+	// were decoded and evaluated (Evaluated).
+	Pruned, DictPruned, Whole, Evaluated atomic.Int64
 	// DecodedBytes is the filter columns' bytes fetched to evaluate them.
 	DecodedBytes atomic.Int64
 }
@@ -156,7 +156,11 @@ func (p *Pipeline) fileSelection(ctx context.Context, fds *loader.Dataset, fi in
 	fs := &filter.FileSelection{RowGroups: make([]*filter.Selection, len(f.RowGroups))}
 	var undecided []loader.RowGroupRef
 	for ri, rg := range f.RowGroups {
-		switch p.pruneRowGroup(fds, fi, ri, bound) {
+		v, err := p.pruneRowGroup(ctx, fds, fi, ri, bound)
+		if err != nil {
+			return nil, fmt.Errorf("feed: filters: %w", err)
+		}
+		switch v {
 		case filter.None:
 			fs.RowGroups[ri], _ = filter.NewSelection(rg.Rows, nil)
 			p.filterStats.Pruned.Add(1)
@@ -194,17 +198,22 @@ func (p *Pipeline) fileSelection(ctx context.Context, fds *loader.Dataset, fi in
 	return fs, nil
 }
 
-// pruneRowGroup is the statistics' verdict on row group ri of file fi.
-func (p *Pipeline) pruneRowGroup(fds *loader.Dataset, fi, ri int, bound *filter.Bound) filter.Verdict {
+// pruneRowGroup is the footer's verdict on row group ri of file fi: its
+// statistics, then, where they leave it undecided, the dictionary pages of
+// the columns of ==, !=, in and not in terms (one ranged read each; a chunk
+// with a data page not dictionary-encoded has none usable).
+func (p *Pipeline) pruneRowGroup(ctx context.Context, fds *loader.Dataset, fi, ri int, bound *filter.Bound) (filter.Verdict, error) {
 	stats := map[string]filter.ColumnStats{}
 	defer func() {
 		for _, st := range stats {
-			if st.MinMax != nil {
-				st.MinMax.Release()
+			for _, a := range []arrow.Array{st.MinMax, st.Dict} {
+				if a != nil {
+					a.Release()
+				}
 			}
 		}
 	}()
-	return bound.Prune(func(col string) filter.ColumnStats {
+	of := func(col string) filter.ColumnStats {
 		if st, ok := stats[col]; ok {
 			return st
 		}
@@ -214,16 +223,37 @@ func (p *Pipeline) pruneRowGroup(fds *loader.Dataset, fi, ri int, bound *filter.
 		}
 		stats[col] = st
 		return st
-	})
+	}
+	v := bound.Prune(of)
+	cols := bound.DictColumns()
+	if v != filter.Some || len(cols) == 0 {
+		return v, nil
+	}
+	for _, col := range cols {
+		dict, ok, err := fds.ColumnDictionary(ctx, fi, ri, col, memory.DefaultAllocator)
+		if err != nil {
+			return filter.Some, err
+		}
+		if ok {
+			st := of(col)
+			st.Dict = dict
+			stats[col] = st
+		}
+	}
+	if v = bound.Prune(of); v == filter.None {
+		p.filterStats.DictPruned.Add(1)
+	}
+	return v, nil
 }
 
 // FilterCounts says how the row groups of a dataset were decided: ruled
 // out by their statistics (Pruned), kept whole by them (Whole), or read and
 // evaluated (Evaluated).
 type FilterCounts struct {
-	Pruned    int64 `json:"pruned"`
-	Whole     int64 `json:"whole"`
-	Evaluated int64 `json:"evaluated"`
+	Pruned     int64 `json:"pruned"`
+	DictPruned int64 `json:"dictionary_pruned"` // of Pruned, by a dictionary page
+	Whole      int64 `json:"whole"`
+	Evaluated  int64 `json:"evaluated"`
 }
 
 // FilterRowGroups returns the row groups of ds that the filters (the
@@ -251,5 +281,5 @@ func FilterRowGroups(ctx context.Context, ds *loader.Dataset, filters []byte) ([
 		}
 	}
 	fs := &p.filterStats
-	return refs, FilterCounts{Pruned: fs.Pruned.Load(), Whole: fs.Whole.Load(), Evaluated: fs.Evaluated.Load()}, nil
+	return refs, FilterCounts{Pruned: fs.Pruned.Load(), DictPruned: fs.DictPruned.Load(), Whole: fs.Whole.Load(), Evaluated: fs.Evaluated.Load()}, nil
 }

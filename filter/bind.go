@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"slices"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -36,11 +37,16 @@ type ColumnStats struct {
 	// type): a lower and an upper bound of its non-null values (NaN
 	// excluded).
 	MinMax arrow.Array
+	// Dict is nil, or every distinct non-null value of the column in the
+	// row group (a dictionary-encoded chunk's dictionary), of the column's
+	// (value) type; it may hold values no row has.
+	Dict arrow.Array
 }
 
 // matcher is one term compiled for one column type.
 type matcher interface {
 	column() string
+	operator() Op
 	// eval sets out[i] to whether row i of arr matches.
 	eval(arr arrow.Array, out []bool) error
 	prune(st ColumnStats) Verdict
@@ -51,6 +57,22 @@ type matcher interface {
 type Bound struct {
 	pred *Predicate
 	any  [][]matcher
+}
+
+// DictColumns returns the columns of the terms a dictionary can decide
+// (==, !=, in, not in): where statistics leave a row group undecided, the
+// caller may read those columns' dictionaries (ColumnStats.Dict) and ask
+// Prune again.
+func (b *Bound) DictColumns() []string {
+	var out []string
+	for _, c := range b.any {
+		for _, m := range c {
+			if op := m.operator(); (op == Eq || op == Ne || op == In || op == NotIn) && !slices.Contains(out, m.column()) {
+				out = append(out, m.column())
+			}
+		}
+	}
+	return out
 }
 
 // Predicate returns the predicate b was bound from.

@@ -386,6 +386,22 @@ func TestPruneAgreesWithEval(t *testing.T) {
 		if rng.IntN(5) != 0 {
 			st.MinMax = mm
 		}
+		if rng.IntN(2) == 0 { // a dictionary: the values, and maybe one no row has
+			db := array.NewBuilder(mem, arr.DataType())
+			for i := range n {
+				if arr.IsValid(i) {
+					if err := db.AppendValueFromString(arr.ValueStr(i)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if rng.IntN(2) == 0 {
+				_ = db.AppendValueFromString(map[int]string{0: "3", 1: "2.5", 2: "bb"}[kind])
+			}
+			st.Dict = db.NewArray()
+			db.Release()
+			defer st.Dict.Release()
+		}
 		verdict := bd.Prune(func(string) ColumnStats { return st })
 		checked[verdict]++
 		switch {

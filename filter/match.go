@@ -22,6 +22,8 @@ type ordMatcher[T comparable] struct {
 
 func (m *ordMatcher[T]) column() string { return m.col }
 
+func (m *ordMatcher[T]) operator() Op { return m.op }
+
 // nullMatches is whether a null row matches.
 func (m *ordMatcher[T]) nullMatches() bool {
 	switch m.op {
@@ -94,11 +96,49 @@ func (m *ordMatcher[T]) eval(arr arrow.Array, out []bool) error {
 	return nil
 }
 
-// prune is the term's verdict on a row group with statistics st.
+// prune is the term's verdict on a row group with statistics st: its
+// bounds and null count, then, where they leave it undecided, its
+// dictionary.
+func (m *ordMatcher[T]) prune(st ColumnStats) Verdict {
+	v := m.pruneStats(st)
+	if v == Some && st.Dict != nil {
+		return m.pruneDict(st)
+	}
+	return v
+}
+
+// pruneDict is the verdict of the chunk's dictionary st.Dict: None when no
+// value of it matches (and no null row does), All when every value does
+// and the chunk has no null (or nulls match).
+func (m *ordMatcher[T]) pruneDict(st ColumnStats) Verdict {
+	g, err := getterOf(st.Dict, m.get)
+	if err != nil || st.Dict.NullN() > 0 {
+		return Some
+	}
+	anyMatch, allMatch := false, true
+	for i := range st.Dict.Len() {
+		if m.match(g(i)) {
+			anyMatch = true
+		} else {
+			allMatch = false
+		}
+	}
+	nm := m.nullMatches()
+	mayNull := !st.NullsKnown || st.Nulls > 0
+	switch {
+	case !anyMatch && !(nm && mayNull):
+		return None
+	case allMatch && (nm || (st.NullsKnown && st.Nulls == 0)):
+		return All
+	}
+	return Some
+}
+
+// pruneStats is the verdict of the statistics' bounds and null count.
 //
 // Length: one short rule per op, each with its reason; float columns
 // (whose statistics exclude NaN) never get All, nor None where NaN matches.
-func (m *ordMatcher[T]) prune(st ColumnStats) Verdict {
+func (m *ordMatcher[T]) pruneStats(st ColumnStats) Verdict {
 	if st.Rows == 0 {
 		return None
 	}

@@ -1,6 +1,10 @@
 package loader
 
 import (
+	"context"
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/meshfeed/meshfeed/format"
@@ -24,4 +28,27 @@ func (ds *Dataset) ColumnStats(file, rowGroup int, column string, mem memory.All
 		return ColumnStats{}, false
 	}
 	return sf.ColumnStats(rowGroup, column, ds.Schema.Field(idx[0]).Type, mem)
+}
+
+// ColumnDictionary returns every distinct value of projected column column
+// in row group rowGroup of file file, from the chunk's dictionary page (one
+// ranged read of it), allocated from mem (the caller releases it); ok false
+// when the chunk has none usable (no dictionary page, a data page not
+// dictionary-encoded, a type it does not convert; Arrow IPC files). An
+// error names the file, row group and column.
+func (ds *Dataset) ColumnDictionary(ctx context.Context, file, rowGroup int, column string, mem memory.Allocator) (arrow.Array, bool, error) {
+	if file < 0 || file >= len(ds.Files) {
+		return nil, false, nil
+	}
+	f := ds.Files[file]
+	df, ok := f.footer.(format.DictFooter)
+	idx := ds.Schema.FieldIndices(column)
+	if !ok || len(idx) == 0 {
+		return nil, false, nil
+	}
+	dict, ok, err := df.ColumnDictionary(ctx, objSource{store: ds.store, obj: f.Object}, rowGroup, column, ds.Schema.Field(idx[0]).Type, mem)
+	if err != nil {
+		return nil, false, fmt.Errorf("loader: %s row group %d column %q dictionary: %w", f.Object.URI, rowGroup, column, err)
+	}
+	return dict, ok, nil
 }

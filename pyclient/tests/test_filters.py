@@ -47,6 +47,9 @@ def _table(rng, lo, n):
                           pa.decimal128(9, 2), mask=nulls()),
         "flag": pa.array(rng.random(n) < 0.3, mask=nulls(0.05)),
         "small": pa.array(rng.integers(0, 10, n), pa.uint8()),
+        # two values per 100-row row group, v{k%5} and v{k%5+2}: min and max
+        # span v{k%5+1}, which only the dictionary page rules out
+        "region": pa.array([f"v{(i // RG_ROWS) % 5 + 2 * (i % 2)}" for i in ids]),
     })
 
 
@@ -128,6 +131,9 @@ FILTERS = [
     [("flag", "!=", True)],
     [("small", "<", 2.5)],
     [("small", ">", -1)],
+    [("region", "==", "v3")],
+    [("region", "in", ["v1", "v6"])],
+    [("region", "not in", ["v2"])],
     [[("bucket", "<", 2)], [("lang", "==", "ja"), ("score", ">", 0.9)]],
     [("id", "<", 0)],  # keeps nothing in some files, nothing at all overall: tested apart
 ]
@@ -220,11 +226,13 @@ def test_bad_filters_fail_at_construction(datasets, fserver, filters, words):
     ([("price", ">", decimal.Decimal("49"))], [["price", ">", {"decimal": "49"}]]),
     ([("score", ">", 0.99)], [["score", ">", 0.99]]),
     ([[("name", "<", "a")], [("id", "==", 5)]], [[["name", "<", "a"]], [["id", "==", 5]]]),  # strings prune too
+    ([("region", "==", "v3")], [["region", "==", "v3"]]),  # dictionary pages
 ])
 def test_statistics_rule_row_groups_out(datasets, binary, filters, wire):
     """`meshfeed plan --filters` on pyarrow's files: with statistics, row groups
-    of every column kind are ruled out from the footers alone; without, none
-    are; both plan the rows pyarrow keeps."""
+    of every column kind are ruled out from the footers alone; without, only
+    dictionary pages rule any out (== and in); both plan the rows pyarrow
+    keeps."""
     import json
     import subprocess
 
@@ -238,7 +246,14 @@ def test_statistics_rule_row_groups_out(datasets, binary, filters, wire):
     n = len(_reference(datasets[1]["stats"], filters))
     assert with_stats["num_rows"] == without["num_rows"] == n
     assert with_stats["filter_row_groups"]["pruned"] > 0, with_stats["filter_row_groups"]
-    assert without["filter_row_groups"]["pruned"] == 0, without["filter_row_groups"]
+    assert without["filter_row_groups"]["pruned"] == without["filter_row_groups"]["dictionary_pruned"]
+    if wire[0][0] == "region":
+        # v3 lies within the bounds of the row groups holding v2 and v4 only:
+        # their dictionaries rule them out, with statistics or without
+        assert with_stats["filter_row_groups"]["dictionary_pruned"] > 0, with_stats["filter_row_groups"]
+        assert without["filter_row_groups"]["dictionary_pruned"] > 0, without["filter_row_groups"]
+    elif isinstance(wire[0][0], str) and wire[0][1] not in ("==", "in"):
+        assert without["filter_row_groups"]["pruned"] == 0, without["filter_row_groups"]
 
 
 def test_elastic_resume_with_a_filter(datasets, fserver):
