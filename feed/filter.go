@@ -42,10 +42,11 @@ type FilterStats struct {
 	// Files whose selection came from the store (Cached) or was computed
 	// (Planned).
 	Cached, Planned atomic.Int64
-	// RowGroups ruled out by statistics (Pruned; DictPruned of them by a
-	// dictionary page), kept whole by them (Whole), or whose filter columns
-	// were decoded and evaluated (Evaluated).
-	Pruned, DictPruned, Whole, Evaluated atomic.Int64
+	// RowGroups ruled out by the footers (Pruned; DictPruned of them by a
+	// dictionary page, BloomPruned by a bloom filter), kept whole by them
+	// (Whole), or whose filter columns were decoded and evaluated
+	// (Evaluated).
+	Pruned, DictPruned, BloomPruned, Whole, Evaluated atomic.Int64
 	// DecodedBytes is the filter columns' bytes fetched to evaluate them.
 	DecodedBytes atomic.Int64
 }
@@ -201,7 +202,10 @@ func (p *Pipeline) fileSelection(ctx context.Context, fds *loader.Dataset, fi in
 // pruneRowGroup is the footer's verdict on row group ri of file fi: its
 // statistics, then, where they leave it undecided, the dictionary pages of
 // the columns of ==, !=, in and not in terms (one ranged read each; a chunk
-// with a data page not dictionary-encoded has none usable).
+// with a data page not dictionary-encoded has none usable), then their bloom
+// filters (for == and in).
+//
+// Length: the three steps in order, each a short loop.
 func (p *Pipeline) pruneRowGroup(ctx context.Context, fds *loader.Dataset, fi, ri int, bound *filter.Bound) (filter.Verdict, error) {
 	stats := map[string]filter.ColumnStats{}
 	defer func() {
@@ -243,6 +247,23 @@ func (p *Pipeline) pruneRowGroup(ctx context.Context, fds *loader.Dataset, fi, r
 	if v = bound.Prune(of); v == filter.None {
 		p.filterStats.DictPruned.Add(1)
 	}
+	if v != filter.Some {
+		return v, nil
+	}
+	for _, col := range cols {
+		bloom, err := fds.ColumnBloom(ctx, fi, ri, col)
+		if err != nil {
+			return filter.Some, err
+		}
+		if bloom != nil {
+			st := of(col)
+			st.Bloom = bloom
+			stats[col] = st
+		}
+	}
+	if v = bound.Prune(of); v == filter.None {
+		p.filterStats.BloomPruned.Add(1)
+	}
 	return v, nil
 }
 
@@ -250,10 +271,11 @@ func (p *Pipeline) pruneRowGroup(ctx context.Context, fds *loader.Dataset, fi, r
 // out by their statistics (Pruned), kept whole by them (Whole), or read and
 // evaluated (Evaluated).
 type FilterCounts struct {
-	Pruned     int64 `json:"pruned"`
-	DictPruned int64 `json:"dictionary_pruned"` // of Pruned, by a dictionary page
-	Whole      int64 `json:"whole"`
-	Evaluated  int64 `json:"evaluated"`
+	Pruned      int64 `json:"pruned"`
+	DictPruned  int64 `json:"dictionary_pruned"` // of Pruned, by a dictionary page
+	BloomPruned int64 `json:"bloom_pruned"`      // of Pruned, by a bloom filter
+	Whole       int64 `json:"whole"`
+	Evaluated   int64 `json:"evaluated"`
 }
 
 // FilterRowGroups returns the row groups of ds that the filters (the
@@ -281,5 +303,5 @@ func FilterRowGroups(ctx context.Context, ds *loader.Dataset, filters []byte) ([
 		}
 	}
 	fs := &p.filterStats
-	return refs, FilterCounts{Pruned: fs.Pruned.Load(), DictPruned: fs.DictPruned.Load(), Whole: fs.Whole.Load(), Evaluated: fs.Evaluated.Load()}, nil
+	return refs, FilterCounts{Pruned: fs.Pruned.Load(), DictPruned: fs.DictPruned.Load(), BloomPruned: fs.BloomPruned.Load(), Whole: fs.Whole.Load(), Evaluated: fs.Evaluated.Load()}, nil
 }

@@ -41,6 +41,11 @@ type ColumnStats struct {
 	// row group (a dictionary-encoded chunk's dictionary), of the column's
 	// (value) type; it may hold values no row has.
 	Dict arrow.Array
+	// Bloom is nil, or the column chunk's bloom filter: MayContain(v) false
+	// says no row holds v (v the Go value a term compares: string, int64,
+	// uint64, float64 or decimal128.Num; an implementation answers true for
+	// kinds it does not check).
+	Bloom interface{ MayContain(v any) bool }
 }
 
 // matcher is one term compiled for one column type.

@@ -14,8 +14,9 @@
 // column exists, the value's kind fits the column's type) and compiles it.
 //
 // A Bound predicate answers twice: Prune, from a row group's statistics
-// (min, max, null count, and where given its dictionary: every distinct
-// value), says whether no row, every row or some rows may match; Eval, on the decoded filter columns of a row group, says exactly
+// (min, max, null count, and where given its dictionary, every distinct
+// value, and its bloom filter), says whether no row, every row or some rows
+// may match; Eval, on the decoded filter columns of a row group, says exactly
 // which rows match, as a Selection (sorted runs of physical rows). Selections
 // are cached per file and predicate behind the Store interface (an LRU in
 // memory by default).

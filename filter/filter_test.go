@@ -402,6 +402,23 @@ func TestPruneAgreesWithEval(t *testing.T) {
 			db.Release()
 			defer st.Dict.Release()
 		}
+		if rng.IntN(3) == 0 { // a bloom filter: the values, and false positives
+			held := map[any]bool{}
+			for i := range n {
+				if arr.IsNull(i) {
+					continue
+				}
+				switch a := arr.(type) {
+				case *array.Int64:
+					held[a.Value(i)] = true
+				case *array.Float64:
+					held[a.Value(i)] = true
+				case *array.String:
+					held[a.Value(i)] = true
+				}
+			}
+			st.Bloom = fakeBloom{held: held, fp: rng.IntN(3) == 0}
+		}
 		verdict := bd.Prune(func(string) ColumnStats { return st })
 		checked[verdict]++
 		switch {
@@ -420,3 +437,11 @@ func TestPruneAgreesWithEval(t *testing.T) {
 		t.Errorf("verdicts seen %v: want each of None, All, Some", checked)
 	}
 }
+
+// fakeBloom holds the values given, and says it may hold any other when fp.
+type fakeBloom struct {
+	held map[any]bool
+	fp   bool
+}
+
+func (b fakeBloom) MayContain(v any) bool { return b.fp || b.held[v] }

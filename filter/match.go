@@ -102,9 +102,34 @@ func (m *ordMatcher[T]) eval(arr arrow.Array, out []bool) error {
 func (m *ordMatcher[T]) prune(st ColumnStats) Verdict {
 	v := m.pruneStats(st)
 	if v == Some && st.Dict != nil {
-		return m.pruneDict(st)
+		v = m.pruneDict(st)
+	}
+	if v == Some && st.Bloom != nil {
+		v = m.pruneBloom(st)
 	}
 	return v
+}
+
+// pruneBloom is the verdict of the chunk's bloom filter on == and in: None
+// when it holds none of the values (and no null row matches).
+func (m *ordMatcher[T]) pruneBloom(st ColumnStats) Verdict {
+	switch {
+	case m.op == Eq && m.konst < 0:
+		if !st.Bloom.MayContain(any(m.c)) {
+			return None
+		}
+	case m.op == In:
+		if m.setNaN || (m.setNull && (!st.NullsKnown || st.Nulls > 0)) {
+			return Some
+		}
+		for v := range m.set {
+			if st.Bloom.MayContain(any(v)) {
+				return Some
+			}
+		}
+		return None
+	}
+	return Some
 }
 
 // pruneDict is the verdict of the chunk's dictionary st.Dict: None when no

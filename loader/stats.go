@@ -52,3 +52,24 @@ func (ds *Dataset) ColumnDictionary(ctx context.Context, file, rowGroup int, col
 	}
 	return dict, ok, nil
 }
+
+// ColumnBloom returns the bloom filter of projected column column in row
+// group rowGroup of file file (a ranged read of it), nil when the chunk has
+// none (or its type is not one bloom filters are checked for). An error
+// names the file, row group and column.
+func (ds *Dataset) ColumnBloom(ctx context.Context, file, rowGroup int, column string) (format.Bloom, error) {
+	if file < 0 || file >= len(ds.Files) {
+		return nil, nil
+	}
+	f := ds.Files[file]
+	bf, ok := f.footer.(format.BloomFooter)
+	idx := ds.Schema.FieldIndices(column)
+	if !ok || len(idx) == 0 {
+		return nil, nil
+	}
+	b, err := bf.ColumnBloom(ctx, objSource{store: ds.store, obj: f.Object}, rowGroup, column, ds.Schema.Field(idx[0]).Type)
+	if err != nil {
+		return nil, fmt.Errorf("loader: %s row group %d column %q bloom filter: %w", f.Object.URI, rowGroup, column, err)
+	}
+	return b, nil
+}

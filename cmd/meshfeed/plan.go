@@ -485,8 +485,8 @@ func printPlanTable(out io.Writer, rep planReport) error {
 		fmt.Fprintf(w, "shuffle\tseed %d: row groups permuted per epoch, rows in order\n", rep.Seed)
 	}
 	if c := rep.FilterRowGroups; c != nil {
-		fmt.Fprintf(w, "filters\t%s: row groups ruled out by statistics %d (by dictionary pages %d), kept whole by them %d, read and evaluated %d\n",
-			rep.Filters, c.Pruned, c.DictPruned, c.Whole, c.Evaluated)
+		fmt.Fprintf(w, "filters\t%s: row groups ruled out by the footers %d (by dictionary pages %d, by bloom filters %d), kept whole by them %d, read and evaluated %d\n",
+			rep.Filters, c.Pruned, c.DictPruned, c.BloomPruned, c.Whole, c.Evaluated)
 	}
 	fmt.Fprintf(w, "\nepoch %d, per process:\n", rep.Epoch)
 	fmt.Fprintln(w, "PROCESS\tDEVICES\tSLICES\tSTEPS\tSTREAM ROWS\tROW GROUPS\tBYTES")

@@ -277,3 +277,28 @@ def test_elastic_resume_with_a_filter(datasets, fserver):
     assert len(before) + len(after) == spe
     ids = [i for ids, m in before + after for i, keep in zip(ids, m) if keep]
     assert sorted(ids) == sorted(_reference(d, filters))
+
+
+def test_bloom_filters_rule_row_groups_out(tmp_path, binary):
+    """A column written without a dictionary but with bloom filters: a value
+    between a row group's min and max that it does not hold rules it out
+    (ints and strings); the rows planned are pyarrow's."""
+    import json
+    import subprocess
+
+    rng = np.random.default_rng(SEED)
+    code = np.concatenate([rng.permutation(np.arange(g * 2000, (g + 1) * 2000, 2)) for g in range(4)])  # even only
+    t = pa.table({"id": np.arange(len(code)), "code": code.astype(np.int64), "name": [f"k{c}" for c in code]})
+    with pq.ParquetWriter(tmp_path / "a.parquet", t.schema, use_dictionary=False,
+                          bloom_filter_options={"code": {"ndv": 1000, "fpp": 0.01},
+                                                "name": {"ndv": 1000, "fpp": 0.01}}) as w:
+        w.write_table(t, row_group_size=1000)
+    for filters in ([[("code", "==", 2001)], [("id", "==", 5)]], [[("code", "in", [3, 2005, 4001])], [("id", "==", 5)]],
+                    [[("name", "==", "k2001")], [("id", "==", 7)]]):
+        wire = [[list(term) for term in conj] for conj in filters]
+        out = subprocess.run([binary, "plan", "--json", "--data", str(tmp_path), "--columns", "id", "--global-batch-size",
+                              "1", "--mesh", "data=1", "--batch-axes", "data", "--filters", json.dumps(wire)],
+                             check=True, capture_output=True, text=True, timeout=60)
+        rep = json.loads(out.stdout)
+        assert rep["num_rows"] == pq.read_table(tmp_path / "a.parquet", filters=filters).num_rows
+        assert rep["filter_row_groups"]["bloom_pruned"] > 0, (filters, rep["filter_row_groups"])
