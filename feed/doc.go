@@ -12,7 +12,11 @@
 // transport.Step{Slices, Meta}: how the slices travel (one Flight message,
 // shared memory) is the transport's business.
 //
-// It imports loader, batching, shape and transport (for the Backend
+// A request's filters (package filter) are applied when it is planned
+// (filter.go): the plan numbers the kept rows only, and streams take them
+// from each decoded row group or piece before cutting (filter_take.go).
+//
+// It imports loader, batching, filter, shape and transport (for the Backend
 // interface it implements and the wire's request type); nothing below it
 // imports feed. Its errors keep the sentinels of the package that found them;
 // ErrorCodes is the one table from those sentinels to status codes.
@@ -35,6 +39,13 @@
 //     memory against the memory budget (transport.ErrTooLarge); an opened
 //     stream reserves that memory in the server's account until Close
 //     (limits.go).
+//   - Filters read the filter columns of the row groups the footers leave
+//     undecided when the request is planned, under a reader of their own
+//     (the read-ahead budget, at least loader.DefaultReadAhead) that the
+//     memory account does not count; their selections are cached by file and
+//     predicate (WithSelectionStore). A kept row group whose rows are one
+//     run is a view; others are copied (fixed-width columns run by run, the
+//     rest with arrow's Take).
 //   - Next must not be called concurrently with itself or Close; Close is
 //     called once, after the last Next returned.
 package feed

@@ -4,6 +4,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/meshfeed/meshfeed/batching"
+	"github.com/meshfeed/meshfeed/filter"
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/shape"
@@ -50,6 +51,7 @@ var errorCodes = []transport.ErrorCode{
 	{Target: batching.ErrInvalidConfig, Code: codes.InvalidArgument},
 	{Target: batching.ErrInvalidPolicy, Code: codes.InvalidArgument},
 	{Target: batching.ErrMaskColumnExists, Code: codes.InvalidArgument},
+	{Target: filter.ErrInvalid, Code: codes.InvalidArgument},
 }
 
 var _ transport.ErrorCoder = (*Pipeline)(nil)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/meshfeed/meshfeed/filter"
 	"github.com/meshfeed/meshfeed/internal/arrowmem"
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/objstore"
@@ -35,6 +36,8 @@ type pipelineConfig struct {
 	loadOpts  []loader.Option
 	cacheTTL  time.Duration
 	readAhead int64
+	// selections caches the rows filters keep (filter.go).
+	selections filter.Store
 }
 
 // validate reports every problem of the configuration at once.
@@ -139,6 +142,8 @@ type Pipeline struct {
 	cache  map[string]cachedDataset
 	roots  []string         // set by UseRoots (pipeline_roots.go)
 	limits transport.Limits // set by UseLimits (limits.go)
+
+	filterStats FilterStats // filter.go
 }
 
 // cachedDataset is an opened dataset and when it stops being reused.
@@ -157,6 +162,9 @@ func NewPipeline(ctx context.Context, opts ...Option) (*Pipeline, error) {
 	}
 	if cfg.mem == nil {
 		cfg.mem = memory.DefaultAllocator
+	}
+	if cfg.selections == nil {
+		cfg.selections = filter.NewMemoryStore(0)
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err

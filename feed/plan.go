@@ -8,6 +8,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/meshfeed/meshfeed/batching"
+	"github.com/meshfeed/meshfeed/filter"
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/shape"
 	"github.com/meshfeed/meshfeed/transport"
@@ -24,6 +25,9 @@ type pipelinePlan struct {
 	schema *arrow.Schema        // schema of every slice sent
 	rem    *batching.Remainder  // elastic resume: the remainder of the switch's epoch (pipeline_elastic.go)
 	pieces piecePlan            // how each slice reads its row groups (budget.go)
+	// sels are the rows filters keep of each of refs (nil: no filter, or
+	// an entry nil: every row; filter.go).
+	sels []*filter.Selection
 }
 
 // planFor maps the request (configOf), opens its dataset and plans it, from
@@ -38,9 +42,18 @@ func (p *Pipeline) planFor(ctx context.Context, req *transport.Request) (*pipeli
 		return nil, err
 	}
 	refs := ds.RowGroups()
+	var sels []*filter.Selection
+	if cfg.filter != nil {
+		if refs, sels, err = p.selectRowGroups(ctx, cfg.filter, ds); err != nil {
+			return nil, err
+		}
+	}
 	rgs := make([]batching.RowGroup, len(refs))
 	for i, r := range refs {
 		rgs[i] = batching.RowGroup{File: r.File, Index: r.Index, Rows: r.Rows, Bytes: r.Bytes}
+		if sels != nil && sels[i] != nil {
+			rgs[i].Rows = sels[i].Count()
+		}
 	}
 	plan, err := batching.NewPlan(rgs, cfg.plan)
 	if err != nil {
@@ -51,7 +64,7 @@ func (p *Pipeline) planFor(ctx context.Context, req *transport.Request) (*pipeli
 		return nil, fmt.Errorf("feed: %w: the dataset already has a column %q, the mask column's name: set mask_column to another name or leave the column out of columns",
 			transport.ErrBadRequest, cfg.mask)
 	}
-	pl := &pipelinePlan{cfg: cfg, ds: ds, plan: plan, refs: refs, cutIn: ds.Schema, schema: cutOut}
+	pl := &pipelinePlan{cfg: cfg, ds: ds, plan: plan, refs: refs, cutIn: ds.Schema, schema: cutOut, sels: sels}
 	if len(cfg.shaping) > 0 {
 		sh, err := shape.NewShaper(cutOut, cfg.shaping)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/meshfeed/meshfeed/batching"
+	"github.com/meshfeed/meshfeed/filter"
 	"github.com/meshfeed/meshfeed/shape"
 	"github.com/meshfeed/meshfeed/transport"
 )
@@ -26,6 +27,7 @@ type streamConfig struct {
 	start    batching.Position
 	epochs   int                // 0: unbounded
 	elastic  *transport.Elastic // a switch of D inside an epoch (pipeline_elastic.go)
+	filter   *filter.Predicate  // nil: every row (filter.go)
 }
 
 // policyOf maps the wire's last_batch onto batching's policy.
@@ -111,6 +113,13 @@ func configOf(req *transport.Request) (*streamConfig, error) {
 		}
 	}
 	c.packed = packed != ""
+	if len(req.Filters) > 0 {
+		pred, err := filter.Parse(req.Filters)
+		if err != nil {
+			problems = append(problems, err.Error())
+		}
+		c.filter = pred
+	}
 	if c.packed && policy == batching.Pad {
 		ratio := req.Columns[slices.IndexFunc(req.Columns, func(c transport.Column) bool { return c.Name == packed })].PackRatio
 		problems = append(problems, fmt.Sprintf("column %q has pack_ratio %v, which last_batch \"pad\" does not support (packing changes the row count, so no per-row mask can describe a packed slice): use \"drop\" or \"raise\"", packed, ratio))

@@ -84,11 +84,7 @@ func (s *pipelineStream) plainSlices(pos batching.Position) ([]*sliceCut, error)
 			sc.segs = cut.Reads(rows)
 			sc.refs = make([]loader.RowGroupRef, len(sc.segs))
 			for i, g := range sc.segs {
-				ref := pl.refs[g.RowGroup]
-				if g.Start != 0 || g.End != ref.Rows {
-					ref.Start, ref.End = g.Start, g.End
-				}
-				sc.refs[i] = ref
+				sc.refs[i] = pl.pieceRef(g)
 			}
 		} else {
 			sc.refs = s.readRefs(pos, d)
@@ -277,11 +273,12 @@ func (s *pipelineStream) source(d int, err error) string {
 		return ", a padding row"
 	}
 	ref := s.pl.refs[g]
+	if s.pl.sels != nil && s.pl.sels[g] != nil {
+		row, _ = s.pl.sels[g].Physical(row, row+1) // the plan numbers the kept rows
+	}
 	fileRow := row
-	for _, r := range s.pl.refs {
-		if r.File == ref.File && r.Index < ref.Index {
-			fileRow += r.Rows
-		}
+	for _, m := range s.pl.ds.Files[ref.File].RowGroups[:ref.Index] {
+		fileRow += m.Rows
 	}
 	return fmt.Sprintf(", from %s row group %d row %d (row %d of the file)", s.pl.ds.Files[ref.File].Object.URI, ref.Index, row, fileRow)
 }
@@ -314,6 +311,7 @@ func (s *pipelineStream) cutSlice(sc *sliceCut) (arrow.RecordBatch, int, error) 
 			}
 			return nil, 0, err
 		}
+		read := sc.refs[sc.got]
 		if sc.segs != nil {
 			seg = sc.segs[sc.got]
 		}
@@ -322,6 +320,9 @@ func (s *pipelineStream) cutSlice(sc *sliceCut) (arrow.RecordBatch, int, error) 
 			rg.Release()
 			return nil, 0, fmt.Errorf("stream %d: read file %d row group %d, but the cutter wants file %d row group %d",
 				sc.d, ref.File, ref.Index, exp.File, exp.Index)
+		}
+		if rg, err = s.selectRows(rg, seg, read, sc.segs != nil); err != nil {
+			return nil, 0, fmt.Errorf("%s row group %d: %w", s.pl.ds.Files[ref.File].Object.URI, ref.Index, err)
 		}
 		err = sc.cut.Push(rg, seg)
 		rg.Release()

@@ -43,6 +43,7 @@ func (p *parquetFooter) arrowMD() (*metadata.FileMetaData, error) {
 			af.err = fmt.Errorf("arrow-go footer: %w", classify(err, p.kept))
 			return
 		}
+		md.SetSourceFileSize(p.size) // readers of sections past the footer (bloom filters) need it
 		af.md = md
 	})
 	return af.md, af.err

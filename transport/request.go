@@ -143,6 +143,12 @@ type Request struct {
 	// absent (the default) means none. Optional in ticket version 1: servers
 	// that predate it refuse it as an unknown field.
 	Elastic *Elastic `json:"elastic,omitempty"`
+	// Filters keeps only the rows a predicate matches, in pyarrow's
+	// filters form (docs/PROTOCOL.md, "Filters"); absent keeps every row.
+	// The transport checks only that it is a JSON list; the Backend parses
+	// it. Optional in ticket version 1: servers that predate it refuse it as
+	// an unknown field.
+	Filters json.RawMessage `json:"filters,omitempty"`
 }
 
 // SliceRows returns b = B / D, the rows of one slice.

@@ -14,6 +14,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/meshfeed/meshfeed/batching"
+	"github.com/meshfeed/meshfeed/feed"
+	"github.com/meshfeed/meshfeed/filter"
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/shard"
@@ -37,6 +39,7 @@ type planArgs struct {
 	cfg         batching.Config
 	epoch       int
 	manifest    string // --manifest: "auto", "off" or a URI
+	filters     string // --filters: the ticket's JSON form; "" keeps every row
 }
 
 // planProcess is one process of the report.
@@ -85,11 +88,15 @@ type planReport struct {
 	Manifest       string `json:"manifest"`
 	ManifestReason string `json:"manifest_reason,omitempty"`
 	PlanRequests   int64  `json:"plan_requests"`
+	// Filters are the --filters given (NumRows counts the rows they keep),
+	// FilterRowGroups how the row groups were decided.
+	Filters         json.RawMessage    `json:"filters,omitempty"`
+	FilterRowGroups *feed.FilterCounts `json:"filter_row_groups,omitempty"`
 }
 
 const planUsage = `usage: meshfeed plan --data URI --global-batch-size B --mesh data=4,model=2 --batch-axes data
        [--processes P | --topology 4x4 --chips-per-host 4] [--last-batch drop|pad|raise]
-       [--seed S [--shuffle-window W]] [--columns a,b] [--epoch E] [--json]
+       [--seed S [--shuffle-window W]] [--columns a,b] [--epoch E] [--filters JSON] [--json]
 
 Prints the epoch plan of a dataset for a JAX mesh from the footers alone (no data
 page is read): rows, steps per epoch, dropped or padded rows, B, D and b = B/D, and
@@ -132,6 +139,7 @@ func parsePlanArgs(args []string, w io.Writer) (planArgs, error) {
 	planNumFlag(fs, "shuffle-window", "shuffle window W in rows (default 0): W > 0 also permutes the rows within each W-row window of every stream (needs --seed); 0 keeps stream order",
 		"a row count >= 0", &window)
 	planNumFlag(fs, "epoch", "epoch E whose read sets and bytes are reported (default 0)", "an epoch number >= 0", &a.epoch)
+	fs.StringVar(&a.filters, "filters", "", `keep only the rows a filter matches, as pyarrow.parquet's filters in JSON, e.g. '[["score", ">=", 0.5], ["lang", "in", ["en", "de"]]]' (docs/PROTOCOL.md, "Filters"); row groups the footers' statistics rule out are not read, the filter columns of the others are`)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), planUsage, "\nflags:\n")
 		fs.PrintDefaults()
@@ -163,6 +171,7 @@ func parsePlanArgs(args []string, w io.Writer) (planArgs, error) {
 	if a.epoch < 0 {
 		bad("--epoch %d: want an epoch >= 0", a.epoch)
 	}
+	checkPlanFilters(a.filters, bad)
 	if window < 0 || window > math.MaxInt32 {
 		bad("--shuffle-window %d: want 0 (no row shuffle) or a window of 1..%d rows", window, math.MaxInt32)
 	} else if window > 0 && !set["seed"] {
@@ -307,6 +316,34 @@ func parsePlanMesh(spec string) ([]string, []int, error) {
 	return names, shape, nil
 }
 
+// checkPlanFilters reports through bad a --filters that does not parse.
+func checkPlanFilters(filters string, bad func(string, ...any)) {
+	if filters == "" {
+		return
+	}
+	if _, err := filter.Parse([]byte(filters)); err != nil {
+		bad("--filters: %w", err)
+	}
+}
+
+// openPlanDataset opens a's dataset, projected to a's columns, and returns
+// the row groups the plan numbers: every row group, or with --filters the
+// ones they keep (Rows their kept rows) and how they were decided.
+func openPlanDataset(ctx context.Context, store objstore.Store, a planArgs) (*loader.Dataset, []loader.RowGroupRef, *feed.FilterCounts, error) {
+	ds, err := loader.Open(ctx, store, a.data, loader.WithColumns(a.columns...), manifestOption(a.manifest))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if a.filters == "" {
+		return ds, ds.RowGroups(), nil, nil
+	}
+	refs, counts, err := feed.FilterRowGroups(ctx, ds, []byte(a.filters))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return ds, refs, &counts, nil
+}
+
 // runPlan prints the epoch plan of a dataset for a mesh; see planUsage.
 func runPlan(ctx context.Context, args []string) error {
 	a, err := parsePlanArgs(args, planStderr)
@@ -330,11 +367,10 @@ func runPlan(ctx context.Context, args []string) error {
 		return err
 	}
 	defer store.Close()
-	ds, err := loader.Open(ctx, store, a.data, loader.WithColumns(a.columns...), manifestOption(a.manifest))
+	ds, refs, counts, err := openPlanDataset(ctx, store, a)
 	if err != nil {
 		return err
 	}
-	refs := ds.RowGroups()
 	rgs, total := planRowGroups(refs)
 	// Errors of NewPlan (raise with a remainder, drop with N < B, ...) already
 	// name N, B and the remainder; they are returned as they are.
@@ -347,6 +383,8 @@ func runPlan(ctx context.Context, args []string) error {
 	rep := planReport{
 		Data:             a.data,
 		Columns:          a.columns,
+		Filters:          json.RawMessage(a.filters),
+		FilterRowGroups:  counts,
 		Files:            len(ds.Files),
 		TotalRowGroups:   len(refs),
 		TotalBytes:       total,
@@ -462,6 +500,10 @@ func printPlanTable(out io.Writer, rep planReport) error {
 		fmt.Fprintf(w, "shuffle\tseed %d: row groups permuted per epoch, rows within %d-row windows\n", rep.Seed, rep.ShuffleWindow)
 	default:
 		fmt.Fprintf(w, "shuffle\tseed %d: row groups permuted per epoch, rows in order\n", rep.Seed)
+	}
+	if c := rep.FilterRowGroups; c != nil {
+		fmt.Fprintf(w, "filters\t%s: row groups ruled out by the footers %d (by dictionary pages %d, by bloom filters %d), kept whole by them %d, read and evaluated %d\n",
+			rep.Filters, c.Pruned, c.DictPruned, c.BloomPruned, c.Whole, c.Evaluated)
 	}
 	fmt.Fprintf(w, "\nepoch %d, per process:\n", rep.Epoch)
 	fmt.Fprintln(w, "PROCESS\tDEVICES\tSLICES\tSTEPS\tSTREAM ROWS\tROW GROUPS\tBYTES")

@@ -16,6 +16,7 @@ import jax
 
 from . import connect
 from .errors import InvalidRequestError
+from .filters import wire_filters
 
 _MAX_U64 = (1 << 64) - 1
 
@@ -304,8 +305,10 @@ class LoaderConfig:
     tls_server_name: str | None = None
     token: str | None = None
     manifest: str | os.PathLike[str] = "auto"
+    filters: Sequence[Any] | None = None
     datasets: tuple[str, ...] = dataclasses.field(init=False)
     wire_columns: tuple[dict[str, Any], ...] | None = dataclasses.field(init=False)
+    wire_filters: tuple[tuple[dict[str, Any], ...], ...] | None = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -359,11 +362,13 @@ class LoaderConfig:
             if problem or manifest is None:
                 bad(f"manifest={self.manifest!r}: want 'auto', 'off' or the manifest's URI ({problem})")
         cols = _wire_columns(self.columns, bad)
+        filt = wire_filters(self.filters, bad)
         if problems:
             raise InvalidRequestError(_problems("meshfeed.Loader", problems))
         object.__setattr__(self, "datasets", tuple(datasets))
         object.__setattr__(self, "wire_columns", cols)
         object.__setattr__(self, "manifest", manifest)
+        object.__setattr__(self, "wire_filters", filt)
         object.__setattr__(self, "recovery_timeout", float(rt))
         object.__setattr__(self, "tls_root_certs", pem)
 
@@ -396,6 +401,8 @@ class LoaderConfig:
             req["mask_column"] = self.pad_mask
         if self.manifest != "auto":
             req["manifest"] = self.manifest
+        if self.wire_filters is not None:
+            req["filters"] = [[dict(t) for t in conj] for conj in self.wire_filters]
         return req
 
     def fingerprint(self, num_slices: int, plan: Mapping[str, Any]) -> dict[str, Any]:

@@ -159,6 +159,25 @@ class Loader:
             ``stats()`` says which served (``manifest``) and how many store
             requests planning made (``plan_requests``).
         mask_key: name of the mask with ``last_batch="pad"``.
+        filters: keep only the rows that match, in pyarrow.parquet's form
+            (``read_table(filters=...)``): a list of ``(column, op, value)``
+            tuples (all must hold), or a list of such lists (any list may
+            hold); ops ``==`` (``=``), ``!=``, ``<``, ``<=``, ``>``, ``>=``,
+            ``in`` and ``not in``, with pyarrow's meaning for nulls (a
+            comparison with a null is false, ``!=`` included; ``('c', 'in',
+            [None])`` keeps nulls, ``not in`` keeps them unless the list holds
+            None). Values: None, bool, int, float, str, bytes,
+            ``decimal.Decimal``, ``datetime.date``, ``datetime.datetime``
+            (naive, or aware for a column with a time zone) and
+            ``numpy.datetime64``. The rows delivered are the rows
+            ``read_table(filters=...)`` returns, in dataset order before
+            shuffling; ``N`` and steps per epoch count them, on every process,
+            before the epoch (the server selects them when it plans: row groups
+            their statistics rule out are never read). Filter columns need not
+            be among ``columns``. A missing column, a value of the wrong type or
+            an unknown op raise InvalidRequestError naming the column and the
+            file. Part of the stream's identity: a state resumes only with the
+            same filters.
         server_options: how the local server is started (``server=None``
             only): a :class:`ServerOptions` with its binary, read-ahead,
             memory budget and more ``meshfeed serve`` flags, e.g.
@@ -202,13 +221,14 @@ class Loader:
                  elastic: bool = False, tls_root_certs: bytes | str | os.PathLike[str] | None = None,
                  tls_server_name: str | None = None, token: str | None = None,
                  manifest: str | os.PathLike[str] = "auto",
-                 binary: str | os.PathLike[str] | None = None, server_args: Sequence[str] | None = None):
+                 binary: str | os.PathLike[str] | None = None, server_args: Sequence[str] | None = None,
+                 filters: Sequence[Any] | None = None):
         cfg = LoaderConfig(
             data=data, global_batch_size=global_batch_size, sharding=sharding, columns=columns,
             last_batch=last_batch, shuffle=shuffle, num_epochs=num_epochs, prefetch=prefetch, server=server,
             server_options=_server_options(server_options, server, binary, server_args), mask_key=mask_key,
             recovery_timeout=recovery_timeout, transport=transport, tls_root_certs=tls_root_certs,
-            tls_server_name=tls_server_name, token=token, manifest=manifest)
+            tls_server_name=tls_server_name, token=token, manifest=manifest, filters=filters)
         self._start(cfg, state, elastic)
 
     @classmethod
