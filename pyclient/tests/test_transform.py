@@ -1,0 +1,247 @@
+"""Loader(transform=...): a user function between receiving a step and
+placing it, on threads or in worker processes, against a real server."""
+
+import functools
+import gc
+import os
+import time
+import traceback
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import meshfeed
+import transform_fns as F
+from conftest import FEATURES, ROWS
+from contract import expected_ids, features, steps_per_epoch
+
+# The transforms' seed: MESHFEED_TEST_SEED when set (printed, so that a run can be repeated).
+SEED = int(os.environ.get("MESHFEED_TEST_SEED", "0") or 0) or int(time.time()) % 100_000
+print(f"test_transform: transform_seed {SEED} (set MESHFEED_TEST_SEED to repeat)")
+
+MODES = [pytest.param(0, id="threads"), pytest.param(2, id="processes")]
+
+
+def sharding(shape=(8,), names=("data",), spec=P("data")):
+    return NamedSharding(jax.make_mesh(shape, names), spec)
+
+
+def alive(pid):
+    """Whether process ``pid`` exists (and is not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def reference_noise(seed, epoch, step, n):
+    """What F.noisy draws at (epoch, step) on process 0, computed with
+    numpy alone from the documented seeding."""
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch, step, 0])))
+    return rng.standard_normal(n).astype(np.float32)
+
+
+@pytest.mark.parametrize("workers", MODES)
+@pytest.mark.parametrize("shape,names,spec,D", [((8,), ("data",), P("data"), 8),
+                                                 ((4, 2), ("data", "model"), P("data"), 4)],
+                         ids=["8-data", "4x2-data"])
+def test_order_values_and_seeds(server, glob, workers, shape, names, spec, D):
+    """Each step's output is the function of that step's rows (the process's
+    slices concatenated in slice order), in step order, with the seed of
+    (seed, epoch, step, process): the same noise numpy draws from it."""
+    B = 64
+    with meshfeed.Loader(glob, global_batch_size=B, sharding=sharding(shape, names, spec), server=server.address,
+                         last_batch="pad", num_epochs=2, transform=F.noisy, transform_workers=workers,
+                         transform_seed=SEED) as ld:
+        spe = ld.steps_per_epoch
+        steps = list(ld)
+        st = ld.stats()
+    assert len(steps) == 2 * spe == 2 * steps_per_epoch(ROWS, B, "pad")
+    for i, batch in enumerate(steps):
+        ep, s = divmod(i, spe)
+        ids, mask = expected_ids(ROWS, B, D, s)
+        assert list(batch) == ["id", "label", "features", "image", "valid", "noise", "x"]
+        assert all(isinstance(v, jax.Array) and v.shape[0] == B for v in batch.values())
+        np.testing.assert_array_equal(np.asarray(batch["id"]), ids, err_msg=f"epoch {ep} step {s}")
+        np.testing.assert_array_equal(np.asarray(batch["valid"]), mask)
+        noise = reference_noise(SEED, ep, s, B)
+        np.testing.assert_array_equal(np.asarray(batch["noise"]), noise, err_msg=f"epoch {ep} step {s} seed")
+        j = int(np.flatnonzero(mask)[-1])
+        np.testing.assert_allclose(np.asarray(batch["x"])[j], np.float32(features(int(ids[j]), FEATURES)) + noise[j],
+                                   rtol=1e-6)
+    tf = st["transform"]
+    assert tf["mode"] == ("processes" if workers else "threads") and tf["function"] == "transform_fns:noisy"
+    assert tf["seconds"] > 0 and tf["ms_per_step"] > 0 and tf["wait_seconds"] >= 0
+    assert st["steps"] == len(steps)
+
+
+@pytest.mark.parametrize("workers", MODES)
+def test_random_augmentation_resumes_exactly(server, glob, workers):
+    """Interrupted and resumed from state(), a random augmentation gives
+    the steps an uninterrupted run gives (shuffled, across an epoch end)."""
+    kw = dict(global_batch_size=64, sharding=sharding(), server=server.address, num_epochs=2,
+              shuffle=meshfeed.Shuffle(seed=SEED, window=128), transform=F.noisy, transform_workers=workers)
+    with meshfeed.Loader(glob, **kw) as ld:
+        whole = [{k: np.asarray(v) for k, v in b.items()} for b in ld]
+        spe = ld.steps_per_epoch
+    cut = spe + 3  # inside the second epoch
+    with meshfeed.Loader(glob, **kw) as ld:
+        it = iter(ld)
+        first = [{k: np.asarray(v) for k, v in next(it).items()} for _ in range(cut)]
+        state = ld.state()
+    with meshfeed.Loader(glob, state=state, **kw) as ld:
+        rest = [{k: np.asarray(v) for k, v in b.items()} for b in ld]
+    assert len(first) + len(rest) == len(whole) == 2 * spe
+    for i, (a, b) in enumerate(zip(first + rest, whole)):
+        assert a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=f"step {i} key {k}")
+    # The seed follows the shuffle's when transform_seed is not given.
+    np.testing.assert_array_equal(whole[cut]["noise"], reference_noise(SEED, 1, 3, 64))
+
+
+def test_worker_processes_stop_on_close_exit_and_gc(server, glob):
+    """close(), leaving a with block, and garbage collection each stop the
+    worker processes; they ran the function (not this process)."""
+    kw = dict(global_batch_size=64, sharding=sharding(), server=server.address, transform=F.ids_and_pid,
+              transform_workers=2)
+    ld = meshfeed.Loader(glob, **kw)
+    pids = ld._tbox[0].pids
+    assert len(pids) == 2 and all(alive(p) for p in pids)
+    ran = {int(np.asarray(b["pid"])[0]) for b in ld}
+    assert ran == set(pids), (ran, pids)
+    ld.close()
+    assert not any(alive(p) for p in pids), pids
+    with meshfeed.Loader(glob, **kw) as ld:
+        pids = ld._tbox[0].pids
+        next(iter(ld))
+    assert not any(alive(p) for p in pids), pids
+    ld = meshfeed.Loader(glob, **kw)
+    pids = ld._tbox[0].pids
+    b = next(iter(ld))
+    np.testing.assert_array_equal(np.asarray(b["twice"]), 2 * expected_ids(ROWS, 64, 8, 0)[0])
+    del ld, b
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(p) for p in pids), pids
+
+
+def test_threads_stop_on_close(server, glob):
+    import threading
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sharding(), server=server.address,
+                         transform=F.noisy) as ld:
+        next(iter(ld))
+        assert any(t.name.startswith("meshfeed-transform") for t in threading.enumerate())
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("meshfeed-transform") and t.is_alive()]
+
+
+@pytest.mark.parametrize("workers", MODES)
+def test_exception_surfaces_with_its_traceback_and_step(server, glob, workers):
+    """The function's exception comes out of next() as a TransformError
+    naming the epoch and step, chained to the exception itself (and, from
+    a worker process, to the worker's traceback); the steps before it
+    arrive, and the loader keeps raising it."""
+    bad = int(expected_ids(ROWS, 64, 8, 5)[0][3])  # a row of step 5
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sharding(), server=server.address,
+                         transform=functools.partial(F.raise_on_id, bad=bad), transform_workers=workers) as ld:
+        it = iter(ld)
+        for s in range(5):
+            np.testing.assert_array_equal(np.asarray(next(it)["id"]), expected_ids(ROWS, 64, 8, s)[0])
+        with pytest.raises(meshfeed.TransformError, match=r"epoch 0 step 5 .*ValueError: bad row") as ei:
+            next(it)
+        with pytest.raises(meshfeed.TransformError):
+            next(it)
+    cause = ei.value.__cause__
+    assert isinstance(cause, ValueError) and str(cause) == f"bad row {bad} in this step"
+    text = "".join(traceback.format_exception(ei.value))
+    assert "raise_on_id" in text and "transform_fns.py" in text, text
+    if workers:
+        assert "in worker process" in str(ei.value)
+        assert type(cause.__cause__).__name__ == "RemoteTraceback"
+
+
+@pytest.mark.parametrize("workers", MODES)
+@pytest.mark.parametrize("fn,match", [
+    (F.short, r"transform output 'id' at epoch 0 step 0 .* has shape \(63,\): want 64 rows"),
+    (F.strings, r"transform output 'name' at epoch 0 step 0 .* is a <U\d+ array"),
+    (F.not_a_dict, r"transform returned list at epoch 0 step 0"),
+], ids=["rows", "dtype", "not-a-dict"])
+def test_first_result_is_checked(server, glob, workers, fn, match):
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sharding(), server=server.address,
+                         transform=fn, transform_workers=workers) as ld:
+        with pytest.raises(meshfeed.TransformError, match=match):
+            next(iter(ld))
+
+
+def test_later_results_keep_the_first_ones_keys_and_dtypes(server, glob):
+    at = int(expected_ids(ROWS, 64, 8, 2)[0][0])
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sharding(), server=server.address,
+                         transform=functools.partial(F.wider_later, at=at)) as ld:
+        it = iter(ld)
+        next(it), next(it)
+        with pytest.raises(meshfeed.TransformError,
+                           match=r"'x' at epoch 0 step 2 .* is float64 .*, at the first step float32"):
+            next(it)
+
+
+def test_pad_mask_is_added_back_when_left_out(server, glob):
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sharding(), server=server.address, last_batch="pad",
+                         transform=F.drop_mask, transform_workers=1) as ld:
+        steps = list(ld)
+    for s, b in enumerate(steps):
+        assert list(b) == ["id", "valid"]
+        np.testing.assert_array_equal(np.asarray(b["valid"]), expected_ids(ROWS, 64, 8, s)[1])
+
+
+@pytest.mark.parametrize("workers", MODES)
+@pytest.mark.parametrize("transport", ["shm", "flight"])
+def test_one_placement_call_per_step(glob, monkeypatch, workers, transport):
+    """A transformed step is placed with one place_slices call, no
+    per-array jax.device_put, and comes out on its devices."""
+    from meshfeed._src import layout as layout_mod
+    calls, puts = [], []
+    real, real_put = layout_mod.place_slices, jax.device_put
+    monkeypatch.setattr(layout_mod, "place_slices", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    monkeypatch.setattr(jax, "device_put", lambda *a, **kw: puts.append(1) or real_put(*a, **kw))
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sharding(), transport=transport,
+                         columns=["id", "features"], transform=F.noisy, transform_workers=workers) as ld:
+        n = 0
+        for s, b in enumerate(ld):
+            assert all(v.is_ready() for v in b.values())
+            np.testing.assert_array_equal(np.asarray(b["id"]), expected_ids(ROWS, 64, 8, s)[0])
+            n += 1
+        assert ld.stats()["transport"] == transport
+        copies = ld.stats()["host_copies"]
+    assert n == ld.steps_per_epoch and len(calls) == n, (n, len(calls))
+    assert not puts, f"{len(puts)} jax.device_put calls"
+    # Counted: the slices concatenated (shared memory), the trips through a
+    # worker's segments; none with threads on a Flight record (one view).
+    assert (copies > 0) if workers or transport == "shm" else copies == 0, copies
+
+
+def test_configuration_is_checked(glob):
+    sh = sharding()
+    with pytest.raises(meshfeed.InvalidRequestError, match=r"transform_workers=2: no transform"):
+        meshfeed.Loader(glob, global_batch_size=64, sharding=sh, transform_workers=2)
+    with pytest.raises(meshfeed.InvalidRequestError, match=r"transform_workers=-1"):
+        meshfeed.Loader(glob, global_batch_size=64, sharding=sh, transform=F.noisy, transform_workers=-1)
+    with pytest.raises(meshfeed.InvalidRequestError, match=r"transform=3"):
+        meshfeed.Loader(glob, global_batch_size=64, sharding=sh, transform=3)
+    with pytest.raises(meshfeed.InvalidRequestError, match=r"does not pickle.*top level of a module"):
+        meshfeed.Loader(glob, global_batch_size=64, sharding=sh, transform=lambda b, r: b, transform_workers=1)
+
+
+def test_transform_is_not_in_the_fingerprint(server, glob):
+    """A state resumes under another transform (functions cannot be compared)."""
+    kw = dict(global_batch_size=64, sharding=sharding(), server=server.address)
+    with meshfeed.Loader(glob, transform=F.noisy, **kw) as ld:
+        next(iter(ld))
+        state = ld.state()
+    with meshfeed.Loader(glob, state=state, **kw) as ld:
+        np.testing.assert_array_equal(np.asarray(next(iter(ld))["id"]), expected_ids(ROWS, 64, 8, 1)[0])
