@@ -245,3 +245,28 @@ def test_transform_is_not_in_the_fingerprint(server, glob):
         state = ld.state()
     with meshfeed.Loader(glob, state=state, **kw) as ld:
         np.testing.assert_array_equal(np.asarray(next(iter(ld))["id"]), expected_ids(ROWS, 64, 8, 1)[0])
+
+
+def test_bench_cli_reports_the_transform(tmp_path, binary, glob):
+    """`meshfeed bench --transform MODULE:FUNCTION` runs it and reports
+    its time per step and the loader's wait for it."""
+    import json
+    import subprocess
+    import sys
+    workers = 1
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, MESHFEED_BIN=binary, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+    out = tmp_path / "bench.json"
+    r = subprocess.run([sys.executable, "-m", "meshfeed", "bench", glob, "-B", "80", "--steps", "6", "--step", "sleep",
+                        "--step-ms", "2", "--transform", "transform_fns:noisy", "--transform-workers", str(workers),
+                        "--json", str(out), "--no-progress"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(out.read_text())
+    tf = rep["transform"]
+    assert tf["function"] == "transform_fns:noisy" and tf["mode"] == "processes" and tf["workers"] == 1
+    assert tf["ms_per_step"] > 0 and tf["wait_ms_per_step"] >= 0
+    assert "transform_fns:noisy on 1 worker processes" in r.stdout, r.stdout
+    assert "ms per step in the function; the loader waited" in r.stdout
+    bad = subprocess.run([sys.executable, "-m", "meshfeed", "bench", glob, "--transform", "transform_fns"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and "want MODULE:FUNCTION" in bad.stderr, bad.stderr
