@@ -265,7 +265,7 @@ def test_bench_cli_reports_the_transform(tmp_path, binary, glob):
     tf = rep["transform"]
     assert tf["function"] == "transform_fns:noisy" and tf["mode"] == "processes" and tf["workers"] == 1
     assert tf["ms_per_step"] > 0 and tf["wait_ms_per_step"] >= 0
-    assert "transform_fns:noisy on 1 worker processes" in r.stdout, r.stdout
+    assert "transform_fns:noisy on 1 worker process:" in r.stdout, r.stdout
     assert "ms per step in the function; the loader waited" in r.stdout
     bad = subprocess.run([sys.executable, "-m", "meshfeed", "bench", glob, "--transform", "transform_fns"],
                          capture_output=True, text=True, env=env, timeout=120)

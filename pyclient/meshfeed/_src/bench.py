@@ -361,7 +361,8 @@ def format_report(r: dict[str, Any]) -> str:
     ]
     tf = r.get("transform")
     if tf:
-        where = f"{tf['workers']} worker processes" if tf["mode"] == "processes" else f"{tf['workers']} threads"
+        n = tf["workers"]
+        where = f"{n} worker process{'es' if n != 1 else ''}" if tf["mode"] == "processes" else f"{n} threads"
         rows.append(("transform", f"{tf['function']} on {where}: {tf['ms_per_step']:.3f} ms per step in the "
                                   f"function; the loader waited {tf['wait_ms_per_step']:.3f} ms per step for it"))
     rows += [
