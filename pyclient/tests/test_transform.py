@@ -270,3 +270,18 @@ def test_bench_cli_reports_the_transform(tmp_path, binary, glob):
     bad = subprocess.run([sys.executable, "-m", "meshfeed", "bench", glob, "--transform", "transform_fns"],
                          capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and "want MODULE:FUNCTION" in bad.stderr, bad.stderr
+
+
+def test_inputs_returned_unchanged_do_not_travel_back(glob):
+    """From a worker process, an input column returned as it is is placed
+    from the views it was received in: copies are each column in and each
+    new array out, nothing more; on shared memory those views are aligned."""
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sharding(), transport="shm", columns=["id", "features"],
+                         transform=F.keep_id, transform_workers=1) as ld:
+        for s, b in enumerate(ld):
+            ids = expected_ids(ROWS, 64, 8, s)[0]
+            np.testing.assert_array_equal(np.asarray(b["id"]), ids)
+            np.testing.assert_array_equal(np.asarray(b["twice"]), 2 * ids)
+        st = ld.stats()
+    assert st["host_copies"] == st["steps"] * (2 + 1), st  # id and features in, twice out
+    assert st["unaligned_transfers"] == 0, st

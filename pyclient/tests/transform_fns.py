@@ -53,3 +53,8 @@ def wider_later(batch, rng, at=0):
     """``x`` float32, float64 from the step that holds id ``at`` on."""
     x = batch["features"]
     return {"x": x.astype(np.float64) if (batch["id"] == at).any() else x}
+
+
+def keep_id(batch, rng):
+    """``id`` as it came (an input returned unchanged) and a new ``twice``."""
+    return {"id": batch["id"], "twice": batch["id"] * 2}

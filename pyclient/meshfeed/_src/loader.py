@@ -426,8 +426,8 @@ class Loader:
                 raise StopIteration
             session, slots = self._session, self._cfg.prefetch + SHM_EXTRA_SLOTS
             tf = self._tbox[0]
-            if tf is not None and tf.mode == "threads":
-                slots += tf.inflight  # the steps the transform threads read hold their slots too
+            if tf is not None:
+                slots += tf.inflight  # the steps in the transform stage hold their slots too
             pf = self._box[0] = Prefetcher(lambda t: session.open_stream(t, slots),
                                            json.dumps(self._request(self._pos)).encode(), self._mat,
                                            self._layout, self._pos, self._spe, self._cfg.prefetch, tf)

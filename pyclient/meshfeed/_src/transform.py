@@ -89,8 +89,19 @@ def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.ndarray(shape, dtype, buf, off)
 
 
-def _rows(v: Any) -> int:
-    return sum(len(x) for x in v) if isinstance(v, list) else len(v)
+class _Slices:
+    """An input column a worker returned unchanged: the prefetch thread's
+    own views of it (one per slice, or one of all), placed as they are."""
+
+    __slots__ = ("views", "dtype", "shape")
+
+    def __init__(self, views: list[np.ndarray]):
+        self.views = views
+        self.dtype = views[0].dtype
+        self.shape = (sum(len(v) for v in views), *views[0].shape[1:])
+
+    def __len__(self) -> int:
+        return self.shape[0]
 
 
 def _local(v: Any) -> Any:
@@ -203,6 +214,7 @@ class _Worker:
         self.seg_out: _Segment | None = None
         self.busy = False  # a step sent, its reply not yet read
         self.copies_in = 0  # columns copied into seg_in for that step
+        self.host: Mapping[str, Any] | None = None  # that step's columns (an input returned unchanged is placed from them)
 
     @property
     def pid(self) -> int:
@@ -348,6 +360,7 @@ class ProcessStage:
             del dst
         w.ch.send(("step", cols, extra, entropy))
         w.busy = True
+        w.host = host
         w.copies_in = len(cols)
         return w
 
@@ -357,7 +370,7 @@ class ProcessStage:
             msg = w.recv(stop, what)
             if msg[0] == "grow":
                 old = w.seg_out.size if w.seg_out is not None else 0
-                w.send_segment("out", max(msg[1], 2 * old))
+                w.send_segment("out", max(msg[1], ALIGN, 2 * old))
                 continue
             break
         w.busy = False
@@ -365,15 +378,20 @@ class ProcessStage:
             exc = _remote_exception(msg)
             raise TransformError(f"transform failed at {where} in worker process {w.pid}: "
                                  f"{msg[2].rsplit('.', 1)[-1]}: {msg[3]}") from exc
-        _, order, layout, rest, secs = msg
+        _, order, layout, rest, secs, same = msg
         if order is None or stop is None:
             return (rest, secs, 0) if stop is not None else None
-        arrays: dict[str, np.ndarray] = {}
+        arrays: dict[str, Any] = {}
         mm = w.seg_out.mm if w.seg_out is not None else None
         for k, dtype, shape, off in layout:
             a = _aligned_empty(shape, dtype)
             np.copyto(a, np.ndarray(shape, dtype, mm, off))
             arrays[k] = a
+        host = w.host
+        for k, kin in same.items():  # inputs returned unchanged: the views they came from
+            v = host[kin]
+            arrays[k] = _Slices(v) if isinstance(v, list) else v
+        w.host = None
         out = {k: arrays[k] if k in arrays else rest[k] for k in order}
         return out, secs, w.copies_in + len(layout)  # each column in, each array out
 
@@ -440,12 +458,9 @@ class Transformer:
 
     def kept(self, host: Mapping[str, Any]) -> Mapping[str, Any]:
         """What of a submitted step's columns ``finish`` needs: all of them
-        for threads (they read them), only the pad mask for processes (their
-        input was copied at submit: the step's shared-memory slot can go)."""
-        if isinstance(self.stage, ThreadStage):
-            return host
-        mk = self.mask_key
-        return {mk: host[mk]} if mk is not None and mk in host else {}
+        (threads read them; a worker may return some unchanged, which are
+        then placed from these views; the pad mask may be added back)."""
+        return host
 
     def finish(self, handle: Any, host: Mapping[str, Any], epoch: int, step: int,
                stop: threading.Event) -> tuple[dict[str, Any], float, int, int, float]:
@@ -467,16 +482,18 @@ class Transformer:
         out = dict(out)
         mk = self.mask_key
         if mk is not None and mk not in out and mk in host:
-            out[mk] = _local(host[mk])  # the pad mask goes on unless the function returns its own
+            m = host[mk]  # the pad mask goes on unless the function returns its own
+            out[mk] = _Slices(m) if isinstance(m, list) else m
         sig = {}
         for k, v in out.items():
-            if isinstance(v, np.ndarray):
+            if isinstance(v, (np.ndarray, _Slices)):
                 sig[k] = (v.dtype, v.shape[1:])
             elif isinstance(v, (pa.Array, pa.ChunkedArray)):
                 sig[k] = ("arrow", v.type)
             else:
                 sig[k] = (type(v).__name__,)
-            n = v.shape[0] if isinstance(v, np.ndarray) and v.ndim else len(v) if len(sig[k]) == 2 else None
+            n = (v.shape[0] if len(v.shape) else None) if isinstance(v, (np.ndarray, _Slices)) \
+                else len(v) if len(sig[k]) == 2 else None
             if self.signature is not None and n != self.rows:
                 raise TransformError(f"transform output {k!r} at {where} has {n} rows, want {self.rows}")
         if self.signature is None:
@@ -491,6 +508,8 @@ class Transformer:
         for k, v in out.items():
             if not isinstance(k, str) or not k:
                 raise TransformError(f"transform output at {where}: key {k!r} is not a column name (a str)")
+            if isinstance(v, _Slices):
+                continue  # an input column: placeable, the step's rows
             if isinstance(v, np.ndarray):
                 if not _placeable(v):
                     raise TransformError(f"transform output {k!r} at {where} is a {v.dtype} array: want a numeric "
@@ -536,6 +555,18 @@ class Transformer:
         b, n = L.b, len(L.slices)
         cols, names, unaligned, direct = [], [], 0, True
         for k, v in out.items():
+            if isinstance(v, _Slices):
+                vs = v.views
+                if len(vs) != n:  # one view of all the slices (a Flight record)
+                    vs = [vs[0][i * b:(i + 1) * b] for i in range(n)] if n > 1 else vs
+                cols.append(((L.B, *v.shape[1:]), vs))
+                names.append(k)
+                if jax.dtypes.canonicalize_dtype(v.dtype) != v.dtype:
+                    direct = False
+                if n > 1 or vs[0].ctypes.data % ALIGN:
+                    addrs = np.array([x.ctypes.data for x in vs], dtype=np.int64)
+                    unaligned += int(self._devs[addrs % ALIGN != 0].sum())
+                continue
             if isinstance(v, np.ndarray):
                 if not v.flags.c_contiguous:
                     v = np.ascontiguousarray(v)

@@ -166,6 +166,7 @@ def serve(ch: Channel) -> None:
                 batch[key] = a = np.ndarray(shape, dtype, seg_in, off)
                 a.flags.writeable = False
             batch.update(extra)
+            inputs = dict(batch)  # kept alive: their ids below stay theirs
             rng = rng_for(entropy)
             t = time.perf_counter()
             out = fn(batch, rng)
@@ -175,12 +176,16 @@ def serve(ch: Channel) -> None:
             ch.send(_error(e))
             continue
         if not isinstance(out, dict):
-            ch.send(("ok", None, [], out, secs))  # the parent names what is wrong
+            ch.send(("ok", None, [], out, secs, {}))  # the parent names what is wrong
             continue
         order = list(out)
-        arrays = {k: v for k, v in out.items() if shareable(v)}
+        # Inputs returned as they are do not travel back: the parent has them.
+        ids = {id(v): k for k, v in inputs.items()}
+        same = {k: ids[id(v)] for k, v in out.items() if id(v) in ids}
+        del inputs, ids
+        arrays = {k: v for k, v in out.items() if k not in same and shareable(v)}
         need = sum(aligned(v.nbytes) for v in arrays.values())
-        if seg_out is None or len(seg_out) < need:
+        if need and (seg_out is None or len(seg_out) < need):
             ch.send(("grow", need))
             _, size = ch.recv()  # ("out", size): the parent's new segment
             seg_out = _map(ch.take_fd(), size, True)
@@ -191,10 +196,10 @@ def serve(ch: Channel) -> None:
             del dst
             layout.append((k, v.dtype, v.shape, off))
             off += aligned(v.nbytes)
-        rest = {k: v for k, v in out.items() if k not in arrays}
+        rest = {k: v for k, v in out.items() if k not in arrays and k not in same}
         del out, arrays
         try:
-            ch.send(("ok", order, layout, rest, secs))
+            ch.send(("ok", order, layout, rest, secs, same))
         except Exception as e:  # noqa: BLE001 - an output value pickle refuses
             ch.send(_error(e))
 
