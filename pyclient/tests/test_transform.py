@@ -285,3 +285,20 @@ def test_inputs_returned_unchanged_do_not_travel_back(glob):
         st = ld.stats()
     assert st["host_copies"] == st["steps"] * (2 + 1), st  # id and features in, twice out
     assert st["unaligned_transfers"] == 0, st
+
+
+def test_a_killed_worker_is_an_error_naming_it(server, glob):
+    """A worker process killed mid-run: next() raises a TransformError
+    naming the process and its status (the stream cannot go on without
+    it); close() still stops the other."""
+    import signal
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sharding(), server=server.address, prefetch=1,
+                         transform=F.noisy, transform_workers=2) as ld:
+        it = iter(ld)
+        next(it)
+        pids = ld._tbox[0].pids
+        os.kill(pids[0], signal.SIGKILL)
+        with pytest.raises(meshfeed.TransformError, match=rf"worker process {pids[0]} (exited with status -9|is gone)"):
+            for _ in it:
+                pass
+    assert not any(alive(p) for p in pids)

@@ -338,7 +338,12 @@ class ProcessStage:
         w = self.workers[self._next % len(self.workers)]
         self._next += 1
         if w.busy:  # a step a stopped prefetcher left there: its reply first
-            self._reply(w, None, "")
+            try:
+                self._reply(w, None, "")
+            except TransformError:
+                if w.proc.poll() is not None:
+                    raise
+                # that step's own failure: it was abandoned, and so is its error
         cols, extra, need = [], {}, 0
         for k, v in host.items():
             if isinstance(v, list):
@@ -347,6 +352,15 @@ class ProcessStage:
                 need += aligned(int(np.prod(shape, dtype=np.int64)) * v[0].dtype.itemsize)
             else:
                 extra[k] = v
+        try:
+            self._send_step(w, host, cols, extra, entropy, need)
+        except OSError as e:  # the socket: the worker is gone
+            code = w.proc.wait(5) if w.proc.poll() is None else w.proc.returncode
+            raise TransformError(f"transform worker process {w.pid} is gone (status {code})") from e
+        return w
+
+    def _send_step(self, w: _Worker, host: Mapping[str, Any], cols: list, extra: dict, entropy: tuple[int, ...],
+                   need: int) -> None:
         if w.seg_in is None or w.seg_in.size < need:
             w.send_segment("in", max(need, ALIGN, 2 * w.seg_in.size if w.seg_in else 0))
         mm = w.seg_in.mm
@@ -362,7 +376,6 @@ class ProcessStage:
         w.busy = True
         w.host = host
         w.copies_in = len(cols)
-        return w
 
     def _reply(self, w: _Worker, stop: threading.Event | None, where: str) -> tuple[Any, float, int] | None:
         what = f"while transforming {where}" if where else "while transforming a step"
@@ -473,8 +486,8 @@ class Transformer:
         out, secs, copies = self.stage.result(handle, stop, where)
         waited = time.perf_counter() - t
         out = self._check(out, host, where)
-        batch, unaligned = self._place(out)
-        return batch, secs, copies, unaligned, waited
+        batch, unaligned, narrowed = self._place(out)
+        return batch, secs, copies + narrowed, unaligned, waited
 
     def _check(self, out: Any, host: Mapping[str, Any], where: str) -> dict[str, Any]:
         if not isinstance(out, Mapping):
@@ -548,12 +561,14 @@ class Transformer:
                 raise TransformError(f"transform output {k!r} at {where} is {_sig_text(s)}, at the first step "
                                      f"{_sig_text(first[k])}: every step must keep its dtypes and shapes")
 
-    def _place(self, out: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    def _place(self, out: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
         """Every NumPy output onto the devices in one place_slices call
-        (each slice's rows a view of the array), the others as they are."""
+        (each slice's rows a view of the array), the others as they are;
+        and the unaligned transfers and host copies (64-bit arrays jax
+        narrows without x64) that makes."""
         L = self.layout
         b, n = L.b, len(L.slices)
-        cols, names, unaligned, direct = [], [], 0, True
+        cols, names, unaligned, copies, direct = [], [], 0, 0, True
         for k, v in out.items():
             if isinstance(v, _Slices):
                 vs = v.views
@@ -563,6 +578,7 @@ class Transformer:
                 names.append(k)
                 if jax.dtypes.canonicalize_dtype(v.dtype) != v.dtype:
                     direct = False
+                    copies += len(L.devices)
                 if n > 1 or vs[0].ctypes.data % ALIGN:
                     addrs = np.array([x.ctypes.data for x in vs], dtype=np.int64)
                     unaligned += int(self._devs[addrs % ALIGN != 0].sum())
@@ -573,7 +589,8 @@ class Transformer:
                 cols.append(((L.B, *v.shape[1:]), [v[i * b:(i + 1) * b] for i in range(n)] if n > 1 else [v]))
                 names.append(k)
                 if jax.dtypes.canonicalize_dtype(v.dtype) != v.dtype:
-                    direct = False  # jax.device_put narrows it (a host copy)
+                    direct = False  # jax.device_put narrows it (a host copy per device)
+                    copies += len(L.devices)
                 # devices whose slice's rows do not start 64-byte aligned (XLA's CPU client copies those)
                 starts = v.ctypes.data + self._offsets * (v[:1].nbytes * b)
                 unaligned += int(self._devs[starts % ALIGN != 0].sum())
@@ -581,7 +598,7 @@ class Transformer:
         self._placed = True
         arrays = _layout.place_slices(self.sharding, L, cols, direct=direct, check=first)
         placed = dict(zip(names, arrays))
-        return {k: placed.get(k, v) for k, v in out.items()}, unaligned
+        return {k: placed.get(k, v) for k, v in out.items()}, unaligned, copies
 
     def close(self) -> None:
         """Stops the threads or worker processes (idempotent)."""
