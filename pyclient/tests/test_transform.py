@@ -302,3 +302,52 @@ def test_a_killed_worker_is_an_error_naming_it(server, glob):
             for _ in it:
                 pass
     assert not any(alive(p) for p in pids)
+
+
+def test_workers_exit_when_the_training_process_is_killed(tmp_path, binary, glob):
+    """SIGKILL of the process that made the loader: its worker processes
+    read EOF on their sockets and exit (nothing to clean up by name)."""
+    import signal
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os, sys, time, jax\n"
+        "from jax.sharding import NamedSharding, PartitionSpec as P\n"
+        "import meshfeed, transform_fns\n"
+        f"ld = meshfeed.Loader({glob!r}, global_batch_size=64, sharding=NamedSharding(jax.make_mesh((8,), ('data',)),"
+        " P('data')), transform=transform_fns.noisy, transform_workers=2, num_epochs=None)\n"
+        "next(iter(ld))\n"
+        "print(*ld._tbox[0].pids, flush=True)\n"
+        "time.sleep(600)\n")
+    env = dict(os.environ, MESHFEED_BIN=binary, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8",
+               PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        pids = [int(x) for x in p.stdout.readline().split()]
+        assert len(pids) == 2 and all(alive(q) for q in pids), pids
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        p.stdout.close()
+    deadline = time.monotonic() + 20
+    while any(alive(q) for q in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(q) for q in pids), pids
+
+
+@pytest.mark.parametrize("workers", MODES)
+def test_outputs_of_other_dtypes_and_shapes(server, glob, workers):
+    """An output may change dtype (bfloat16 included) and shape; it is
+    placed as the sharding says."""
+    import ml_dtypes
+    sh = sharding((4, 2), ("data", "model"), P("data"))
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sh, server=server.address,
+                         transform=F.to_bfloat16, transform_workers=workers) as ld:
+        b = next(iter(ld))
+    f = b["f"]
+    assert f.dtype == ml_dtypes.bfloat16 and f.shape == (64, FEATURES) and f.sharding.is_equivalent_to(sh, 2)
+    ids = expected_ids(ROWS, 64, 4, 0)[0]
+    want = np.asarray([features(int(i), FEATURES) for i in ids], np.float32).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(np.asarray(f), want)

@@ -58,3 +58,9 @@ def wider_later(batch, rng, at=0):
 def keep_id(batch, rng):
     """``id`` as it came (an input returned unchanged) and a new ``twice``."""
     return {"id": batch["id"], "twice": batch["id"] * 2}
+
+
+def to_bfloat16(batch, rng):
+    """``features`` as bfloat16 (a dtype NumPy knows only through ml_dtypes)."""
+    import ml_dtypes
+    return {"f": batch["features"].astype(ml_dtypes.bfloat16)}

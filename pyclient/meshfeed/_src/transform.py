@@ -89,6 +89,12 @@ def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.ndarray(shape, dtype, buf, off)
 
 
+def _wire_dtype(dt: np.dtype) -> Any:
+    """A dtype as a step frame carries it: its string where that names it
+    (20 us less to pickle, each way), else the dtype (bfloat16)."""
+    return dt.str if np.dtype(dt.str) == dt else dt
+
+
 class _Slices:
     """An input column a worker returned unchanged: the prefetch thread's
     own views of it (one per slice, or one of all), placed as they are."""
@@ -348,7 +354,7 @@ class ProcessStage:
         for k, v in host.items():
             if isinstance(v, list):
                 shape = (sum(len(x) for x in v), *v[0].shape[1:])
-                cols.append((k, v[0].dtype, shape, need))
+                cols.append((k, _wire_dtype(v[0].dtype), shape, need))
                 need += aligned(int(np.prod(shape, dtype=np.int64)) * v[0].dtype.itemsize)
             else:
                 extra[k] = v
@@ -366,7 +372,7 @@ class ProcessStage:
         mm = w.seg_in.mm
         for (k, dtype, shape, off) in cols:
             v = host[k]
-            dst = np.ndarray(shape, dtype, mm, off)
+            dst = np.ndarray(shape, v[0].dtype, mm, off)
             if len(v) == 1:
                 np.copyto(dst, v[0])
             else:
@@ -397,6 +403,7 @@ class ProcessStage:
         arrays: dict[str, Any] = {}
         mm = w.seg_out.mm if w.seg_out is not None else None
         for k, dtype, shape, off in layout:
+            dtype = np.dtype(dtype)
             a = _aligned_empty(shape, dtype)
             np.copyto(a, np.ndarray(shape, dtype, mm, off))
             arrays[k] = a

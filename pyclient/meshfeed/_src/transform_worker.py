@@ -194,7 +194,7 @@ def serve(ch: Channel) -> None:
             dst = np.ndarray(v.shape, v.dtype, seg_out, off)
             np.copyto(dst, v, casting="no")
             del dst
-            layout.append((k, v.dtype, v.shape, off))
+            layout.append((k, v.dtype.str if np.dtype(v.dtype.str) == v.dtype else v.dtype, v.shape, off))
             off += aligned(v.nbytes)
         rest = {k: v for k, v in out.items() if k not in arrays and k not in same}
         del out, arrays
