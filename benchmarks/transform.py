@@ -50,6 +50,61 @@ def _med(xs: list[float], fmt: str) -> str:
     return f"{fmt.format(statistics.median(xs))} ({fmt.format(min(xs))}-{fmt.format(max(xs))})"
 
 
+def overhead(a: argparse.Namespace) -> None:
+    """Where a step's time goes in the stage alone (no server, no
+    placement): a step of the tabular workload's shape (8 slices of
+    id int64, label int32, features float32[64]) through ThreadStage and
+    ProcessStage, ``inflight`` at a time as the prefetch thread does, with
+    a function that does nothing and with gil_1ms: wall time per step,
+    CPU of this process and of the workers per step."""
+    import threading
+    import time
+
+    import numpy as np
+
+    sys.path[:0] = [str(HERE), str(ROOT / "pyclient")]
+    import transform_fns
+    from meshfeed._src import bench_proc
+    from meshfeed._src.transform import ProcessStage, ThreadStage
+
+    b = a.batch // 8
+    host = {"id": [np.arange(b, dtype=np.int64) + i * b for i in range(8)],
+            "label": [np.zeros(b, np.int32) for _ in range(8)],
+            "features": [np.ones((b, 64), np.float32) for _ in range(8)]}
+    loops = transform_fns.calibrate()
+    stop = threading.Event()
+    print(f"{a.steps} steps of {a.batch} rows (8 slices), {loops} loop iterations for ~1 ms\n")
+    print("| stage | function | wall ms per step | this process's CPU ms per step | workers' CPU ms per step |")
+    print("|---|---|---|---|---|")
+    for name, n in (("threads", 0), (f"{a.workers} processes", a.workers)):
+        for fname, count in (("returns its input (no work)", 1), ("gil_1ms", loops)):
+            transform_fns.LOOPS = count
+            os.environ["MESHFEED_BENCH_GIL_LOOPS"] = str(count)
+            stage = ProcessStage(transform_fns.gil_1ms, n) if n else ThreadStage(transform_fns.gil_1ms)
+            stage.wait_ready()
+            try:
+                pend: list = []
+                for i in range(20):  # warm up
+                    pend.append(stage.submit(host, (0, 0, i, 0)))
+                    if len(pend) >= stage.inflight:
+                        stage.result(pend.pop(0), stop, "")
+                while pend:
+                    stage.result(pend.pop(0), stop, "")
+                c0, w0, t0 = time.process_time(), sum(bench_proc.cpu_seconds(p) for p in stage.pids), time.perf_counter()
+                for i in range(a.steps):
+                    pend.append(stage.submit(host, (0, 0, i, 0)))
+                    if len(pend) >= stage.inflight:
+                        stage.result(pend.pop(0), stop, "")
+                while pend:
+                    stage.result(pend.pop(0), stop, "")
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                wcpu = sum(bench_proc.cpu_seconds(p) for p in stage.pids) - w0
+            finally:
+                stage.close()
+            k = 1e3 / a.steps
+            print(f"| {name} | {fname} | {wall * k:.3f} | {cpu * k:.3f} | {wcpu * k:.3f} |", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default=str(ROOT / ".cache" / "bench-transform"),
@@ -61,7 +116,12 @@ def main() -> None:
     p.add_argument("--step-ms", type=float, default=None, help="the step (default: 80%% of the free loop's rate)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--overhead", action="store_true",
+                   help="only the transform stage's own cost per step (no server, no placement)")
     a = p.parse_args()
+    if a.overhead:
+        overhead(a)
+        return
     binary = os.environ.get("MESHFEED_BIN") or str(ROOT / "bin" / "meshfeed")
     if not os.path.isdir(a.data):
         subprocess.run([binary, "gen", "--out", a.data, "--rows", str(a.rows), "--files", "4",
