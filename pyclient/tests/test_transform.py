@@ -351,3 +351,27 @@ def test_outputs_of_other_dtypes_and_shapes(server, glob, workers):
     ids = expected_ids(ROWS, 64, 4, 0)[0]
     want = np.asarray([features(int(i), FEATURES) for i in ids], np.float32).astype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(np.asarray(f), want)
+
+
+@pytest.mark.parametrize("workers", MODES)
+def test_recovery_after_the_server_is_killed_keeps_order_and_seeds(glob, workers):
+    """The loader's own server SIGKILLed mid-epoch with steps in the
+    transform stage: the loader restarts it, drops the staged steps and
+    resumes; the transformed steps equal an uninterrupted run's (the
+    workers' abandoned steps are drained, their seeds are the steps')."""
+    import signal
+    kw = dict(global_batch_size=64, sharding=sharding(), num_epochs=None, prefetch=3, transform=F.noisy,
+              transform_workers=workers, transform_seed=SEED, columns=["id", "features"])
+    n = 20
+    with meshfeed.Loader(glob, **kw) as ld:
+        ref = [{k: np.asarray(v) for k, v in b.items()} for _, b in zip(range(n), ld)]
+    with meshfeed.Loader(glob, **kw) as ld:
+        got = []
+        for i, b in zip(range(n), ld):
+            got.append({k: np.asarray(v) for k, v in b.items()})
+            if i == 6:
+                os.kill(ld.server_pid, signal.SIGKILL)
+        assert ld.stats()["recoveries"] >= 1
+    for i, (a, b) in enumerate(zip(got, ref)):
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=f"step {i} key {k}")

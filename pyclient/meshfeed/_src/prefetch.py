@@ -2,7 +2,10 @@
 each step's metadata against the position it expects, materializes the step
 on device, waits until its arrays are there (a queued step is ready: the
 consumer never waits for a transfer) and queues up to ``depth`` of them for
-the consumer; and deletes the steps the consumer is done with.
+the consumer; and deletes the steps the consumer is done with. With a
+transform (transform.py) a step goes through it between being received and
+being placed: up to the stage's ``inflight`` steps are there at once, and
+they come out, checked and placed, in step order.
 
 Deleting a step is not free: each ``jax.Array`` frees one buffer per device
 (24 for 3 columns on 8 devices), tens of microseconds in all. Done where the
