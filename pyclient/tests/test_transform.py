@@ -375,3 +375,26 @@ def test_recovery_after_the_server_is_killed_keeps_order_and_seeds(glob, workers
     for i, (a, b) in enumerate(zip(got, ref)):
         for k in b:
             np.testing.assert_array_equal(a[k], b[k], err_msg=f"step {i} key {k}")
+
+
+@pytest.mark.parametrize("workers", MODES)
+def test_string_columns_are_pyarrow_arrays_both_ways(tmp_path, workers):
+    """A string column reaches the function as a pyarrow array (by pickle
+    in a worker process) and a pyarrow array it returns is delivered as it
+    is; computed from it, a numeric array is placed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    n = 256
+    names = [f"row-{i}" * (1 + i % 3) for i in range(n)]
+    pq.write_table(pa.table({"id": pa.array(range(n), pa.int64()), "name": names}), tmp_path / "s.parquet",
+                   row_group_size=64)
+    with meshfeed.Loader(str(tmp_path / "s.parquet"), global_batch_size=64, sharding=sharding(), transport="flight",
+                         transform=F.shout, transform_workers=workers) as ld:
+        steps = list(ld)
+    assert len(steps) == n // 64
+    for s, b in enumerate(steps):
+        ids = expected_ids(n, 64, 8, s)[0]
+        np.testing.assert_array_equal(np.asarray(b["id"]), ids)
+        assert isinstance(b["name"], pa.Array) and b["name"].to_pylist() == [names[i].upper() for i in ids]
+        assert isinstance(b["name_len"], jax.Array)
+        np.testing.assert_array_equal(np.asarray(b["name_len"]), [len(names[i]) for i in ids])

@@ -64,3 +64,10 @@ def to_bfloat16(batch, rng):
     """``features`` as bfloat16 (a dtype NumPy knows only through ml_dtypes)."""
     import ml_dtypes
     return {"f": batch["features"].astype(ml_dtypes.bfloat16)}
+
+
+def shout(batch, rng):
+    """A string column (a pyarrow array in the batch) upper-cased, and ``id``."""
+    import pyarrow.compute as pc
+    return {"id": batch["id"], "name": pc.utf8_upper(batch["name"]), "name_len": pc.utf8_length(batch["name"])
+            .to_numpy(zero_copy_only=False).astype("int32")}
