@@ -90,7 +90,8 @@ def overhead(a: argparse.Namespace) -> None:
                         stage.result(pend.pop(0), stop, "")
                 while pend:
                     stage.result(pend.pop(0), stop, "")
-                c0, w0, t0 = time.process_time(), sum(bench_proc.cpu_seconds(p) for p in stage.pids), time.perf_counter()
+                w0 = sum(bench_proc.cpu_seconds(p) for p in stage.pids)
+                c0, t0 = time.process_time(), time.perf_counter()
                 for i in range(a.steps):
                     pend.append(stage.submit(host, (0, 0, i, 0)))
                     if len(pend) >= stage.inflight:

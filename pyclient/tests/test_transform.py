@@ -298,7 +298,8 @@ def test_a_killed_worker_is_an_error_naming_it(server, glob):
         next(it)
         pids = ld._tbox[0].pids
         os.kill(pids[0], signal.SIGKILL)
-        with pytest.raises(meshfeed.TransformError, match=rf"worker process {pids[0]} (exited with status -9|is gone)"):
+        want = rf"worker process {pids[0]} (exited with status -9|is gone)"
+        with pytest.raises(meshfeed.TransformError, match=want):
             for _ in it:
                 pass
     assert not any(alive(p) for p in pids)
@@ -321,8 +322,8 @@ def test_workers_exit_when_the_training_process_is_killed(tmp_path, binary, glob
         "next(iter(ld))\n"
         "print(*ld._tbox[0].pids, flush=True)\n"
         "time.sleep(600)\n")
-    env = dict(os.environ, MESHFEED_BIN=binary, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8",
-               PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, MESHFEED_BIN=binary, JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=8", PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         pids = [int(x) for x in p.stdout.readline().split()]

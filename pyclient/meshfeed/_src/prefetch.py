@@ -132,7 +132,7 @@ class Prefetcher:
                 reader.cancel()
                 return
             L = self._layout
-            totals = (0,) * len(TOTALS)
+            totals: tuple = (0,) * len(TOTALS)
             while not self._stop.is_set():
                 self._drain()
                 try:
@@ -158,28 +158,31 @@ class Prefetcher:
                 c = self._mat.counts
                 step = (real, len(L.slices) * L.b - real, nbytes, c["host_copies"], c["mask_unpacks"],
                         c["unaligned_transfers"] if tf is None else 0, getattr(chunk, "in_place", 0), 0.0, 0.0)
+                at = self._expect  # (ep, st), checked above: ints
                 nxt = st + 1
                 self._expect = (ep + 1, 0) if nxt >= self._spe else (ep, nxt)
                 if tf is not None:
                     # In the transform stage until `inflight` steps are there;
                     # then the oldest comes out, checked and placed.
-                    handle = tf.submit(batch, ep, st)
-                    self._pending.append((ep, st, tf.kept(batch), handle, step))
+                    handle = tf.submit(batch, *at)
+                    self._pending.append((*at, tf.kept(batch), handle, step))
                     del batch, src, chunk
                     if len(self._pending) < tf.inflight:
                         continue
-                    totals = self._finish(totals)
-                    if totals is None:
+                    after = self._finish(totals)
+                    if after is None:
                         return
+                    totals = after
                     continue
                 jax.block_until_ready([v for v in batch.values() if isinstance(v, jax.Array)])
                 totals = tuple(a + b for a, b in zip(totals, step))
                 if not self._put(((ep, st, totals), batch)):
                     return
             while self._pending:
-                totals = self._finish(totals)
-                if totals is None:
+                after = self._finish(totals)
+                if after is None:
                     return
+                totals = after
             self._put(END)
         except _Stopped:
             return

@@ -220,7 +220,8 @@ class _Worker:
         self.seg_out: _Segment | None = None
         self.busy = False  # a step sent, its reply not yet read
         self.copies_in = 0  # columns copied into seg_in for that step
-        self.host: Mapping[str, Any] | None = None  # that step's columns (an input returned unchanged is placed from them)
+        # That step's columns: an input it returns unchanged is placed from them.
+        self.host: Mapping[str, Any] | None = None
 
     @property
     def pid(self) -> int:
@@ -369,6 +370,7 @@ class ProcessStage:
                    need: int) -> None:
         if w.seg_in is None or w.seg_in.size < need:
             w.send_segment("in", max(need, ALIGN, 2 * w.seg_in.size if w.seg_in else 0))
+        assert w.seg_in is not None
         mm = w.seg_in.mm
         for (k, dtype, shape, off) in cols:
             v = host[k]
@@ -407,7 +409,7 @@ class ProcessStage:
             a = _aligned_empty(shape, dtype)
             np.copyto(a, np.ndarray(shape, dtype, mm, off))
             arrays[k] = a
-        host = w.host
+        host = w.host or {}
         for k, kin in same.items():  # inputs returned unchanged: the views they came from
             v = host[kin]
             arrays[k] = _Slices(v) if isinstance(v, list) else v
@@ -504,7 +506,7 @@ class Transformer:
         if mk is not None and mk not in out and mk in host:
             m = host[mk]  # the pad mask goes on unless the function returns its own
             out[mk] = _Slices(m) if isinstance(m, list) else m
-        sig = {}
+        sig: dict[str, tuple] = {}
         for k, v in out.items():
             if isinstance(v, (np.ndarray, _Slices)):
                 sig[k] = (v.dtype, v.shape[1:])
