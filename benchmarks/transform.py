@@ -104,6 +104,53 @@ def overhead(a: argparse.Namespace) -> None:
                 stage.close()
             k = 1e3 / a.steps
             print(f"| {name} | {fname} | {wall * k:.3f} | {cpu * k:.3f} | {wcpu * k:.3f} |", flush=True)
+    _transfer(a, host)
+
+
+def _transfer(a: argparse.Namespace, host: dict) -> None:
+    """One way of the step to a worker, as the stage does it (the slices
+    concatenated into a shared-memory mapping) against pickling it through
+    a socket pair, as multiprocessing would (dumps, send, receive, loads;
+    both ends in this process): CPU ms per step."""
+    import mmap
+    import pickle
+    import socket
+    import time
+
+    import numpy as np
+
+    need = sum(sum(v.nbytes for v in vs) for vs in host.values())
+    mm = mmap.mmap(-1, need + 64 * len(host))
+    r, w = socket.socketpair()
+    try:
+        c0 = time.process_time()
+        for _ in range(a.steps):
+            off = 0
+            for vs in host.values():
+                shape = (sum(len(v) for v in vs), *vs[0].shape[1:])
+                dst = np.ndarray(shape, vs[0].dtype, mm, off)
+                np.concatenate(vs, out=dst)
+                off += -(-dst.nbytes // 64) * 64
+                del dst
+        shm = time.process_time() - c0
+        c0 = time.process_time()
+        for _ in range(a.steps):
+            blob = pickle.dumps({k: np.concatenate(vs) for k, vs in host.items()}, protocol=pickle.HIGHEST_PROTOCOL)
+            view, got = memoryview(blob), 0
+            buf = bytearray(len(blob))
+            while got < len(blob):  # one thread: send and receive by turns
+                got_now = w.send(view[got:got + (64 << 10)])  # within the socket buffer
+                r.recv_into(memoryview(buf)[got:], got_now, socket.MSG_WAITALL)
+                got += got_now
+            pickle.loads(buf)
+        pick = time.process_time() - c0
+    finally:
+        r.close()
+        w.close()
+        mm.close()
+    k = 1e3 / a.steps
+    print(f"\none step ({need:,} bytes) to a worker, CPU ms per step: shared memory (concatenated into the "
+          f"segment) {shm * k:.3f}; pickled through a socket pair {pick * k:.3f}")
 
 
 def main() -> None:
