@@ -201,8 +201,9 @@ class Loader:
             (for functions that let go of the GIL: NumPy, pyarrow compute);
             ``N > 0`` in ``N`` worker processes (for functions that hold it),
             which need a picklable function (defined at the top level of a
-            module) and cost a copy of the step in and of the result out
-            (shared memory). :meth:`close` stops them.
+            module) and cost a copy of the step in and of each new array out
+            (shared memory; an input returned unchanged is not copied back).
+            :meth:`close` stops them.
         transform_seed: the ``seed`` of the transform's generators; None:
             the shuffle's seed, or 0 without ``shuffle``. The transform is
             not part of the state's fingerprint (a function cannot be
