@@ -399,3 +399,31 @@ def test_string_columns_are_pyarrow_arrays_both_ways(tmp_path, workers):
         assert isinstance(b["name"], pa.Array) and b["name"].to_pylist() == [names[i].upper() for i in ids]
         assert isinstance(b["name_len"], jax.Array)
         np.testing.assert_array_equal(np.asarray(b["name_len"]), [len(names[i]) for i in ids])
+
+
+def test_a_function_of_the_main_script_runs_in_workers(tmp_path, binary, glob):
+    """A transform defined in the script being run (``__main__``) loads in
+    the worker processes: they load that script as multiprocessing's spawn
+    does (its ``if __name__ == "__main__"`` block does not run there)."""
+    import subprocess
+    import sys
+    script = tmp_path / "main_fn.py"
+    script.write_text(
+        "import os\n"
+        "import numpy as np\n"
+        "def triple(batch, rng):\n"
+        "    return {'id3': batch['id'] * 3, 'pid': np.full(len(batch['id']), os.getpid())}\n"
+        "if __name__ == '__main__':\n"
+        "    import jax\n"
+        "    from jax.sharding import NamedSharding, PartitionSpec as P\n"
+        "    import meshfeed\n"
+        f"    with meshfeed.Loader({glob!r}, global_batch_size=64, transform=triple, transform_workers=1,\n"
+        "                         sharding=NamedSharding(jax.make_mesh((8,), ('data',)), P('data'))) as ld:\n"
+        "        b = next(iter(ld))\n"
+        "        print(int(np.asarray(b['id3'])[5]), int(np.asarray(b['pid'])[0]) in ld._tbox[0].pids, os.getpid())\n")
+    env = dict(os.environ, MESHFEED_BIN=binary, JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    id3, in_worker, _ = r.stdout.split()
+    assert int(id3) == 3 * int(expected_ids(ROWS, 64, 8, 0)[0][5]) and in_worker == "True", r.stdout
