@@ -27,11 +27,13 @@ from ._src.errors import (
     UnavailableError,
 )
 from ._src.loader import Loader
+from ._src.transform import TransformError
 from ._src.server import LOCAL_MEMORY_BUDGET, LOCAL_READ_AHEAD
 from ._version import __version__
 
 for _obj in (Column, LoaderConfig, ServerOptions, Shuffle, Loader, BinaryNotFoundError, InvalidRequestError, MeshfeedError, NotFoundError,
-             PermissionDeniedError, PlanError, ResourceExhaustedError, StateMismatchError, UnavailableError):
+             PermissionDeniedError, PlanError, ResourceExhaustedError, StateMismatchError, TransformError,
+             UnavailableError):
     _obj.__module__ = __name__  # public names print as meshfeed.X
 del _obj
 
@@ -52,6 +54,7 @@ __all__ = [
     "ServerOptions",
     "Shuffle",
     "StateMismatchError",
+    "TransformError",
     "Transport",
     "UnavailableError",
 ]

@@ -96,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fakegcs", default=None, metavar="PATH",
                    help="with --gcs-emulator: the fakegcs helper (`go build -o bin/fakegcs ./benchmarks/fakegcs` "
                         "in a checkout; default: $MESHFEED_FAKEGCS, beside the meshfeed binary, PATH)")
+    p.add_argument("--transform", default=None, metavar="MODULE:FUNCTION",
+                   help="run FUNCTION of MODULE (importable from here) on every step as Loader(transform=...); "
+                        "the report says how long it took per step and how long the loader waited for it")
+    p.add_argument("--transform-workers", type=int, default=0, metavar="N",
+                   help="with --transform: 0 runs it on threads, N > 0 in N worker processes")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the figures as JSON")
     p.add_argument("--plot", default=None, metavar="PATH.png", help="draw the per-step timeline (needs matplotlib)")
     p.add_argument("--no-progress", action="store_true", help="no live progress line on stderr")
@@ -131,6 +136,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--prefetch must be >= 1")
     if a.gcs_emulator and a.server:
         p.error("--gcs-emulator starts its own server; drop --server")
+    if a.transform_workers < 0:
+        p.error("--transform-workers must be >= 0")
+    if a.transform_workers and not a.transform:
+        p.error("--transform-workers needs --transform")
+    if a.transform is not None:
+        try:
+            a.transform_fn = load_transform(a.transform)
+        except ValueError as e:
+            p.error(str(e))
+    else:
+        a.transform_fn = None
     if a.plot:
         try:
             import matplotlib  # noqa: F401
@@ -146,6 +162,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             p.error(f"--length {item!r}: name the column in --columns too")
         a.lengths[name.strip()] = int(n)
     return a
+
+
+def load_transform(spec: str) -> Any:
+    """The function ``MODULE:FUNCTION`` names (FUNCTION may be dotted:
+    ``module:Class.method``); ValueError saying what is wrong."""
+    import importlib
+    mod, sep, name = spec.partition(":")
+    if not sep or not mod or not name:
+        raise ValueError(f"--transform {spec!r}: want MODULE:FUNCTION, e.g. my_augment:flip")
+    try:
+        obj: Any = importlib.import_module(mod)
+    except ImportError as e:
+        raise ValueError(f"--transform {spec!r}: cannot import {mod!r} ({e}); is its directory on PYTHONPATH?") from e
+    for part in name.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"--transform {spec!r}: {mod} has no {name!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"--transform {spec!r}: {name} is not callable")
+    return obj
 
 
 def _devices_wanted(a: argparse.Namespace) -> int | None:
@@ -322,6 +358,14 @@ def format_report(r: dict[str, Any]) -> str:
         ("rows/s", f"{r['rows_per_second']:,.0f}"),
         ("GB/s delivered", f"{r['bytes_per_second'] / 1e9:.3f}"),
         ("time to first batch", f"{r['time_to_first_batch_s']:.3f} s"),
+    ]
+    tf = r.get("transform")
+    if tf:
+        n = tf["workers"]
+        where = f"{n} worker process{'es' if n != 1 else ''}" if tf["mode"] == "processes" else f"{n} threads"
+        rows.append(("transform", f"{tf['function']} on {where}: {tf['ms_per_step']:.3f} ms per step in the "
+                                  f"function; the loader waited {tf['wait_ms_per_step']:.3f} ms per step for it"))
+    rows += [
         ("peak RSS", f"client {_mib(r['peak_rss_client_bytes'])}, server {_mib(r['peak_rss_server_bytes'])}"
                      + ("" if r["server_local"] else " (server not started here: not measured)")),
         ("CPU seconds per GB", f"{r['cpu_seconds_per_gb']:.2f} (client {r['cpu_seconds_client']:.2f} s, "
@@ -398,7 +442,8 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
                         last_batch=a.last_batch, shuffle=shuffle,
                         num_epochs=None if a.steps is not None else a.epochs, prefetch=a.prefetch,
                         server=a.server,
-                        server_options=ServerOptions(binary=a.binary) if a.server is None else None)
+                        server_options=ServerOptions(binary=a.binary) if a.server is None else None,
+                        transform=a.transform_fn, transform_workers=a.transform_workers)
         with loader:
             total = a.steps if a.steps is not None else loader.steps_per_epoch * a.epochs
             progress = Progress(total, enabled=not a.no_progress)
@@ -441,12 +486,14 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             progress.update(n, (st["rows"] - mark[1]) / (t_end - mark[0]) if mark and t_end > mark[0] else 0.0,
                             waits[-1] * 1e3 if waits else 0.0, force=True)
             progress.close()
+            tf = loader._tbox[0]  # the transform's worker processes: their CPU counts as the client's
+            worker_cpu = sum(bench_proc.cpu_seconds(p) for p in (tf.pids if tf is not None else ()))
             srv = getattr(loader, "_server", None)
             server_pid = srv.pid if srv is not None else None
             server_rss = bench_proc.peak_rss(server_pid) if server_pid else 0
             server_cpu = bench_proc.cpu_seconds(server_pid) if server_pid else 0.0
             spe, num_rows = loader.steps_per_epoch, loader.num_rows
-        client_cpu = time.process_time() - cpu0
+        client_cpu = time.process_time() - cpu0 + worker_cpu
         client_rss = bench_proc.peak_rss(os.getpid())
     finally:
         if fake:
@@ -488,6 +535,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         "total_rows": int(st["rows"]), "total_bytes": int(st["bytes"]),
         "host_copies": st["host_copies"], "unaligned_transfers": st["unaligned_transfers"],
         "transport": st["transport"], "in_place_bytes": int(st["in_place_bytes"]),
+        "transform": st.get("transform"),
     }
     if a.plot:
         plot_timeline(a.plot, t_wait0, waits, computes,

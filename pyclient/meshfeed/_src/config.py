@@ -268,6 +268,19 @@ def _wire_columns(columns: Any, bad: Any) -> tuple[dict[str, Any], ...] | None:
     return tuple(out)
 
 
+def _check_transform(cfg: Any, bad: Callable[[str], None]) -> None:
+    """The transform fields' problems (their meaning: meshfeed.Loader)."""
+    if cfg.transform is not None and not callable(cfg.transform):
+        bad(f"transform={cfg.transform!r}: want a function fn(batch, rng) -> dict, or None")
+    if not _int_at_least(cfg.transform_workers, 0):
+        bad(f"transform_workers={cfg.transform_workers!r}: want an int >= 0 (0: threads)")
+    elif cfg.transform_workers and cfg.transform is None:
+        bad(f"transform_workers={cfg.transform_workers}: no transform= to run")
+    ts = cfg.transform_seed
+    if ts is not None and (not _is_int(ts) or not 0 <= ts <= _MAX_U64):
+        bad(f"transform_seed={ts!r}: want an int in [0, 2**64) or None")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LoaderConfig:
     """What a :class:`meshfeed.Loader` reads and how: its arguments (bar
@@ -285,7 +298,10 @@ class LoaderConfig:
 
     The fields are the Loader's arguments of the same names (see
     :class:`meshfeed.Loader`); ``server_options`` (a :class:`ServerOptions`)
-    applies to the local server only (``server=None``).
+    applies to the local server only (``server=None``). ``transform``,
+    ``transform_workers`` and ``transform_seed`` are not part of the
+    fingerprint: a state resumes under a changed transform (a function
+    cannot be compared; fixing one and resuming is legitimate).
     """
 
     data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
@@ -306,6 +322,9 @@ class LoaderConfig:
     token: str | None = None
     manifest: str | os.PathLike[str] = "auto"
     filters: Sequence[Any] | None = None
+    transform: Callable[..., Any] | None = None
+    transform_workers: int = 0
+    transform_seed: int | None = None
     datasets: tuple[str, ...] = dataclasses.field(init=False)
     wire_columns: tuple[dict[str, Any], ...] | None = dataclasses.field(init=False)
     wire_filters: tuple[tuple[dict[str, Any], ...], ...] | None = dataclasses.field(init=False)
@@ -361,6 +380,7 @@ class LoaderConfig:
             manifest, problem = _normalize_uri(self.manifest)
             if problem or manifest is None:
                 bad(f"manifest={self.manifest!r}: want 'auto', 'off' or the manifest's URI ({problem})")
+        _check_transform(self, bad)
         cols = _wire_columns(self.columns, bad)
         filt = wire_filters(self.filters, bad)
         if problems:
@@ -371,6 +391,14 @@ class LoaderConfig:
         object.__setattr__(self, "wire_filters", filt)
         object.__setattr__(self, "recovery_timeout", float(rt))
         object.__setattr__(self, "tls_root_certs", pem)
+
+    @property
+    def seed_of_transform(self) -> int:
+        """The seed of the transform's generators: ``transform_seed``, else
+        the shuffle's seed, else 0."""
+        if self.transform_seed is not None:
+            return self.transform_seed
+        return self.shuffle.seed if self.shuffle is not None else 0
 
     @property
     def local_server(self) -> ServerOptions:

@@ -277,6 +277,30 @@ class Materializer:
         shared-memory step (shm.ShmChunk: per-slice buffers, every one
         64-byte aligned, whose numeric columns are viewed without building
         records); its counters are in ``counts`` afterwards."""
+        out, placed, per_slice = self._gather(rb)
+        if per_slice:
+            arrays = self._place_slices(placed)
+        else:
+            arrays = place([self.sharding] * len(placed), [vs[0] for _, _, vs in placed], [sh for _, sh, _ in placed])
+        for (name, _, _), arr in zip(placed, arrays):
+            out[name] = arr
+        return out
+
+    def host(self, rb: Any) -> dict[str, Any]:
+        """One step's columns on the host, for a transform (nothing placed):
+        each numeric or boolean column as a list of NumPy views, one per
+        local slice (shared memory) or one of all of them (a Flight record),
+        the others as pyarrow arrays; in the order ``__call__`` gives them.
+        Its counters are in ``counts`` afterwards."""
+        out, placed, _ = self._gather(rb)
+        for name, _, vs in placed:
+            out[name] = vs
+        return out
+
+    def _gather(self, rb: Any) -> tuple[dict[str, Any], list[tuple[str, tuple[int, ...], list[np.ndarray]]], bool]:
+        """The step's arrow columns (in ``out``, where placed columns hold
+        None), what is to be placed (name, global shape, views) and whether
+        the views are per slice."""
         L = self.layout
         direct = None if self.flatten else getattr(rb, "dense", None)
         if direct is not None:
@@ -351,15 +375,9 @@ class Materializer:
             if valids:
                 out[spec.name + "_valid"] = None
                 placed.append((spec.name + "_valid", (L.B,), valids))
-        if per_slice:
-            arrays = self._place_slices(placed)
-        else:
-            arrays = place([self.sharding] * len(placed), [vs[0] for _, _, vs in placed], [sh for _, sh, _ in placed])
-        for (name, _, _), arr in zip(placed, arrays):
-            out[name] = arr
         self.last_views = views
         self.counts = {"host_copies": copies, "mask_unpacks": unpacks, "unaligned_transfers": unaligned}
-        return out
+        return out, placed, per_slice
 
     def _records(self, rb: pa.RecordBatch | Sequence[pa.RecordBatch]) -> list[pa.RecordBatch]:
         """The step's records, checked (rows, nulls) and with structs flattened."""

@@ -30,6 +30,7 @@ from .plan import steps_per_epoch
 from .prefetch import END, TOTALS, Failure, Prefetcher
 from .server import LocalServer
 from .session import SHM_EXTRA_SLOTS, Session
+from .transform import Transformer, describe
 
 STATE_VERSION = 1
 WAITS_KEPT = 1 << 16  # steps whose waits stats() takes percentiles of: the most recent (memory stays bounded)
@@ -84,14 +85,17 @@ def _server_options(server_options: ServerOptions | None, server: Any, binary: A
     return dataclasses.replace(server_options, **fields)
 
 
-def _close_all(prefetcher_box: list, session_box: list) -> None:
-    """Stops the prefetcher and closes the session (connection and local
-    server). The lists are the Loader's own: recovery replaces the
-    prefetcher, so the finalizer always stops the current one."""
+def _close_all(prefetcher_box: list, session_box: list, transform_box: list | None = None) -> None:
+    """Stops the prefetcher, closes the session (connection and local
+    server) and stops the transform's threads or worker processes. The
+    lists are the Loader's own: recovery replaces the prefetcher, so the
+    finalizer always stops the current one."""
     if prefetcher_box and prefetcher_box[0] is not None:
         prefetcher_box[0].stop()
     if session_box and session_box[0] is not None:
         session_box[0].close()
+    if transform_box and transform_box[0] is not None:
+        transform_box[0].close()
 
 
 class Loader:
@@ -204,6 +208,34 @@ class Loader:
             memory or an error) or ``"flight"``. Shared memory hands the
             step's buffers to jax without a copy: XLA's CPU client aliases
             them. ``stats()["transport"]`` says which one served.
+        transform: a function ``fn(batch, rng) -> dict`` run on every step
+            before it is placed, in the prefetch pipeline and in step order.
+            ``batch`` holds this process's rows of the step (``P*b`` rows: its
+            ``P`` distinct slices of ``b = B/D`` rows, concatenated in
+            ascending slice order), numeric and boolean columns as read-only
+            NumPy arrays, the others as pyarrow arrays, the pad mask
+            (``mask_key``) included; ``rng`` is a ``numpy.random.Generator``
+            seeded by ``numpy.random.SeedSequence([transform_seed, epoch,
+            step, jax.process_index()])``, so a resumed run draws the same
+            numbers. It returns a dict of arrays with the same leading
+            dimension (keys, dtypes and shapes its own, the same at every
+            step): NumPy arrays are placed as ``sharding`` (one call per
+            step), pyarrow arrays delivered as they are; a pad mask it
+            leaves out is added back. Its errors, and results that are not
+            such a dict (checked fully at the first step, by keys, dtypes
+            and shapes after), raise :class:`TransformError` from ``next``,
+            naming the epoch, the step and the key.
+        transform_workers: 0 (the default) runs ``transform`` on 2 threads
+            (for functions that let go of the GIL: NumPy, pyarrow compute);
+            ``N > 0`` in ``N`` worker processes (for functions that hold it),
+            which need a picklable function (defined at the top level of a
+            module) and cost a copy of the step in and of each new array out
+            (shared memory; an input returned unchanged is not copied back).
+            :meth:`close` stops them.
+        transform_seed: the ``seed`` of the transform's generators; None:
+            the shuffle's seed, or 0 without ``shuffle``. The transform is
+            not part of the state's fingerprint (a function cannot be
+            compared): resuming with another one is allowed.
 
     The arguments but ``state`` and ``elastic`` make a frozen
     :class:`LoaderConfig` (``loader.config``); :meth:`from_config` builds a
@@ -221,6 +253,8 @@ class Loader:
                  elastic: bool = False, tls_root_certs: bytes | str | os.PathLike[str] | None = None,
                  tls_server_name: str | None = None, token: str | None = None,
                  manifest: str | os.PathLike[str] = "auto",
+                 transform: Callable[..., Any] | None = None, transform_workers: int = 0,
+                 transform_seed: int | None = None,
                  binary: str | os.PathLike[str] | None = None, server_args: Sequence[str] | None = None,
                  filters: Sequence[Any] | None = None):
         cfg = LoaderConfig(
@@ -228,7 +262,8 @@ class Loader:
             last_batch=last_batch, shuffle=shuffle, num_epochs=num_epochs, prefetch=prefetch, server=server,
             server_options=_server_options(server_options, server, binary, server_args), mask_key=mask_key,
             recovery_timeout=recovery_timeout, transport=transport, tls_root_certs=tls_root_certs,
-            tls_server_name=tls_server_name, token=token, manifest=manifest, filters=filters)
+            tls_server_name=tls_server_name, token=token, manifest=manifest, filters=filters,
+            transform=transform, transform_workers=transform_workers, transform_seed=transform_seed)
         self._start(cfg, state, elastic)
 
     @classmethod
@@ -245,6 +280,7 @@ class Loader:
     def _start(self, cfg: LoaderConfig, state: Mapping[str, Any] | None, elastic: bool) -> None:
         self._box: list = [None]  # [prefetcher]: what the finalizer stops
         self._sbox: list = [None]  # [session]: what the finalizer closes
+        self._tbox: list = [None]  # [transformer]: what the finalizer stops (transform.py)
         self._handed: Any = None  # the step returned last, until the next is asked for (prefetch.py)
         self._closed = False
         self._elastic_ok = bool(elastic)
@@ -252,11 +288,16 @@ class Loader:
         self._recover_deadline: float | None = None
         self._cfg = cfg
         self._layout = layout_of(cfg.sharding, cfg.global_batch_size)
-        self._session = self._sbox[0] = Session(cfg)
-        self._finalizer = weakref.finalize(self, _close_all, self._box, self._sbox)
+        self._finalizer = weakref.finalize(self, _close_all, self._box, self._sbox, self._tbox)
         try:
+            if cfg.transform is not None:  # workers start first: they load while the server plans
+                self._tbox[0] = Transformer(cfg.transform, cfg.transform_workers, cfg.seed_of_transform,
+                                            self._layout, cfg.sharding, cfg.pad_mask)
+            self._session = self._sbox[0] = Session(cfg)
             self._session.connect()
             self._plan(state)
+            if self._tbox[0] is not None:
+                self._tbox[0].wait_ready()
         except BaseException:
             self.close()
             raise
@@ -415,9 +456,12 @@ class Loader:
             if self._finished():
                 raise StopIteration
             session, slots = self._session, self._cfg.prefetch + SHM_EXTRA_SLOTS
+            tf = self._tbox[0]
+            if tf is not None:
+                slots += tf.inflight  # the steps in the transform stage hold their slots too
             pf = self._box[0] = Prefetcher(lambda t: session.open_stream(t, slots),
                                            json.dumps(self._request(self._pos)).encode(), self._mat,
-                                           self._layout, self._pos, self._spe, self._cfg.prefetch)
+                                           self._layout, self._pos, self._spe, self._cfg.prefetch, tf)
             if self._t0 is None:
                 self._t0 = time.perf_counter()
         t = time.perf_counter()
@@ -492,6 +536,16 @@ class Loader:
         dataset manifest the server planned from, ``""`` when it read the
         footers) and ``plan_requests`` (the store requests that planning
         made).
+
+        ``transform`` (None without ``transform=``): ``function``
+        (``module:qualname``), ``mode`` (``"threads"`` or ``"processes"``),
+        ``workers``, ``seconds`` (in the function, over the steps received),
+        ``ms_per_step`` (their mean), ``wait_seconds`` and
+        ``wait_ms_per_step`` (how long the prefetch thread waited for the
+        transform's results: where that is near ``ms_per_step`` divided by
+        the workers and ``wait_ms`` is high, the transform is what the loop
+        waits for). Its copies (the slices concatenated, the trips through
+        worker processes' shared memory) count in ``host_copies``.
         """
         el = time.perf_counter() - self._t0 if self._t0 is not None else 0.0
         n = self._steps
@@ -507,6 +561,7 @@ class Loader:
                 "unaligned_transfers": tot["unaligned_transfers"], "in_place_bytes": tot["in_place_bytes"],
                 "manifest": self._plan_info.get("manifest", ""),
                 "plan_requests": int(self._plan_info.get("plan_requests", 0)),
+                "transform": self._transform_stats(tot, n),
                 **self._cache_stats()}
 
     def _cache_stats(self) -> dict[str, Any]:
@@ -516,6 +571,15 @@ class Loader:
         if srv is None or srv.metrics_address is None:
             return {}
         return {"cache": cache_stats(srv.metrics_address)}
+
+    def _transform_stats(self, tot: Mapping[str, Any], n: int) -> dict[str, Any] | None:
+        tf, cfg = self._tbox[0], self._cfg
+        if tf is None or cfg.transform is None:
+            return None
+        secs, wait = float(tot["transform_seconds"]), float(tot["transform_wait_seconds"])
+        return {"function": describe(cfg.transform), "mode": tf.mode, "workers": tf.inflight,
+                "seconds": secs, "ms_per_step": 1e3 * secs / n if n else 0.0,
+                "wait_seconds": wait, "wait_ms_per_step": 1e3 * wait / n if n else 0.0}
 
     def close(self) -> None:
         """Stops the prefetch thread, closes the connection and stops the local

@@ -2,7 +2,10 @@
 each step's metadata against the position it expects, materializes the step
 on device, waits until its arrays are there (a queued step is ready: the
 consumer never waits for a transfer) and queues up to ``depth`` of them for
-the consumer; and deletes the steps the consumer is done with.
+the consumer; and deletes the steps the consumer is done with. With a
+transform (transform.py) a step goes through it between being received and
+being placed: up to the stage's ``inflight`` steps are there at once, and
+they come out, checked and placed, in step order.
 
 Deleting a step is not free: each ``jax.Array`` frees one buffer per device
 (24 for 3 columns on 8 devices), tens of microseconds in all. Done where the
@@ -30,10 +33,12 @@ import jax
 
 from .errors import MeshfeedError, from_flight
 from .layout import Layout, Materializer
+from .transform import Transformer, _Stopped
 
 END = object()  # queued after the last step: the stream ended with OK
 # What a step's totals sum, in order (see Prefetcher).
-TOTALS = ("rows", "padded_rows", "bytes", "host_copies", "mask_unpacks", "unaligned_transfers", "in_place_bytes")
+TOTALS = ("rows", "padded_rows", "bytes", "host_copies", "mask_unpacks", "unaligned_transfers", "in_place_bytes",
+          "transform_seconds", "transform_wait_seconds")
 
 
 class Failure:
@@ -57,8 +62,13 @@ class Prefetcher:
     reference to the Loader, so that the Loader's finalizer can stop it."""
 
     def __init__(self, open_stream: Callable[[bytes], Any], ticket: bytes, materialize: Materializer,
-                 layout: Layout, first: tuple[int, int], steps_per_epoch: int, depth: int):
+                 layout: Layout, first: tuple[int, int], steps_per_epoch: int, depth: int,
+                 transform: Transformer | None = None):
         self._open = open_stream
+        self._tf = transform
+        # Steps in the transform stage, oldest first: (epoch, step, host
+        # columns, handle, totals of the step but the transform's).
+        self._pending: collections.deque = collections.deque()
         self._ticket = ticket
         self._mat = materialize
         self._layout = layout
@@ -122,7 +132,7 @@ class Prefetcher:
                 reader.cancel()
                 return
             L = self._layout
-            totals = (0,) * len(TOTALS)
+            totals: tuple = (0,) * len(TOTALS)
             while not self._stop.is_set():
                 self._drain()
                 try:
@@ -140,23 +150,61 @@ class Prefetcher:
                         f"want epoch {self._expect[0]} step {self._expect[1]} slices {list(L.slices)}")
                 # A shared-memory step goes as it is (its numeric columns are
                 # viewed without records); a Flight chunk as its record.
-                batch = self._mat(chunk if hasattr(chunk, "dense") else chunk.data)
-                jax.block_until_ready([v for v in batch.values() if isinstance(v, jax.Array)])
+                src = chunk if hasattr(chunk, "dense") else chunk.data
+                tf = self._tf
+                batch = self._mat(src) if tf is None else self._mat.host(src)
                 real = int(sum(meta.get("real_rows") or [L.b] * len(L.slices)))
                 nbytes = chunk.nbytes if hasattr(chunk, "nbytes") else chunk.data.nbytes
                 c = self._mat.counts
-                t = totals
-                totals = (t[0] + real, t[1] + len(L.slices) * L.b - real, t[2] + nbytes, t[3] + c["host_copies"],
-                          t[4] + c["mask_unpacks"], t[5] + c["unaligned_transfers"], t[6] + getattr(chunk, "in_place", 0))
-                info = (ep, st, totals)
+                step = (real, len(L.slices) * L.b - real, nbytes, c["host_copies"], c["mask_unpacks"],
+                        c["unaligned_transfers"] if tf is None else 0, getattr(chunk, "in_place", 0), 0.0, 0.0)
+                at = self._expect  # (ep, st), checked above: ints
                 nxt = st + 1
                 self._expect = (ep + 1, 0) if nxt >= self._spe else (ep, nxt)
-                if not self._put((info, batch)):
+                if tf is not None:
+                    # In the transform stage until `inflight` steps are there;
+                    # then the oldest comes out, checked and placed.
+                    handle = tf.submit(batch, *at)
+                    self._pending.append((*at, tf.kept(batch), handle, step))
+                    del batch, src, chunk
+                    if len(self._pending) < tf.inflight:
+                        continue
+                    after = self._finish(totals)
+                    if after is None:
+                        return
+                    totals = after
+                    continue
+                jax.block_until_ready([v for v in batch.values() if isinstance(v, jax.Array)])
+                totals = tuple(a + b for a, b in zip(totals, step))
+                if not self._put(((ep, st, totals), batch)):
                     return
+            while self._pending:
+                after = self._finish(totals)
+                if after is None:
+                    return
+                totals = after
             self._put(END)
+        except _Stopped:
+            return
         except BaseException as e:  # noqa: BLE001 - re-raised in the consumer
             if not self._stop.is_set():
                 self._put(Failure(from_flight(e)))
+        finally:
+            self._pending.clear()
+
+    def _finish(self, totals: tuple) -> tuple | None:
+        """Takes the oldest step out of the transform stage (waiting for
+        it), places it and queues it; the new totals, or None when the
+        prefetcher stopped."""
+        tf = self._tf
+        assert tf is not None
+        ep, st, host, handle, step = self._pending.popleft()
+        batch, secs, copies, unaligned, waited = tf.finish(handle, host, ep, st, self._stop)
+        del host
+        jax.block_until_ready([v for v in batch.values() if isinstance(v, jax.Array)])
+        step = step[:3] + (step[3] + copies, step[4], unaligned, step[6], secs, waited)
+        totals = tuple(a + b for a, b in zip(totals, step))
+        return totals if self._put(((ep, st, totals), batch)) else None
 
     def get(self) -> Any:
         """The next item (a step, END or a Failure), waiting for it."""

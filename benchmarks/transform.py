@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Does a transform that holds the GIL for ~1 ms per step cost utilization?
+
+Runs `python -m meshfeed bench` on one dataset and step, side by side: the
+loader alone, with `transform_fns:gil_1ms` on threads (transform_workers=0),
+and in worker processes (--workers, default 2); the configurations
+alternate, --repeats times each, and the table gives medians (min-max).
+
+The step follows BENCHMARKS.md's convention: a simulated step at 80% of the
+loader's maximum rate (a free-loop run first, unless --step-ms is given).
+The 1 ms loop is calibrated once here and passed to every process by
+$MESHFEED_BENCH_GIL_LOOPS. Needs bin/meshfeed (`make build`).
+
+    python benchmarks/transform.py --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def _bench(a: argparse.Namespace, env: dict, extra: list[str], step_ms: float) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "r.json")
+        cmd = [sys.executable, "-m", "meshfeed", "bench", a.data, "--global-batch-size", str(a.batch),
+               "--mesh", "data=8", "--columns", "id,label,features", "--x64", "--steps", str(a.steps),
+               "--step", a.step, "--step-ms", f"{step_ms:.3f}", "--json", out, "--no-progress", *extra]
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if r.returncode:
+            raise SystemExit(f"{' '.join(cmd)} failed:\n{r.stdout}\n{r.stderr}")
+        with open(out) as f:
+            rep = json.load(f)
+        rep["command"] = "python -m meshfeed bench " + " ".join(cmd[4:cmd.index("--json")] + extra)
+        return rep
+
+
+def _med(xs: list[float], fmt: str) -> str:
+    if len(xs) == 1:
+        return fmt.format(xs[0])
+    return f"{fmt.format(statistics.median(xs))} ({fmt.format(min(xs))}-{fmt.format(max(xs))})"
+
+
+def overhead(a: argparse.Namespace) -> None:
+    """Where a step's time goes in the stage alone (no server, no
+    placement): a step of the tabular workload's shape (8 slices of
+    id int64, label int32, features float32[64]) through ThreadStage and
+    ProcessStage, ``inflight`` at a time as the prefetch thread does, with
+    a function that does nothing and with gil_1ms: wall time per step,
+    CPU of this process and of the workers per step."""
+    import threading
+    import time
+
+    import numpy as np
+
+    sys.path[:0] = [str(HERE), str(ROOT / "pyclient")]
+    import transform_fns
+    from meshfeed._src import bench_proc
+    from meshfeed._src.transform import ProcessStage, ThreadStage
+
+    b = a.batch // 8
+    host = {"id": [np.arange(b, dtype=np.int64) + i * b for i in range(8)],
+            "label": [np.zeros(b, np.int32) for _ in range(8)],
+            "features": [np.ones((b, 64), np.float32) for _ in range(8)]}
+    loops = transform_fns.calibrate()
+    stop = threading.Event()
+    print(f"{a.steps} steps of {a.batch} rows (8 slices), {loops} loop iterations for ~1 ms\n")
+    print("| stage | function | wall ms per step | this process's CPU ms per step | workers' CPU ms per step |")
+    print("|---|---|---|---|---|")
+    for name, n in (("threads", 0), (f"{a.workers} processes", a.workers)):
+        for fname, count in (("returns its input (no work)", 1), ("gil_1ms", loops)):
+            transform_fns.LOOPS = count
+            os.environ["MESHFEED_BENCH_GIL_LOOPS"] = str(count)
+            stage = ProcessStage(transform_fns.gil_1ms, n) if n else ThreadStage(transform_fns.gil_1ms)
+            stage.wait_ready()
+            try:
+                pend: list = []
+                for i in range(20):  # warm up
+                    pend.append(stage.submit(host, (0, 0, i, 0)))
+                    if len(pend) >= stage.inflight:
+                        stage.result(pend.pop(0), stop, "")
+                while pend:
+                    stage.result(pend.pop(0), stop, "")
+                w0 = sum(bench_proc.cpu_seconds(p) for p in stage.pids)
+                c0, t0 = time.process_time(), time.perf_counter()
+                for i in range(a.steps):
+                    pend.append(stage.submit(host, (0, 0, i, 0)))
+                    if len(pend) >= stage.inflight:
+                        stage.result(pend.pop(0), stop, "")
+                while pend:
+                    stage.result(pend.pop(0), stop, "")
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                wcpu = sum(bench_proc.cpu_seconds(p) for p in stage.pids) - w0
+            finally:
+                stage.close()
+            k = 1e3 / a.steps
+            print(f"| {name} | {fname} | {wall * k:.3f} | {cpu * k:.3f} | {wcpu * k:.3f} |", flush=True)
+    _transfer(a, host)
+
+
+def _transfer(a: argparse.Namespace, host: dict) -> None:
+    """One way of the step to a worker, as the stage does it (the slices
+    concatenated into a shared-memory mapping) against pickling it through
+    a socket pair, as multiprocessing would (dumps, send, receive, loads;
+    both ends in this process): CPU ms per step."""
+    import mmap
+    import pickle
+    import socket
+    import time
+
+    import numpy as np
+
+    need = sum(sum(v.nbytes for v in vs) for vs in host.values())
+    mm = mmap.mmap(-1, need + 64 * len(host))
+    r, w = socket.socketpair()
+    try:
+        c0 = time.process_time()
+        for _ in range(a.steps):
+            off = 0
+            for vs in host.values():
+                shape = (sum(len(v) for v in vs), *vs[0].shape[1:])
+                dst = np.ndarray(shape, vs[0].dtype, mm, off)
+                np.concatenate(vs, out=dst)
+                off += -(-dst.nbytes // 64) * 64
+                del dst
+        shm = time.process_time() - c0
+        c0 = time.process_time()
+        for _ in range(a.steps):
+            blob = pickle.dumps({k: np.concatenate(vs) for k, vs in host.items()}, protocol=pickle.HIGHEST_PROTOCOL)
+            view, got = memoryview(blob), 0
+            buf = bytearray(len(blob))
+            while got < len(blob):  # one thread: send and receive by turns
+                got_now = w.send(view[got:got + (64 << 10)])  # within the socket buffer
+                r.recv_into(memoryview(buf)[got:], got_now, socket.MSG_WAITALL)
+                got += got_now
+            pickle.loads(buf)
+        pick = time.process_time() - c0
+    finally:
+        r.close()
+        w.close()
+        mm.close()
+    k = 1e3 / a.steps
+    print(f"\none step ({need:,} bytes) to a worker, CPU ms per step: shared memory (concatenated into the "
+          f"segment) {shm * k:.3f}; pickled through a socket pair {pick * k:.3f}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", default=str(ROOT / ".cache" / "bench-transform"),
+                   help="dataset directory (generated when missing: --rows rows, id/label/features[64])")
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--batch", type=int, default=2000)
+    p.add_argument("--steps", type=int, default=800)
+    p.add_argument("--step", choices=("sleep", "compute"), default="sleep")
+    p.add_argument("--step-ms", type=float, default=None, help="the step (default: 80%% of the free loop's rate)")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--overhead", action="store_true",
+                   help="only the transform stage's own cost per step (no server, no placement)")
+    a = p.parse_args()
+    if a.overhead:
+        overhead(a)
+        return
+    binary = os.environ.get("MESHFEED_BIN") or str(ROOT / "bin" / "meshfeed")
+    if not os.path.isdir(a.data):
+        subprocess.run([binary, "gen", "--out", a.data, "--rows", str(a.rows), "--files", "4",
+                        "--row-group-rows", "65536", "--features", "64"], check=True)
+    sys.path.insert(0, str(HERE))
+    import transform_fns
+    loops = transform_fns.calibrate()
+    env = dict(os.environ, MESHFEED_BIN=binary, MESHFEED_BENCH_GIL_LOOPS=str(loops),
+               PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT / "pyclient"), os.environ.get("PYTHONPATH", "")]))
+    step_ms = a.step_ms
+    if step_ms is None:
+        free = _bench(a, env, [], 0.0)
+        step_ms = a.batch / free["rows_per_second"] * 1e3 / 0.8
+        print(f"free loop: {free['rows_per_second']:,.0f} rows/s, {a.batch / free['rows_per_second'] * 1e3:.3f} ms "
+              f"per step; step {step_ms:.3f} ms (80%)", flush=True)
+    configs = [("loader alone", []),
+               ("gil_1ms, threads", ["--transform", "transform_fns:gil_1ms", "--transform-workers", "0"]),
+               (f"gil_1ms, {a.workers} processes",
+                ["--transform", "transform_fns:gil_1ms", "--transform-workers", str(a.workers)])]
+    runs: dict[str, list[dict]] = {name: [] for name, _ in configs}
+    for i in range(a.repeats):
+        for name, extra in configs:
+            r = _bench(a, env, extra, step_ms)
+            runs[name].append(r)
+            tf = r.get("transform") or {}
+            print(f"run {i + 1} {name}: utilization {100 * r['utilization']:.2f}%, "
+                  f"transform {tf.get('ms_per_step', 0):.3f} ms/step", flush=True)
+    print(f"\n{loops} loop iterations (~1 ms here); {a.steps} steps of {a.batch} rows, {a.step} step of "
+          f"{step_ms:.3f} ms; medians of {a.repeats} (min-max)\n")
+    print("| configuration | utilization % | data wait p50 / p99 ms | transform ms per step | "
+          "loader's wait for it, ms per step | client CPU s per step (ms) | rows/s |")
+    print("|---|---|---|---|---|---|---|")
+    for name, _ in configs:
+        rs = runs[name]
+        tfs = [r.get("transform") or {} for r in rs]
+        print(f"| {name} | {_med([100 * r['utilization'] for r in rs], '{:.2f}')} | "
+              f"{_med([r['wait_p50_ms'] for r in rs], '{:.3f}')} / {_med([r['wait_p99_ms'] for r in rs], '{:.3f}')} | "
+              f"{_med([t.get('ms_per_step', 0.0) for t in tfs], '{:.3f}')} | "
+              f"{_med([t.get('wait_ms_per_step', 0.0) for t in tfs], '{:.3f}')} | "
+              f"{_med([1e3 * r['cpu_seconds_client'] / r['steps'] for r in rs], '{:.3f}')} | "
+              f"{_med([r['rows_per_second'] for r in rs], '{:,.0f}')} |")
+    print()
+    for name, _ in configs:
+        print(f"- {name}: `{runs[name][0]['command']}`")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Transforms for test_transform.py, in a module of their own that imports
+only NumPy: worker processes import it (not the test module, which
+imports jax)."""
+
+import os
+
+import numpy as np
+
+
+def noisy(batch, rng):
+    """Every input column, plus ``noise`` (one normal draw per row from
+    ``rng``) and ``x`` = features + noise, float32."""
+    noise = rng.standard_normal(len(batch["id"])).astype(np.float32)
+    out = dict(batch)
+    out["noise"] = noise
+    out["x"] = batch["features"] + noise[:, None]
+    return out
+
+
+def ids_and_pid(batch, rng):
+    """``id`` doubled, and the process id that ran the function."""
+    n = len(batch["id"])
+    return {"twice": batch["id"] * 2, "pid": np.full(n, os.getpid(), np.int64)}
+
+
+def drop_mask(batch, rng):
+    """Only ``id``: the pad mask is left out (the loader adds it back)."""
+    return {"id": batch["id"]}
+
+
+def raise_on_id(batch, rng, bad=0):
+    """Raises ValueError on the step that holds id ``bad``."""
+    if (batch["id"] == bad).any():
+        raise ValueError(f"bad row {bad} in this step")
+    return {"id": batch["id"]}
+
+
+def short(batch, rng):
+    """One row too few in ``id``."""
+    return {"label": batch["label"], "id": batch["id"][:-1]}
+
+
+def strings(batch, rng):
+    """A NumPy string array (not placeable)."""
+    return {"id": batch["id"], "name": batch["id"].astype(str)}
+
+
+def not_a_dict(batch, rng):
+    return [batch["id"]]
+
+
+def wider_later(batch, rng, at=0):
+    """``x`` float32, float64 from the step that holds id ``at`` on."""
+    x = batch["features"]
+    return {"x": x.astype(np.float64) if (batch["id"] == at).any() else x}
+
+
+def keep_id(batch, rng):
+    """``id`` as it came (an input returned unchanged) and a new ``twice``."""
+    return {"id": batch["id"], "twice": batch["id"] * 2}
+
+
+def to_bfloat16(batch, rng):
+    """``features`` as bfloat16 (a dtype NumPy knows only through ml_dtypes)."""
+    import ml_dtypes
+    return {"f": batch["features"].astype(ml_dtypes.bfloat16)}
+
+
+def shout(batch, rng):
+    """A string column (a pyarrow array in the batch) upper-cased, and ``id``."""
+    import pyarrow.compute as pc
+    return {"id": batch["id"], "name": pc.utf8_upper(batch["name"]), "name_len": pc.utf8_length(batch["name"])
+            .to_numpy(zero_copy_only=False).astype("int32")}
