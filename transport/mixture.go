@@ -155,3 +155,16 @@ func (r *Request) validateMixture(p *problems) {
 		p.add("mixture.weights_from %d without history: the weights apply from step 0", m.WeightsFrom)
 	}
 }
+
+// AllDatasets returns every URI the request reads: Datasets and the
+// datasets of every mixture source (what the server checks against its
+// roots).
+func (r *Request) AllDatasets() []string {
+	out := slices.Clone(r.Datasets)
+	if r.Mixture != nil {
+		for _, s := range r.Mixture.Sources {
+			out = append(out, s.Datasets...)
+		}
+	}
+	return out
+}
