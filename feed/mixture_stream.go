@@ -63,7 +63,7 @@ func (p *Pipeline) openMixture(ctx context.Context, req *transport.Request, mem 
 	n := len(mp.slices) * len(mp.srcs)
 	s := &mixStream{mp: mp, mem: mem, ctx: sctx, cancel: cancel, walk: mp.mix.Composition().Walk(),
 		counts: make([]int64, len(mp.srcs)), budget: sliceShare(p.cfg.readAhead, n),
-		workers: max(runtime.GOMAXPROCS(0)/n, 1),
+		workers:   max(runtime.GOMAXPROCS(0)/n, 1),
 		unreserve: func() { p.serverLimits().Memory.Unreserve(reserved) }}
 	if err := s.walk.Skip(req.Start.Step); err != nil {
 		s.Close()
