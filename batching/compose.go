@@ -4,14 +4,19 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"strconv"
+	"strings"
 )
 
 // The composition of a mixture: how many rows of each source every slice of
 // every step holds (DESIGN.md, "Mixtures").
 //
-// Weights are quantized once: u_i = round(2^32 * w_i / max_j w_j), so that
-// the arithmetic below is exact in integers; the proportions are u_i / U
-// with U = sum u_i, within 2^-32 of the largest weight of w_i / sum w.
+// Weights become integers once, so that the arithmetic below is exact:
+// weights that are decimals of at most 9 fractional digits whose scaled
+// values stay within 2^32 (0.5, 0.3, 0.2; 2, 1; 0.125) are scaled exactly,
+// u_i = w_i * 10^k; others are quantized, u_i = round(2^32 * w_i / max_j w_j),
+// within 2^-32 of the largest weight. The proportions are u_i / U with U =
+// sum u_i.
 //
 // Within a weight span that starts at step s0 with the sources at counts
 // base_i, the quota of source i after k steps of the span is
@@ -52,8 +57,10 @@ type qspan struct {
 }
 
 // QuantizeWeights checks weights (finite, >= 0, not all 0) and returns them
-// quantized to 32 bits of the largest: round(2^32 * w_i / max w). A positive
-// weight that quantizes to 0 (under 2^-33 of the largest) is an error too.
+// as integers: scaled exactly when they are short decimals (see above),
+// else quantized to 32 bits of the largest, round(2^32 * w_i / max w). A
+// positive weight that quantizes to 0 (under 2^-33 of the largest) is an
+// error too.
 // Errors wrap ErrInvalidWeights and name the source by index.
 func QuantizeWeights(weights []float64) ([]uint64, error) {
 	if len(weights) == 0 {
@@ -77,6 +84,9 @@ func QuantizeWeights(weights []float64) ([]uint64, error) {
 	if hi == 0 {
 		return nil, fmt.Errorf("%w: every weight is 0 (%d sources): give at least one source a positive weight", ErrInvalidWeights, len(weights))
 	}
+	if u, ok := decimalWeights(weights); ok {
+		return u, nil
+	}
 	u := make([]uint64, len(weights))
 	for i, w := range weights {
 		u[i] = uint64(math.Round(math.Ldexp(w/hi, 32)))
@@ -85,6 +95,37 @@ func QuantizeWeights(weights []float64) ([]uint64, error) {
 		}
 	}
 	return u, nil
+}
+
+// decimalWeights returns w_i * 10^k for the smallest k <= 9 that makes every
+// weight (as its shortest decimal form) an integer, when every such value
+// is at most 2^32; ok is false otherwise.
+func decimalWeights(weights []float64) ([]uint64, bool) {
+	k := 0
+	for _, w := range weights {
+		s := strconv.FormatFloat(w, 'f', -1, 64)
+		if i := strings.IndexByte(s, '.'); i >= 0 {
+			k = max(k, len(s)-i-1)
+		}
+	}
+	if k > 9 {
+		return nil, false
+	}
+	u := make([]uint64, len(weights))
+	for i, w := range weights {
+		s := strconv.FormatFloat(w, 'f', -1, 64)
+		frac := 0
+		if j := strings.IndexByte(s, '.'); j >= 0 {
+			frac = len(s) - j - 1
+			s = s[:j] + s[j+1:]
+		}
+		v, err := strconv.ParseUint(s+strings.Repeat("0", k-frac), 10, 64)
+		if err != nil || v > 1<<32 {
+			return nil, false
+		}
+		u[i] = v
+	}
+	return u, true
 }
 
 // Composition is the per-step row counts of a mixture's sources: a pure

@@ -2,6 +2,7 @@ package batching
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -123,5 +124,34 @@ func TestQuantizeWeightsErrors(t *testing.T) {
 		if !errors.Is(err, ErrInvalidWeights) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("QuantizeWeights(%v) = %v, want an ErrInvalidWeights naming %q", tc.w, err, tc.want)
 		}
+	}
+}
+
+// TestDecimalWeightsExact: short decimal weights keep their exact
+// proportions, so an integer quota is met exactly.
+func TestDecimalWeightsExact(t *testing.T) {
+	for _, tc := range []struct {
+		w    []float64
+		want []uint64
+	}{
+		{[]float64{0.5, 0.3, 0.2}, []uint64{5, 3, 2}},
+		{[]float64{2, 1, 0}, []uint64{2, 1, 0}},
+		{[]float64{0.125, 1}, []uint64{125, 1000}},
+	} {
+		u, err := QuantizeWeights(tc.w)
+		if err != nil || fmt.Sprint(u) != fmt.Sprint(tc.want) {
+			t.Errorf("QuantizeWeights(%v) = %v, %v, want %v", tc.w, u, err, tc.want)
+		}
+	}
+	c, err := NewComposition(8, []WeightSpan{{Weights: []float64{0.5, 0.3, 0.2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := c.Walk()
+	if err := w.Skip(5); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(w.Cum()); got != "[20 12 8]" {
+		t.Errorf("after 5 steps of 8 rows at 0.5/0.3/0.2: %s, want [20 12 8]", got)
 	}
 }

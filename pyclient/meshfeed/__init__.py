@@ -27,10 +27,11 @@ from ._src.errors import (
     UnavailableError,
 )
 from ._src.loader import Loader
+from ._src.mixture import Mixture, Source, StopRule
 from ._src.server import LOCAL_MEMORY_BUDGET, LOCAL_READ_AHEAD
 from ._version import __version__
 
-for _obj in (Column, LoaderConfig, ServerOptions, Shuffle, Loader, BinaryNotFoundError, InvalidRequestError, MeshfeedError, NotFoundError,
+for _obj in (Mixture, Source, Column, LoaderConfig, ServerOptions, Shuffle, Loader, BinaryNotFoundError, InvalidRequestError, MeshfeedError, NotFoundError,
              PermissionDeniedError, PlanError, ResourceExhaustedError, StateMismatchError, UnavailableError):
     _obj.__module__ = __name__  # public names print as meshfeed.X
 del _obj
@@ -45,13 +46,16 @@ __all__ = [
     "Loader",
     "LoaderConfig",
     "MeshfeedError",
+    "Mixture",
     "NotFoundError",
     "PermissionDeniedError",
     "PlanError",
     "ResourceExhaustedError",
     "ServerOptions",
     "Shuffle",
+    "Source",
     "StateMismatchError",
+    "StopRule",
     "Transport",
     "UnavailableError",
 ]

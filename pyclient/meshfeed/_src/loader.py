@@ -25,6 +25,7 @@ from .config import Column, LastBatch, LoaderConfig, ServerOptions, Shuffle, Tra
 from .elastic import resolve_switch
 from .errors import InvalidRequestError, MeshfeedError, PlanError, StateMismatchError, recoverable
 from .layout import Materializer, layout_of, narrowed_columns
+from .mixture import check_fingerprints, resume_config
 from .plan import steps_per_epoch
 from .prefetch import END, TOTALS, Failure, Prefetcher
 from .server import LocalServer
@@ -111,7 +112,9 @@ class Loader:
     A step the loop keeps, or any array of it, stays valid.
 
     Args:
-        data: dataset URI, glob, or a list of them (local paths, ``file://`` or ``gs://``).
+        data: dataset URI, glob, or a list of them (local paths, ``file://`` or ``gs://``),
+            or a :class:`meshfeed.Mixture` of several datasets (then
+            ``columns`` and ``shuffle`` are per :class:`meshfeed.Source`).
         global_batch_size: ``B``, rows per global step.
         sharding: layout of dimension 0 of every array (any ``jax.sharding.Sharding``).
         columns: None (all columns), a list of names, or ``{name: Column or None}``.
@@ -136,6 +139,12 @@ class Loader:
             exactly once, then the plain plan from the next epoch on (see
             docs/CONTRACT-elastic.md). Off by default, so that a changed
             sharding is not taken for the same run by mistake.
+        reweight: with ``data`` a :class:`meshfeed.Mixture`, resume ``state``
+            although its mixture had other weights, or sources this one adds or
+            drops: each source continues from its saved position and these
+            weights apply from the saved step on (the steps are recomputed).
+            Without it a changed mixture is a StateMismatchError naming what
+            changed.
         prefetch: steps staged on device ahead of the consumer (>= 1).
         server: ``"unix:///path"`` or ``"host:port"`` of a running server; None
             starts a local one (stopped by :meth:`close`). Or a callable
@@ -192,27 +201,29 @@ class Loader:
                  mask_key: str = "valid", recovery_timeout: float = 60.0, transport: Transport = "auto",
                  elastic: bool = False, tls_root_certs: bytes | str | os.PathLike[str] | None = None,
                  tls_server_name: str | None = None, token: str | None = None,
-                 binary: str | os.PathLike[str] | None = None, server_args: Sequence[str] | None = None):
+                 binary: str | os.PathLike[str] | None = None, server_args: Sequence[str] | None = None,
+                 reweight: bool = False):
         cfg = LoaderConfig(
             data=data, global_batch_size=global_batch_size, sharding=sharding, columns=columns,
             last_batch=last_batch, shuffle=shuffle, num_epochs=num_epochs, prefetch=prefetch, server=server,
             server_options=_server_options(server_options, server, binary, server_args), mask_key=mask_key,
             recovery_timeout=recovery_timeout, transport=transport, tls_root_certs=tls_root_certs,
             tls_server_name=tls_server_name, token=token)
-        self._start(cfg, state, elastic)
+        self._start(cfg, state, elastic, reweight)
 
     @classmethod
     def from_config(cls, config: LoaderConfig, *, state: Mapping[str, Any] | None = None,
-                    elastic: bool = False) -> "Loader":
+                    elastic: bool = False, reweight: bool = False) -> "Loader":
         """A loader of ``config`` (a :class:`LoaderConfig`), resuming at
         ``state`` (see ``state`` and ``elastic`` above)."""
         if not isinstance(config, LoaderConfig):
             raise InvalidRequestError(f"config={config!r}: want a meshfeed.LoaderConfig")
         self = cls.__new__(cls)
-        self._start(config, state, elastic)
+        self._start(config, state, elastic, reweight)
         return self
 
-    def _start(self, cfg: LoaderConfig, state: Mapping[str, Any] | None, elastic: bool) -> None:
+    def _start(self, cfg: LoaderConfig, state: Mapping[str, Any] | None, elastic: bool,
+               reweight: bool = False) -> None:
         self._box: list = [None]  # [prefetcher]: what the finalizer stops
         self._sbox: list = [None]  # [session]: what the finalizer closes
         self._handed: Any = None  # the step returned last, until the next is asked for (prefetch.py)
@@ -220,6 +231,11 @@ class Loader:
         self._elastic_ok = bool(elastic)
         self._switch: dict[str, int] | None = None  # elastic switch named in tickets (elastic.py)
         self._recover_deadline: float | None = None
+        self._reweight = bool(reweight)
+        if reweight and cfg.mixture is None:
+            raise InvalidRequestError("reweight=True: only for a loader of a meshfeed.Mixture")
+        if cfg.mixture is not None and state is not None:
+            cfg = resume_config(cfg, state, self._reweight)  # mixture.py: the saved weight history
         self._cfg = cfg
         self._layout = layout_of(cfg.sharding, cfg.global_batch_size)
         self._session = self._sbox[0] = Session(cfg)
@@ -256,7 +272,7 @@ class Loader:
         self._plan_info = plan
         self._num_rows, self._spe = plan["num_rows"], plan["steps_per_epoch"]
         N, B = self._num_rows, cfg.global_batch_size
-        mine = steps_per_epoch(N, B, cfg.last_batch)
+        mine = steps_per_epoch(N, B, cfg.last_batch) if cfg.mixture is None else self._spe  # a mixture's: the server's
         if self._spe != mine:
             raise PlanError(f"server plans {self._spe} steps per epoch for N={N} rows, B={B}, "
                             f"last_batch={cfg.last_batch}; the client computes {mine}")
@@ -285,6 +301,8 @@ class Loader:
         theirs = _upgrade_fingerprint(theirs)
         # Compare through JSON so a state that went through json.dump/load matches.
         mine_j = json.loads(json.dumps(mine))
+        if self._cfg.mixture is not None:
+            mine_j, theirs = check_fingerprints(mine_j, theirs, self._reweight)
         try:
             ep, st = int(state["position"]["epoch"]), int(state["position"]["step"])
         except (KeyError, TypeError, ValueError) as e:
