@@ -166,3 +166,40 @@ def test_mixture_bad_input(mix_server, sources, tmp_path):
     srcs[2] = meshfeed.Source(sources[2], columns=["id", "label"])  # not renamed
     with pytest.raises(meshfeed.InvalidRequestError, match=r"source 2 .*source 0"):
         meshfeed.Loader(meshfeed.Mixture(srcs, source_column="source"), **kw)
+
+
+def _spec_file(tmp_path, sources, stop="first_exhausted"):
+    import json
+    spec = {"sources": [{"data": s, "weight": w, "columns": ["id", "label"]}
+                        for s, w in zip(sources, (0.5, 0.3, 0.2))],
+            "stop": stop, "source_column": "source"}
+    path = tmp_path / "mix.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_bench_takes_a_mixture(tmp_path, binary, sources):
+    import json
+    import sys
+    out = tmp_path / "bench.json"
+    env = dict(os.environ, MESHFEED_BIN=binary)
+    r = subprocess.run([sys.executable, "-m", "meshfeed", "bench", "--mixture", str(_spec_file(tmp_path, sources)),
+                        "--global-batch-size", str(B), "--mesh", f"data={D}", "--json", str(out), "--no-progress"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(out.read_text())
+    with meshfeed.Loader(meshfeed._src.mixture.mixture_from_spec(json.loads(_spec_file(tmp_path, sources).read_text())),
+                         global_batch_size=B, sharding=_sharding()) as ld:
+        steps = ld.steps_per_epoch
+    assert rep["steps"] == steps and rep["total_rows"] == steps * B
+
+
+def test_batch_inference_refuses_a_mixture(tmp_path, binary, sources):
+    import pathlib
+    import sys
+    script = pathlib.Path(__file__).resolve().parents[2] / "examples" / "batch_inference.py"
+    env = dict(os.environ, MESHFEED_BIN=binary)
+    r = subprocess.run([sys.executable, str(script), "--data", str(_spec_file(tmp_path, sources)),
+                        "--out", str(tmp_path / "p.parquet"), "--batch-size", "64"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode != 0 and "reads one dataset" in r.stderr, r.stderr

@@ -293,7 +293,7 @@ class LoaderConfig:
             if isinstance(self.data, Sequence) else None
         datasets: list[str] = []
         if mixture is not None:
-            uris = []
+            uris = [u for src in mixture.sources for u in src._datasets]  # the local server's roots
             if self.columns is not None or self.shuffle is not None:
                 bad("data is a meshfeed.Mixture: give columns and shuffle per meshfeed.Source, not to the Loader")
             if self.num_epochs != 1:

@@ -261,3 +261,32 @@ def check_fingerprints(mine: dict[str, Any], theirs: Mapping[str, Any], reweight
             "saved position and the new weights apply from the saved step on")
     skip = {"mixture", "steps_per_epoch", "num_rows"} if reweight else set()
     return ({k: v for k, v in mine.items() if k not in skip}, {k: v for k, v in theirs.items() if k not in skip})
+
+
+def mixture_from_spec(spec: Mapping[str, Any]) -> Mixture:
+    """A :class:`Mixture` from its JSON form (``python -m meshfeed bench
+    --mixture``)::
+
+        {"sources": [{"data": "/data/web/*.parquet", "weight": 0.7,
+                      "columns": ["text"], "rename": {"content": "text"},
+                      "shuffle": {"seed": 1, "window": 4096}}, ...],
+         "stop": "first_exhausted", "source_column": "source", "seed": 0}
+
+    ``stop`` is an int number of steps or a rule name."""
+    from .config import Shuffle
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("sources"), list):
+        raise InvalidRequestError(f"mixture spec {spec!r}: want an object with a list of sources")
+    unknown = set(spec) - {"sources", "stop", "source_column", "seed"}
+    if unknown:
+        raise InvalidRequestError(f"mixture spec: unknown keys {sorted(unknown)}")
+    srcs = []
+    for i, s in enumerate(spec["sources"]):
+        if not isinstance(s, Mapping) or "data" not in s or set(s) - {"data", "weight", "columns", "rename", "shuffle"}:
+            raise InvalidRequestError(f"mixture spec sources[{i}] {s!r}: want data, and optionally weight, "
+                                      "columns, rename, shuffle ({seed, window})")
+        sh = s.get("shuffle")
+        srcs.append(Source(s["data"], weight=s.get("weight", 1.0), columns=s.get("columns"), rename=s.get("rename"),
+                           shuffle=Shuffle(**sh) if isinstance(sh, Mapping) else sh))
+    return Mixture(srcs, stop=spec.get("stop", "first_exhausted"), source_column=spec.get("source_column"),
+                   seed=spec.get("seed", 0))
+
