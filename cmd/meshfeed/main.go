@@ -21,7 +21,7 @@ type command struct {
 var commands = map[string]command{
 	"gen":     {"write a synthetic Parquet or Arrow IPC dataset (local path or gs://)", runGen},
 	"inspect": {"print files, schema, row groups, rows and bytes per column", runInspect},
-	"plan":    {"print the epoch plan for a mesh: steps, dropped/padded rows, per-process streams", runPlan},
+	"plan":    {"print the epoch plan for a mesh: steps, dropped/padded rows, per-process streams (--mixture: a mixture's steps and sources)", runPlanOrMixture},
 	"read":    {"read a dataset through the loader and print throughput", runRead},
 	"serve":   {"serve Arrow Flight: stream each client its slices (see docs/PROTOCOL.md)", runServe},
 }

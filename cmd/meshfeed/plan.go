@@ -301,9 +301,6 @@ func parsePlanMesh(spec string) ([]string, []int, error) {
 
 // runPlan prints the epoch plan of a dataset for a mesh; see planUsage.
 func runPlan(ctx context.Context, args []string) error {
-	if wantsMixturePlan(args) {
-		return runPlanMixture(ctx, args) // plan_mixture.go
-	}
 	a, err := parsePlanArgs(args, planStderr)
 	if err != nil {
 		return err

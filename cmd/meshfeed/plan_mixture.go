@@ -130,3 +130,12 @@ func runPlanMixture(ctx context.Context, args []string) error {
 	}
 	return tw.Flush()
 }
+
+// runPlanOrMixture is the plan command: runPlanMixture when the arguments
+// name a mixture, runPlan otherwise.
+func runPlanOrMixture(ctx context.Context, args []string) error {
+	if wantsMixturePlan(args) {
+		return runPlanMixture(ctx, args)
+	}
+	return runPlan(ctx, args)
+}
