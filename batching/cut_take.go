@@ -85,7 +85,9 @@ func (s *SourceCursor) Cutter() *Cutter { return s.cut }
 
 // Take returns the next rows of the sequence, at most n (n >= 1): fewer
 // when the current epoch's stream ends first (call again for the rest, from
-// the next epoch; Epoch then says which, and Cutter is its cutter). ok is
+// the next epoch; Epoch then says which, and Cutter is its cutter), or,
+// with no shuffle window, when the pushed record holding the first row
+// ends first (so that the rows are a view of it, not a copy). ok is
 // false when the cutter needs input (Cutter().Wants). The record belongs to
 // the caller.
 func (s *SourceCursor) Take(n int64) (arrow.RecordBatch, bool, error) {
@@ -99,7 +101,20 @@ func (s *SourceCursor) Take(n int64) (arrow.RecordBatch, bool, error) {
 		}
 		s.cut = cut
 	}
-	return s.cut.Take(min(n, l-int64(s.cut.step)))
+	n = min(n, l-int64(s.cut.step))
+	if e := s.cut.pieceEnd(int64(s.cut.step)); s.cut.w == 0 && e > 0 {
+		n = min(n, e-int64(s.cut.step)) // a view of one pushed record, not a copy
+	}
+	return s.cut.Take(n)
+}
+
+// pieceEnd returns the stream row where the pushed record holding stream
+// row r ends, or 0 when none holds it.
+func (c *Cutter) pieceEnd(r int64) int64 {
+	if i := c.locate(r); i < len(c.pieces) && c.pieces[i].from <= r {
+		return c.pieces[i].to
+	}
+	return 0
 }
 
 // Release frees what the cursor holds.

@@ -9,11 +9,13 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/transport"
 )
@@ -37,6 +39,15 @@ func (a *peakAllocator) Reallocate(n int, b []byte) []byte {
 	return a.Allocator.Reallocate(n, b)
 }
 func (a *peakAllocator) Free(b []byte) { a.add(-int64(len(b))); a.Allocator.Free(b) }
+
+// cpuTime returns the process's user plus system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 var (
 	mixBenchOnce sync.Once
@@ -86,7 +97,8 @@ func mixBenchData(b *testing.B) []string {
 // (the same rows and bytes), same B and D, each read for the same 24 steps
 // (196,608 rows) straight from the Pipeline's stream: rows/s, and the peak
 // bytes the stream held through its allocator (the sources' readers share
-// one read-ahead budget).
+// one read-ahead budget), and the process's CPU time per run (less
+// sensitive than rows/s to other work on a shared machine).
 func BenchmarkMixture(b *testing.B) {
 	dirs := mixBenchData(b)
 	const B, D, steps = 8192, 4, 24
@@ -105,14 +117,14 @@ func BenchmarkMixture(b *testing.B) {
 	}{{"single", single}, {"mixture", mix}, {"single-again", single}, {"mixture-again", mix}} {
 		b.Run(v.name, func(b *testing.B) {
 			var peak int64
-			var elapsed time.Duration
+			var elapsed, cpu time.Duration
 			for i := 0; i < b.N; i++ {
-				mem := &peakAllocator{Allocator: memory.NewGoAllocator()}
+				mem := &peakAllocator{Allocator: arrowmem.NewPoolAllocator()} // the server's default
 				p, err := NewPipeline(context.Background(), WithAllocator(mem))
 				if err != nil {
 					b.Fatal(err)
 				}
-				t0 := time.Now()
+				t0, c0 := time.Now(), cpuTime()
 				st, err := p.Open(context.Background(), v.req)
 				if err != nil {
 					b.Fatal(err)
@@ -129,6 +141,7 @@ func BenchmarkMixture(b *testing.B) {
 					step.Release()
 				}
 				elapsed += time.Since(t0)
+				cpu += cpuTime() - c0
 				st.Close()
 				p.Close()
 				if n != steps {
@@ -138,6 +151,7 @@ func BenchmarkMixture(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N*steps*B)/elapsed.Seconds(), "rows/s")
 			b.ReportMetric(float64(peak), "peak-bytes")
+			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
 		})
 	}
 }

@@ -210,65 +210,60 @@ func (s *mixStream) slice(st, k, d int, pos []int64) (arrow.RecordBatch, int64, 
 			continue
 		}
 		real := mix.Real(st, int(i), d, pos[i], n)
-		part, err := s.part(s.curs[i][k], real, n)
-		if err != nil {
+		var err error
+		if parts, reals, err = s.parts(s.curs[i][k], real, n, parts, reals); err != nil {
 			return nil, 0, err
 		}
-		parts = append(parts, part)
-		reals = append(reals, real)
-		srcs = append(srcs, i)
+		for len(srcs) < len(parts) {
+			srcs = append(srcs, i)
+		}
 		total += real
 	}
 	rec, err := batching.JoinParts(s.mem, s.mp.in, s.mp.schema, parts, reals, srcs, s.mp.pad)
 	return rec, total, err
 }
 
-// part returns the next real rows of mc's sequence, padded to n rows,
-// renamed and shaped, with the mixture's common schema.
-func (s *mixStream) part(mc *mixCursor, real, n int64) (arrow.RecordBatch, error) {
-	src := mc.src
-	var recs []arrow.RecordBatch
-	defer func() {
-		for _, r := range recs {
-			r.Release()
-		}
-	}()
+// parts appends to parts the next real rows of mc's sequence (views of the
+// decoded records where they can be: one part per record they lie in) and
+// n-real padding rows, each renamed and shaped to the mixture's common
+// schema, and their real rows to reals.
+func (s *mixStream) parts(mc *mixCursor, real, n int64, parts []arrow.RecordBatch, reals []int64) ([]arrow.RecordBatch, []int64, error) {
 	for need := real; need > 0; {
 		rec, ok, err := mc.cur.Take(need)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", src.name, err)
+			return parts, reals, fmt.Errorf("%s: %w", mc.src.name, err)
 		}
 		if !ok {
 			if err := s.push(mc); err != nil {
-				return nil, err
+				return parts, reals, err
 			}
 			continue
 		}
 		need -= rec.NumRows()
-		recs = append(recs, rec)
-	}
-	var one arrow.RecordBatch
-	var err error
-	switch {
-	case len(recs) == 1:
-		one, recs = recs[0], nil
-	case len(recs) > 1:
-		if one, err = concatRecords(s.mem, src.cutIn, recs); err != nil {
-			return nil, err
+		out, err := s.shapePart(mc.src, rec)
+		if err != nil {
+			return parts, reals, err
 		}
+		parts, reals = append(parts, out), append(reals, out.NumRows())
 	}
 	if real < n {
-		padded, err := batching.PadRecord(s.mem, src.cutIn, one, int(n))
-		if one != nil {
-			one.Release()
-		}
+		pad, err := batching.PadRecord(s.mem, mc.src.cutIn, nil, int(n-real))
 		if err != nil {
-			return nil, err
+			return parts, reals, err
 		}
-		one = padded
+		out, err := s.shapePart(mc.src, pad)
+		if err != nil {
+			return parts, reals, err
+		}
+		parts, reals = append(parts, out), append(reals, 0)
 	}
-	renamed := array.NewRecordBatch(src.renamed, one.Columns(), one.NumRows())
-	one.Release()
+	return parts, reals, nil
+}
+
+// shapePart renames and shapes rec (released) into the common schema.
+func (s *mixStream) shapePart(src *mixSource, rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+	renamed := array.NewRecordBatch(src.renamed, rec.Columns(), rec.NumRows())
+	rec.Release()
 	if src.shaper != nil {
 		shaped, err := src.shaper.Apply(renamed, s.mem)
 		renamed.Release()
@@ -311,34 +306,6 @@ func (s *mixStream) push(mc *mixCursor) error {
 		return fmt.Errorf("%s row group %d: %w", mc.src.ds.Files[ref.File].Object.URI, ref.Index, err)
 	}
 	return nil
-}
-
-// concatRecords concatenates recs (schema sch) into one record.
-func concatRecords(mem memory.Allocator, sch *arrow.Schema, recs []arrow.RecordBatch) (arrow.RecordBatch, error) {
-	cols := make([]arrow.Array, sch.NumFields())
-	defer func() {
-		for _, c := range cols {
-			if c != nil {
-				c.Release()
-			}
-		}
-	}()
-	var n int64
-	for _, r := range recs {
-		n += r.NumRows()
-	}
-	arrs := make([]arrow.Array, len(recs))
-	for j := range cols {
-		for i, r := range recs {
-			arrs[i] = r.Column(j)
-		}
-		c, err := array.Concatenate(arrs, mem)
-		if err != nil {
-			return nil, fmt.Errorf("column %q: %w", sch.Field(j).Name, err)
-		}
-		cols[j] = c
-	}
-	return array.NewRecordBatch(sch, cols, n), nil
 }
 
 // Close implements transport.Stream.
