@@ -130,6 +130,10 @@ def test_mixture_resume_and_reweight(mix_server, sources):
         for _ in range(k):
             next(it)
         state = ld.state()
+    # The state's positions are the rows per slice each source delivered.
+    for d in range(D):
+        assert state["mixture"]["positions"] == [sum(1 for st in full[:k] for r in st[d] if r[0] == i)
+                                                 for i in range(3)], (state["mixture"], d)
     with meshfeed.Loader(mix, state=state, **kw) as ld:
         assert [_rows(batch, sources) for batch in ld] == full[k:]
     # Changed weights without reweight: refused, naming the weight.
@@ -138,6 +142,8 @@ def test_mixture_resume_and_reweight(mix_server, sources):
         meshfeed.Loader(_mixture(sources, new, stop=30), state=state, **kw)
     with meshfeed.Loader(_mixture(sources, new, stop=30), state=state, reweight=True, **kw) as ld:
         after = [_rows(batch, sources) for batch in ld]
+        end = ld.state()["mixture"]["positions"]
+    assert end == [sum(1 for st in full[:k] + after for r in st[0] if r[0] == i) for i in range(3)]
     assert len(after) == 30 - k
     _check_bound(after, new)
     before = {r for st in full[:k] for sl in st for r in sl}

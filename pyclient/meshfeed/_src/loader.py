@@ -25,7 +25,7 @@ from .config import Column, LastBatch, LoaderConfig, ServerOptions, Shuffle, Tra
 from .elastic import resolve_switch
 from .errors import InvalidRequestError, MeshfeedError, PlanError, StateMismatchError, recoverable
 from .layout import Materializer, layout_of, narrowed_columns
-from .mixture import check_fingerprints, resume_config
+from .mixture import Positions, check_fingerprints, resume_config
 from .plan import steps_per_epoch
 from .prefetch import END, TOTALS, Failure, Prefetcher
 from .server import LocalServer
@@ -453,6 +453,11 @@ class Loader:
                "fingerprint": json.loads(json.dumps(self._fingerprint()))}
         if self._switch is not None and self._pos[0] == self._switch["epoch"]:
             out["elastic"] = dict(self._switch)  # inside the epoch of a switch
+        if self._cfg.mixture is not None:  # each source's rows per slice so far (mixture.py), for the record
+            if getattr(self, "_mix_pos", None) is None:
+                self._mix_pos = Positions(self._cfg.mixture, self._layout.b)
+            step = self._pos[1] if self._pos[0] == 0 else self._spe  # (1, 0): the one pass is over
+            out["mixture"] = {"step": step, "positions": self._mix_pos.at(step)}
         return out
 
     def stats(self) -> dict[str, Any]:

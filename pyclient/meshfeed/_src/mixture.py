@@ -14,7 +14,7 @@ import math
 import os
 from typing import Any, Literal, Mapping, Sequence, get_args
 
-from .errors import InvalidRequestError, StateMismatchError
+from .errors import InvalidRequestError, MeshfeedError, StateMismatchError
 
 StopRule = Literal["first_exhausted", "all_exhausted"]
 """When a mixture ends, besides a number of steps: at the first step in which
@@ -290,3 +290,64 @@ def mixture_from_spec(spec: Mapping[str, Any]) -> Mixture:
     return Mixture(srcs, stop=spec.get("stop", "first_exhausted"), source_column=spec.get("source_column"),
                    seed=spec.get("seed", 0))
 
+
+
+def _integer_weights(weights: Sequence[float]) -> list[int]:
+    """The weights as the server's integers (Go's batching.QuantizeWeights):
+    short decimals exactly (``w * 10**k``, k <= 9, each at most 2**32), else
+    ``round(2**32 * w / max(w))`` (halves away from zero)."""
+    from decimal import Decimal
+    ds = [Decimal(repr(float(w))) for w in weights]
+    k = max(max(0, -d.as_tuple().exponent) for d in ds)  # type: ignore[operator]
+    if k <= 9:
+        u = [int(d * 10 ** k) for d in ds]
+        if all(v <= 1 << 32 for v in u):
+            return u
+    hi = max(weights)
+    return [math.floor(math.ldexp(w / hi, 32) + 0.5) for w in weights]
+
+
+class Positions:
+    """Every source's position (rows per slice delivered so far) at a step:
+    the composition of docs/DESIGN.md, "Mixtures", walked step by step as the
+    server walks it (earliest deadline first within each weight span). It
+    only moves forward; state() asks it for the current step."""
+
+    def __init__(self, mixture: Mixture, slice_rows: int):
+        spans = [(h.from_step, list(h.weights)) for h in mixture.history]
+        spans.append((mixture.weights_from, [s.weight for s in mixture.sources]))
+        self._b = slice_rows
+        self._spans = [(frm, _integer_weights(ws)) for frm, ws in spans]
+        self._step, self._span = 0, 0
+        self._cum = [0] * len(mixture.sources)
+        self._base = list(self._cum)
+
+    def at(self, step: int) -> list[int]:
+        """C_i(step) for every source; ``step`` must not go back."""
+        while self._step < step:
+            self._next()
+        return list(self._cum)
+
+    def _next(self) -> None:
+        spans, b = self._spans, self._b
+        if self._span + 1 < len(spans) and spans[self._span + 1][0] == self._step:
+            self._span += 1
+            self._base = list(self._cum)
+        frm, u = spans[self._span]
+        total = sum(u)
+        rows = (self._step - frm + 1) * b
+        counts, opt, left = [], [], b
+        for i, ui in enumerate(u):
+            fl, rem = divmod(rows * ui, total)
+            local = self._cum[i] - self._base[i]
+            must = max(0, fl - local)
+            counts.append(must)
+            left -= must
+            if rem and local + must == fl:
+                opt.append((-(-(fl + 1) * total // (b * ui)), i))
+        if not 0 <= left <= len(opt):
+            raise MeshfeedError(f"mixture composition at step {self._step}: {left} rows for {len(opt)} sources")
+        for _, i in sorted(opt)[:left]:
+            counts[i] += 1
+        self._cum = [c + n for c, n in zip(self._cum, counts)]
+        self._step += 1
