@@ -344,29 +344,30 @@ func TestMixtureBadInput(t *testing.T) {
 			r.Mixture.WeightsFrom = 3
 		}, codes.InvalidArgument, []string{"history[0] has 2 weights for 3 sources"}},
 	} {
-		req := mixRequest(dirs, []float64{0.5, 0.3, 0.2}, 12, 4, []int{0}, transport.LastBatchPad, first)
-		tc.edit(req)
-		var err error
-		if err = req.Validate(); err == nil {
-			_, err = p.Info(context.Background(), req)
-		}
-		if err == nil {
-			t.Errorf("%s: planned, want an error", tc.name)
-			continue
-		}
-		code := codes.InvalidArgument
-		if !errors.Is(err, transport.ErrBadRequest) {
-			code = codes.Unknown
-			for _, ec := range p.ErrorCodes() {
-				if errors.Is(err, ec.Target) {
-					code = ec.Code
-					break
+		t.Run(tc.name, func(t *testing.T) {
+			req := mixRequest(dirs, []float64{0.5, 0.3, 0.2}, 12, 4, []int{0}, transport.LastBatchPad, first)
+			tc.edit(req)
+			var err error
+			if err = req.Validate(); err == nil {
+				_, err = p.Info(context.Background(), req)
+			}
+			if err == nil {
+				t.Fatalf("planned, want an error")
+			}
+			code := codes.InvalidArgument
+			if !errors.Is(err, transport.ErrBadRequest) {
+				code = codes.Unknown
+				for _, ec := range p.ErrorCodes() {
+					if errors.Is(err, ec.Target) {
+						code = ec.Code
+						break
+					}
 				}
 			}
-		}
-		if code != tc.code || !containsAllStr(err.Error(), tc.want) {
-			t.Errorf("%s: %v (%v), want %v naming %q", tc.name, err, code, tc.code, tc.want)
-		}
+			if code != tc.code || !containsAllStr(err.Error(), tc.want) {
+				t.Errorf("%v (%v), want %v naming %q", err, code, tc.code, tc.want)
+			}
+		})
 	}
 }
 
