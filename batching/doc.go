@@ -4,8 +4,11 @@
 // contiguous streams, the shuffle window, the final-batch policy, padding and the
 // mask, resume positions, and elastic resume: the [Remainder] of an epoch
 // saved under one data-parallel degree and resumed under another, see
-// docs/CONTRACT-elastic.md) and the stream cutters that turn decoded row groups
-// into b-row slices. How each column of a slice looks on the wire (casts,
+// docs/CONTRACT-elastic.md), mixtures of several sources (the per-step
+// counts of each source, compose.go; the Mixture plan and its stop rules,
+// mixture.go; SourceCursor reading a source's stream across its epochs,
+// cut_take.go; DESIGN.md, "Mixtures") and the stream cutters that turn
+// decoded row groups into b-row slices. How each column of a slice looks on the wire (casts,
 // fixed-length lists, packing) is package shape's question, not this one's.
 //
 // Planning is pure: it takes row counts, never reads a byte. The cutters work on

@@ -34,3 +34,15 @@ var (
 	// ErrCutterClosed: a cutter was used after Release.
 	ErrCutterClosed = errors.New("batching: cutter released")
 )
+
+// Sentinel errors of mixtures (compose.go, mixture.go).
+var (
+	// ErrInvalidWeights: mixture weights that are negative, NaN, infinite,
+	// all zero, or spans that do not fit the sources.
+	ErrInvalidWeights = errors.New("batching: invalid mixture weights")
+	// ErrInvalidMixture: a mixture whose sources or stop rule cannot be
+	// planned (a source with fewer rows than slices, a stop that never comes).
+	ErrInvalidMixture = errors.New("batching: invalid mixture")
+	// ErrComposition: the composition could not meet its bound (a bug).
+	ErrComposition = errors.New("batching: mixture composition failed")
+)

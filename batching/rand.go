@@ -53,6 +53,8 @@ const (
 
 	domainRowGroups = 1
 	domainWindow    = 2
+	domainMixture   = 3
+	domainSource    = 4
 )
 
 // splitMix64 is the SplitMix64 generator.

@@ -111,6 +111,19 @@ def predict(w: jax.Array, bias: jax.Array, features: jax.Array) -> jax.Array:
     return jnp.tanh(features @ w + bias)
 
 
+def is_mixture_spec(data: str) -> bool:
+    """Whether ``data`` is a JSON file describing a meshfeed.Mixture (an
+    object with "sources", as ``python -m meshfeed bench --mixture`` takes)."""
+    if not data.endswith(".json") or not os.path.isfile(data):
+        return False
+    try:
+        with open(data) as f:
+            spec = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(spec, dict) and "sources" in spec
+
+
 def data_uri(data: str) -> str:
     """A directory means all its Parquet files; anything else is passed through."""
     if "://" not in data and os.path.isdir(data):
@@ -347,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit("--coordinator needs --num-processes and --process-id")
             jax.distributed.initialize(coordinator_address=args.coordinator, num_processes=args.num_processes,
                                        process_id=args.process_id)
+    if is_mixture_spec(args.data):
+        raise SystemExit(f"--data {args.data} is a mixture spec: batch inference reads one dataset (every row "
+                         "once, in file order); run it once per source dataset instead")
     crash = None
     if args.test_crash_after:
         what, n = args.test_crash_after.split(":")

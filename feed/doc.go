@@ -10,7 +10,10 @@
 // loader.RowGroupReader over exactly the row groups that cutter asks for
 // (batching.Plan.StreamReads), and shaped by a shape.Shaper. A step leaves as
 // transport.Step{Slices, Meta}: how the slices travel (one Flight message,
-// shared memory) is the transport's business.
+// shared memory) is the transport's business. A request with a mixture
+// (mixture.go, mixture_stream.go) opens each source as its own dataset and
+// reads, per source and slice, that source's stream through a
+// batching.SourceCursor; each slice joins its sources' rows of the step.
 //
 // A request's filters (package filter) are applied when it is planned
 // (filter.go): the plan numbers the kept rows only, and streams take them

@@ -226,6 +226,9 @@ func (p *Pipeline) Allocator() memory.Allocator { return p.cfg.mem }
 
 // Info implements transport.Backend: it plans from metadata alone.
 func (p *Pipeline) Info(ctx context.Context, req *transport.Request) (*transport.PlanInfo, error) {
+	if req.Mixture != nil {
+		return p.mixtureInfo(ctx, req) // mixture.go
+	}
 	pl, err := p.planFor(ctx, req)
 	if err != nil {
 		return nil, err
@@ -254,6 +257,9 @@ func (p *Pipeline) Open(ctx context.Context, req *transport.Request) (transport.
 // shared-memory wire's arena). Nothing the Pipeline keeps beyond the stream
 // (its dataset and footer caches) comes from mem.
 func (p *Pipeline) OpenWith(ctx context.Context, req *transport.Request, mem memory.Allocator) (transport.Stream, error) {
+	if req.Mixture != nil {
+		return p.openMixture(ctx, req, mem) // mixture_stream.go
+	}
 	pl, err := p.planFor(ctx, req)
 	if err != nil {
 		return nil, err

@@ -45,6 +45,28 @@ type PlanInfo struct {
 	Manifest       string `json:"manifest,omitempty"`
 	ManifestReason string `json:"manifest_reason,omitempty"`
 	PlanRequests   int64  `json:"plan_requests,omitempty"`
+	// Mixture describes a mixture's sources (absent otherwise);
+	// StepsPerEpoch is then the mixture's steps and NumRows the sum of the
+	// sources' rows.
+	Mixture *MixtureInfo `json:"mixture,omitempty"`
+}
+
+// MixtureInfo is the plan of a mixture's sources.
+type MixtureInfo struct {
+	// Sources describes each source, in the request's order.
+	Sources []MixtureSourceInfo `json:"sources"`
+}
+
+// MixtureSourceInfo is one source of a mixture's plan.
+type MixtureSourceInfo struct {
+	// Rows is the source's rows (one source epoch).
+	Rows int64 `json:"rows"`
+	// DeliveredRows is the source's real rows over the mixture's steps.
+	DeliveredRows int64 `json:"delivered_rows"`
+	// Weight is the source's current weight.
+	Weight float64 `json:"weight"`
+	// Seed is the seed of the source's permutations.
+	Seed uint64 `json:"seed"`
 }
 
 // Step is one step of one client: its rows as records of the stream's schema,

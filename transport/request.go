@@ -149,6 +149,9 @@ type Request struct {
 	// it. Optional in ticket version 1: servers that predate it refuse it as
 	// an unknown field.
 	Filters json.RawMessage `json:"filters,omitempty"`
+	// Mixture, when set, reads a weighted mixture of datasets instead of
+	// Datasets (mixture.go). Optional in ticket version 1.
+	Mixture *Mixture `json:"mixture,omitempty"`
 }
 
 // SliceRows returns b = B / D, the rows of one slice.
@@ -224,7 +227,7 @@ func (r *Request) Validate() error {
 	if r.Version != Version {
 		p.add("version is %d, want %d", r.Version, Version)
 	}
-	if len(r.Datasets) == 0 {
+	if len(r.Datasets) == 0 && r.Mixture == nil {
 		p.add("datasets is empty: name at least one dataset URI")
 	}
 	seenURI := make(map[string]bool, len(r.Datasets))
@@ -303,6 +306,7 @@ func (r *Request) Validate() error {
 		p.add("start.epoch %d is not below epochs %d", r.Start.Epoch, r.Epochs)
 	}
 	r.validateElastic(&p)
+	r.validateMixture(&p)
 	return p.err("transport", ErrBadRequest)
 }
 

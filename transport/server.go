@@ -315,7 +315,7 @@ func (s *Server) request(data []byte) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkRoots(req.Datasets, s.cfg.rootLocs); err != nil {
+	if err := checkRoots(req.AllDatasets(), s.cfg.rootLocs); err != nil {
 		return nil, err
 	}
 	if m := req.Manifest; m != "" && m != "auto" && m != "off" {

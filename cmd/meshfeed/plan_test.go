@@ -66,7 +66,7 @@ func planRunRaw(t *testing.T, args ...string) (string, error) {
 	oldOut, oldErr := planStdout, planStderr
 	planStdout, planStderr = &out, io.Discard
 	defer func() { planStdout, planStderr = oldOut, oldErr }()
-	err := runPlan(context.Background(), args)
+	err := runPlanOrMixture(context.Background(), args)
 	return out.String(), err
 }
 

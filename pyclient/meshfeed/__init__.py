@@ -27,11 +27,12 @@ from ._src.errors import (
     UnavailableError,
 )
 from ._src.loader import Loader
+from ._src.mixture import Mixture, Source, StopRule
 from ._src.transform import TransformError
 from ._src.server import LOCAL_MEMORY_BUDGET, LOCAL_READ_AHEAD
 from ._version import __version__
 
-for _obj in (Column, LoaderConfig, ServerOptions, Shuffle, Loader, BinaryNotFoundError, InvalidRequestError, MeshfeedError, NotFoundError,
+for _obj in (Mixture, Source, Column, LoaderConfig, ServerOptions, Shuffle, Loader, BinaryNotFoundError, InvalidRequestError, MeshfeedError, NotFoundError,
              PermissionDeniedError, PlanError, ResourceExhaustedError, StateMismatchError, TransformError,
              UnavailableError):
     _obj.__module__ = __name__  # public names print as meshfeed.X
@@ -47,14 +48,17 @@ __all__ = [
     "Loader",
     "LoaderConfig",
     "MeshfeedError",
+    "Mixture",
     "NotFoundError",
     "PermissionDeniedError",
     "PlanError",
     "ResourceExhaustedError",
     "ServerOptions",
     "Shuffle",
+    "Source",
     "StateMismatchError",
     "TransformError",
+    "StopRule",
     "Transport",
     "UnavailableError",
 ]

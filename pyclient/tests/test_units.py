@@ -463,7 +463,7 @@ def test_public_surface():
         "Loader", "LoaderConfig", "ServerOptions", "Shuffle", "Column", "LastBatch", "Transport",
         "LOCAL_READ_AHEAD", "LOCAL_MEMORY_BUDGET", "MeshfeedError", "NotFoundError", "PermissionDeniedError",
         "InvalidRequestError", "PlanError", "UnavailableError", "ResourceExhaustedError",
-        "BinaryNotFoundError", "StateMismatchError", "TransformError"}
+        "BinaryNotFoundError", "StateMismatchError", "TransformError", "Mixture", "Source", "StopRule"}
     assert meshfeed.PlanError.__module__ == "meshfeed"
     assert meshfeed.LoaderConfig.__module__ == meshfeed.ServerOptions.__module__ == "meshfeed"
     assert [n for n in dir(meshfeed) if not n.startswith("_")] == sorted(meshfeed.__all__)

@@ -60,7 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="Example: python -m meshfeed bench '/data/train/*.parquet' --global-batch-size 1024 "
                "--mesh data=8 --step-ms 20 --steps 500 --json out.json --plot out.png")
-    p.add_argument("data", nargs="+", help="dataset URIs: local paths, globs, file:// or gs://")
+    p.add_argument("data", nargs="*", help="dataset URIs: local paths, globs, file:// or gs://")
+    p.add_argument("--mixture", default=None, metavar="SPEC.json",
+                   help="read a weighted mixture of datasets instead (meshfeed.Mixture as JSON: "
+                        '{"sources": [{"data": URI, "weight": W, "columns": [...], "rename": {...}}, ...], '
+                        '"stop": "first_exhausted" | "all_exhausted" | STEPS, "source_column": NAME})')
     p.add_argument("--global-batch-size", "-B", type=int, default=1024, help="rows per global step")
     mesh = p.add_mutually_exclusive_group()
     mesh.add_argument("--mesh", default=None,
@@ -136,6 +140,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--prefetch must be >= 1")
     if a.gcs_emulator and a.server:
         p.error("--gcs-emulator starts its own server; drop --server")
+    if bool(a.data) == bool(a.mixture):
+        p.error("name the datasets, or a mixture with --mixture SPEC.json (not both)")
+    if a.mixture and (a.columns or a.length or a.shuffle_window or a.gcs_emulator):
+        p.error("--mixture: give columns, lengths and shuffles per source in the spec (and no --gcs-emulator)")
     if a.transform_workers < 0:
         p.error("--transform-workers must be >= 0")
     if a.transform_workers and not a.transform:
@@ -419,6 +427,11 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     from .config import Column, ServerOptions, Shuffle
     from .loader import Loader
 
+    def mixture_spec(path: str) -> Any:
+        from .mixture import mixture_from_spec
+        with open(path) as f:
+            return mixture_from_spec(json.load(f))
+
     if a.x64:
         jax.config.update("jax_enable_x64", True)
     mesh, sharding = make_sharding(a)
@@ -438,14 +451,20 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         if a.lengths:
             columns = {c: Column(length=a.lengths[c], overflow="truncate") if c in a.lengths else None
                        for c in a.column_list}
-        loader = Loader(uris, global_batch_size=a.global_batch_size, sharding=sharding, columns=columns,
+        data: Any = uris
+        if a.mixture is not None:  # a mixture is one pass; its sources carry columns and shuffles
+            data, columns, shuffle = mixture_spec(a.mixture), None, None
+        loader = Loader(data, global_batch_size=a.global_batch_size, sharding=sharding, columns=columns,
                         last_batch=a.last_batch, shuffle=shuffle,
-                        num_epochs=None if a.steps is not None else a.epochs, prefetch=a.prefetch,
+                        num_epochs=1 if a.mixture is not None else None if a.steps is not None else a.epochs,
+                        prefetch=a.prefetch,
                         server=a.server,
                         server_options=ServerOptions(binary=a.binary) if a.server is None else None,
                         transform=a.transform_fn, transform_workers=a.transform_workers)
         with loader:
             total = a.steps if a.steps is not None else loader.steps_per_epoch * a.epochs
+            if a.mixture is not None:
+                total = min(total, loader.steps_per_epoch)
             progress = Progress(total, enabled=not a.no_progress)
             times: list[tuple[float, float, float]] = []  # per step: next() called, returned, step done
             it = iter(loader)

@@ -328,17 +328,28 @@ class LoaderConfig:
     datasets: tuple[str, ...] = dataclasses.field(init=False)
     wire_columns: tuple[dict[str, Any], ...] | None = dataclasses.field(init=False)
     wire_filters: tuple[tuple[dict[str, Any], ...], ...] | None = dataclasses.field(init=False)
+    mixture: Any = dataclasses.field(init=False, repr=False)  # data when it is a meshfeed.Mixture (mixture.py)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
         bad = problems.append
+        from .mixture import Mixture
+        mixture = self.data if isinstance(self.data, Mixture) else None
         uris = [self.data] if isinstance(self.data, (str, os.PathLike)) else list(self.data) \
             if isinstance(self.data, Sequence) else None
         datasets: list[str] = []
-        if uris is None:
+        if mixture is not None:
+            uris = [u for src in mixture.sources for u in src._datasets]  # the local server's roots
+            if self.columns is not None or self.shuffle is not None:
+                bad("data is a meshfeed.Mixture: give columns and shuffle per meshfeed.Source, not to the Loader")
+            if self.num_epochs != 1:
+                bad(f"num_epochs={self.num_epochs!r}: a meshfeed.Mixture is one pass (its stop sets the steps): "
+                    "use num_epochs=1 and stop=<steps> for a longer run")
+        elif uris is None:
             bad(f"data={self.data!r}: want a dataset URI or a list of them")
         elif not uris:
             bad("data: name at least one dataset URI")
+        object.__setattr__(self, "mixture", mixture)
         for u in uris or ():
             norm, problem = _normalize_uri(u)
             if problem or norm is None:
@@ -427,6 +438,13 @@ class LoaderConfig:
             req["shuffle"] = {"enabled": True, "window": self.shuffle.window}
         if self.pad_mask is not None:
             req["mask_column"] = self.pad_mask
+        if self.mixture is not None:
+            del req["datasets"]
+            req.pop("columns", None)
+            req["seed"] = self.mixture.seed
+            sc = self.mixture.source_column
+            outs = None if columns is None else [(c["name"], c.get("dtype")) for c in columns if c["name"] != sc]
+            req["mixture"] = self.mixture.to_wire(outs)
         if self.manifest != "auto":
             req["manifest"] = self.manifest
         if self.wire_filters is not None:

@@ -26,6 +26,7 @@ from .serverstats import cache_stats
 from .elastic import resolve_switch
 from .errors import InvalidRequestError, MeshfeedError, PlanError, StateMismatchError, recoverable
 from .layout import Materializer, layout_of, narrowed_columns
+from .mixture import Positions, check_fingerprints, resume_config
 from .plan import steps_per_epoch
 from .prefetch import END, TOTALS, Failure, Prefetcher
 from .server import LocalServer
@@ -117,8 +118,10 @@ class Loader:
 
     Args:
         data: dataset URI, glob, or a list of them (local paths, ``file://``,
-            ``gs://``, ``s3://``, or ``https://`` URLs of files: HTTP has no
-            listing, so no globs or directories there).
+            ``gs://``, ``s3://``, ``az://``/``abfs://``, or ``https://`` URLs of
+            files: HTTP has no listing, so no globs or directories there), or a
+            :class:`meshfeed.Mixture` of several datasets (then ``columns`` and
+            ``shuffle`` are per :class:`meshfeed.Source`).
         global_batch_size: ``B``, rows per global step.
         sharding: layout of dimension 0 of every array (any ``jax.sharding.Sharding``).
         columns: None (all columns), a list of names, or ``{name: Column or None}``.
@@ -143,6 +146,12 @@ class Loader:
             exactly once, then the plain plan from the next epoch on (see
             docs/CONTRACT-elastic.md). Off by default, so that a changed
             sharding is not taken for the same run by mistake.
+        reweight: with ``data`` a :class:`meshfeed.Mixture`, resume ``state``
+            although its mixture had other weights, or sources this one adds or
+            drops: each source continues from its saved position and these
+            weights apply from the saved step on (the steps are recomputed).
+            Without it a changed mixture is a StateMismatchError naming what
+            changed.
         prefetch: steps staged on device ahead of the consumer (>= 1).
         server: ``"unix:///path"`` or ``"host:port"`` of a running server; None
             starts a local one (stopped by :meth:`close`). Or a callable
@@ -256,7 +265,7 @@ class Loader:
                  transform: Callable[..., Any] | None = None, transform_workers: int = 0,
                  transform_seed: int | None = None,
                  binary: str | os.PathLike[str] | None = None, server_args: Sequence[str] | None = None,
-                 filters: Sequence[Any] | None = None):
+                 filters: Sequence[Any] | None = None, reweight: bool = False):
         cfg = LoaderConfig(
             data=data, global_batch_size=global_batch_size, sharding=sharding, columns=columns,
             last_batch=last_batch, shuffle=shuffle, num_epochs=num_epochs, prefetch=prefetch, server=server,
@@ -264,20 +273,21 @@ class Loader:
             recovery_timeout=recovery_timeout, transport=transport, tls_root_certs=tls_root_certs,
             tls_server_name=tls_server_name, token=token, manifest=manifest, filters=filters,
             transform=transform, transform_workers=transform_workers, transform_seed=transform_seed)
-        self._start(cfg, state, elastic)
+        self._start(cfg, state, elastic, reweight)
 
     @classmethod
     def from_config(cls, config: LoaderConfig, *, state: Mapping[str, Any] | None = None,
-                    elastic: bool = False) -> "Loader":
+                    elastic: bool = False, reweight: bool = False) -> "Loader":
         """A loader of ``config`` (a :class:`LoaderConfig`), resuming at
         ``state`` (see ``state`` and ``elastic`` above)."""
         if not isinstance(config, LoaderConfig):
             raise InvalidRequestError(f"config={config!r}: want a meshfeed.LoaderConfig")
         self = cls.__new__(cls)
-        self._start(config, state, elastic)
+        self._start(config, state, elastic, reweight)
         return self
 
-    def _start(self, cfg: LoaderConfig, state: Mapping[str, Any] | None, elastic: bool) -> None:
+    def _start(self, cfg: LoaderConfig, state: Mapping[str, Any] | None, elastic: bool,
+               reweight: bool = False) -> None:
         self._box: list = [None]  # [prefetcher]: what the finalizer stops
         self._sbox: list = [None]  # [session]: what the finalizer closes
         self._tbox: list = [None]  # [transformer]: what the finalizer stops (transform.py)
@@ -286,6 +296,11 @@ class Loader:
         self._elastic_ok = bool(elastic)
         self._switch: dict[str, int] | None = None  # elastic switch named in tickets (elastic.py)
         self._recover_deadline: float | None = None
+        self._reweight = bool(reweight)
+        if reweight and cfg.mixture is None:
+            raise InvalidRequestError("reweight=True: only for a loader of a meshfeed.Mixture")
+        if cfg.mixture is not None and state is not None:
+            cfg = resume_config(cfg, state, self._reweight)  # mixture.py: the saved weight history
         self._cfg = cfg
         self._layout = layout_of(cfg.sharding, cfg.global_batch_size)
         self._finalizer = weakref.finalize(self, _close_all, self._box, self._sbox, self._tbox)
@@ -327,7 +342,7 @@ class Loader:
         self._plan_info = plan
         self._num_rows, self._spe = plan["num_rows"], plan["steps_per_epoch"]
         N, B = self._num_rows, cfg.global_batch_size
-        mine = steps_per_epoch(N, B, cfg.last_batch)
+        mine = steps_per_epoch(N, B, cfg.last_batch) if cfg.mixture is None else self._spe  # a mixture's: the server's
         if self._spe != mine:
             raise PlanError(f"server plans {self._spe} steps per epoch for N={N} rows, B={B}, "
                             f"last_batch={cfg.last_batch}; the client computes {mine}")
@@ -356,6 +371,8 @@ class Loader:
         theirs = _upgrade_fingerprint(theirs)
         # Compare through JSON so a state that went through json.dump/load matches.
         mine_j = json.loads(json.dumps(mine))
+        if self._cfg.mixture is not None:
+            mine_j, theirs = check_fingerprints(mine_j, theirs, self._reweight)
         try:
             ep, st = int(state["position"]["epoch"]), int(state["position"]["step"])
         except (KeyError, TypeError, ValueError) as e:
@@ -509,6 +526,11 @@ class Loader:
                "fingerprint": json.loads(json.dumps(self._fingerprint()))}
         if self._switch is not None and self._pos[0] == self._switch["epoch"]:
             out["elastic"] = dict(self._switch)  # inside the epoch of a switch
+        if self._cfg.mixture is not None:  # each source's rows per slice so far (mixture.py), for the record
+            if getattr(self, "_mix_pos", None) is None:
+                self._mix_pos = Positions(self._cfg.mixture, self._layout.b)
+            step = self._pos[1] if self._pos[0] == 0 else self._spe  # (1, 0): the one pass is over
+            out["mixture"] = {"step": step, "positions": self._mix_pos.at(step)}
         return out
 
     def stats(self) -> dict[str, Any]:

@@ -1,0 +1,288 @@
+package batching
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"strconv"
+	"strings"
+)
+
+// The composition of a mixture: how many rows of each source every slice of
+// every step holds (DESIGN.md, "Mixtures").
+//
+// Weights become integers once, so that the arithmetic below is exact:
+// weights that are decimals of at most 9 fractional digits whose scaled
+// values stay within 2^32 (0.5, 0.3, 0.2; 2, 1; 0.125) are scaled exactly,
+// u_i = w_i * 10^k; others are quantized, u_i = round(2^32 * w_i / max_j w_j),
+// within 2^-32 of the largest weight. The proportions are u_i / U with U =
+// sum u_i.
+//
+// Within a weight span that starts at step s0 with the sources at counts
+// base_i, the quota of source i after k steps of the span is
+// q_i(k) = k * b * u_i / U rows per slice, and the count C_i(k) (rows of
+// source i in the span's first k steps, per slice) satisfies
+//
+//	floor(q_i(k)) <= C_i(k) <= ceil(q_i(k))   (so |C_i(k) - q_i(k)| < 1)
+//	sum_i C_i(k) = k * b                        (every slice is full)
+//	C_i(k+1) >= C_i(k)                          (counts never go back)
+//
+// Each row of a source is a unit job: row n of source i is released at the
+// first k with ceil(q_i(k)) >= n (its upper quota allows it) and due at the
+// first k with q_i(k) >= n (its lower quota needs it). A step schedules b
+// rows, earliest deadline first (ties: the lower source index): first every
+// row due by the end of the step, then, among sources with a released row
+// not yet due, those whose next row is due soonest. Balinski and Young's
+// quota method shows that a schedule meeting every deadline exists, and
+// earliest-deadline-first scheduling of unit jobs with release times meets
+// every deadline whenever a schedule does; a step that could not (never
+// observed; it would be a bug) is an error, not a silent deviation.
+
+// MaxSources bounds the sources of a mixture (the quantized weights sum below
+// 2^48, which keeps the arithmetic in 128 bits).
+const MaxSources = 1024
+
+// WeightSpan gives the weights of the sources from step FromStep on (until
+// the next span's FromStep).
+type WeightSpan struct {
+	FromStep int
+	Weights  []float64
+}
+
+// qspan is a WeightSpan with quantized weights.
+type qspan struct {
+	from  int
+	u     []uint64
+	total uint64
+}
+
+// QuantizeWeights checks weights (finite, >= 0, not all 0) and returns them
+// as integers: scaled exactly when they are short decimals (see above),
+// else quantized to 32 bits of the largest, round(2^32 * w_i / max w). A
+// positive weight that quantizes to 0 (under 2^-33 of the largest) is an
+// error too.
+// Errors wrap ErrInvalidWeights and name the source by index.
+func QuantizeWeights(weights []float64) ([]uint64, error) {
+	if len(weights) == 0 {
+		return nil, fmt.Errorf("%w: no sources", ErrInvalidWeights)
+	}
+	if len(weights) > MaxSources {
+		return nil, fmt.Errorf("%w: %d sources, at most %d", ErrInvalidWeights, len(weights), MaxSources)
+	}
+	var hi float64
+	for i, w := range weights {
+		switch {
+		case math.IsNaN(w):
+			return nil, fmt.Errorf("%w: source %d: weight is NaN", ErrInvalidWeights, i)
+		case math.IsInf(w, 0):
+			return nil, fmt.Errorf("%w: source %d: weight %v is not finite", ErrInvalidWeights, i, w)
+		case w < 0:
+			return nil, fmt.Errorf("%w: source %d: weight %v is negative", ErrInvalidWeights, i, w)
+		}
+		hi = max(hi, w)
+	}
+	if hi == 0 {
+		return nil, fmt.Errorf("%w: every weight is 0 (%d sources): give at least one source a positive weight", ErrInvalidWeights, len(weights))
+	}
+	if u, ok := decimalWeights(weights); ok {
+		return u, nil
+	}
+	u := make([]uint64, len(weights))
+	for i, w := range weights {
+		u[i] = uint64(math.Round(math.Ldexp(w/hi, 32)))
+		if w > 0 && u[i] == 0 {
+			return nil, fmt.Errorf("%w: source %d: weight %v is positive but below 2^-33 of the largest weight %v: make it 0 or larger", ErrInvalidWeights, i, w, hi)
+		}
+	}
+	return u, nil
+}
+
+// decimalWeights returns w_i * 10^k for the smallest k <= 9 that makes every
+// weight (as its shortest decimal form) an integer, when every such value
+// is at most 2^32; ok is false otherwise.
+func decimalWeights(weights []float64) ([]uint64, bool) {
+	k := 0
+	for _, w := range weights {
+		s := strconv.FormatFloat(w, 'f', -1, 64)
+		if i := strings.IndexByte(s, '.'); i >= 0 {
+			k = max(k, len(s)-i-1)
+		}
+	}
+	if k > 9 {
+		return nil, false
+	}
+	u := make([]uint64, len(weights))
+	for i, w := range weights {
+		s := strconv.FormatFloat(w, 'f', -1, 64)
+		frac := 0
+		if j := strings.IndexByte(s, '.'); j >= 0 {
+			frac = len(s) - j - 1
+			s = s[:j] + s[j+1:]
+		}
+		v, err := strconv.ParseUint(s+strings.Repeat("0", k-frac), 10, 64)
+		if err != nil || v > 1<<32 {
+			return nil, false
+		}
+		u[i] = v
+	}
+	return u, true
+}
+
+// Composition is the per-step row counts of a mixture's sources: a pure
+// function of the slice rows b, the weight spans and the step. It is
+// immutable and safe for concurrent use; a Walker walks it.
+type Composition struct {
+	b     int64
+	n     int // sources
+	spans []qspan
+}
+
+// NewComposition checks and quantizes the spans: the first starts at step
+// 0, FromStep ascends strictly, every span has one weight per source (the
+// same number in every span) and is valid for QuantizeWeights. Errors wrap
+// ErrInvalidWeights.
+func NewComposition(sliceRows int, spans []WeightSpan) (*Composition, error) {
+	if sliceRows <= 0 || sliceRows > MaxGlobalBatch {
+		return nil, fmt.Errorf("%w: slice rows b=%d, must be in [1, %d]", ErrInvalidConfig, sliceRows, MaxGlobalBatch)
+	}
+	if len(spans) == 0 {
+		return nil, fmt.Errorf("%w: no weights", ErrInvalidWeights)
+	}
+	c := &Composition{b: int64(sliceRows), n: len(spans[0].Weights)}
+	for j, s := range spans {
+		switch {
+		case j == 0 && s.FromStep != 0:
+			return nil, fmt.Errorf("%w: the first weight span starts at step %d, want 0", ErrInvalidWeights, s.FromStep)
+		case j > 0 && s.FromStep <= spans[j-1].FromStep:
+			return nil, fmt.Errorf("%w: weight span %d starts at step %d, not after the previous one (step %d)", ErrInvalidWeights, j, s.FromStep, spans[j-1].FromStep)
+		case len(s.Weights) != c.n:
+			return nil, fmt.Errorf("%w: weight span %d (from step %d) has %d weights, want one per source (%d)", ErrInvalidWeights, j, s.FromStep, len(s.Weights), c.n)
+		}
+		u, err := QuantizeWeights(s.Weights)
+		if err != nil {
+			if len(spans) > 1 {
+				return nil, fmt.Errorf("weights from step %d: %w", s.FromStep, err)
+			}
+			return nil, err
+		}
+		var total uint64
+		for _, v := range u {
+			total += v
+		}
+		c.spans = append(c.spans, qspan{from: s.FromStep, u: u, total: total})
+	}
+	return c, nil
+}
+
+// Sources returns the number of sources.
+func (c *Composition) Sources() int { return c.n }
+
+// SliceRows returns b.
+func (c *Composition) SliceRows() int { return int(c.b) }
+
+// Weight reports whether source i has a positive weight in the span that
+// holds step.
+func (c *Composition) Weight(i, step int) bool {
+	return c.spanAt(step).u[i] > 0
+}
+
+// spanAt returns the span that holds step.
+func (c *Composition) spanAt(step int) *qspan {
+	j := len(c.spans) - 1
+	for j > 0 && c.spans[j].from > step {
+		j--
+	}
+	return &c.spans[j]
+}
+
+// LastSpanStart returns the step where the last weight span starts.
+func (c *Composition) LastSpanStart() int { return c.spans[len(c.spans)-1].from }
+
+// Walker walks a Composition step by step from step 0. It is not safe for
+// concurrent use.
+type Walker struct {
+	c     *Composition
+	step  int
+	span  int
+	cum   []int64 // C_i(step): rows per slice of source i in steps [0, step)
+	base  []int64 // cum at the start of the current span
+	due   []int64 // scratch
+	order []int   // scratch
+}
+
+// Walk returns a walker at step 0.
+func (c *Composition) Walk() *Walker {
+	return &Walker{c: c, cum: make([]int64, c.n), base: make([]int64, c.n),
+		due: make([]int64, c.n), order: make([]int, 0, c.n)}
+}
+
+// Step returns the step the next call of Next counts.
+func (w *Walker) Step() int { return w.step }
+
+// Cum returns C_i(Step()) for every source: the rows per slice of each source
+// in the steps before Step(). The slice is the walker's; do not modify it.
+func (w *Walker) Cum() []int64 { return w.cum }
+
+// Next writes the rows per slice of each source in step Step() into counts
+// (len Sources()) and advances one step.
+func (w *Walker) Next(counts []int64) error {
+	c := w.c
+	if w.span+1 < len(c.spans) && c.spans[w.span+1].from == w.step {
+		w.span++
+		copy(w.base, w.cum)
+	}
+	sp := &c.spans[w.span]
+	k := uint64(w.step-sp.from) + 1 // steps of the span at the end of this one
+	rows := k * uint64(c.b)
+	left := c.b
+	w.order = w.order[:0]
+	for i, u := range sp.u {
+		hi, lo := bits.Mul64(rows, u)
+		fl, rem := bits.Div64(hi, lo, sp.total)
+		local := w.cum[i] - w.base[i]
+		must := max(0, int64(fl)-local)
+		counts[i] = must
+		left -= must
+		if rem != 0 && local+must == int64(fl) {
+			// Row fl+1 of the span is released and not due: due at the
+			// first k' with k'*b*u >= (fl+1)*U.
+			dh, dl := bits.Mul64(fl+1, sp.total)
+			den := uint64(c.b) * u
+			q, r := bits.Div64(dh, dl, den)
+			if r != 0 {
+				q++
+			}
+			w.due[i] = int64(q)
+			w.order = append(w.order, i)
+		}
+	}
+	if left < 0 || left > int64(len(w.order)) {
+		return fmt.Errorf("%w: step %d: %d rows of the slice left for %d optional sources (internal error)", ErrComposition, w.step, left, len(w.order))
+	}
+	// Insertion sort by (due, index): few sources.
+	o := w.order
+	for a := 1; a < len(o); a++ {
+		for z := a; z > 0 && (w.due[o[z]] < w.due[o[z-1]] || (w.due[o[z]] == w.due[o[z-1]] && o[z] < o[z-1])); z-- {
+			o[z], o[z-1] = o[z-1], o[z]
+		}
+	}
+	for _, i := range o[:left] {
+		counts[i]++
+	}
+	for i := range counts {
+		w.cum[i] += counts[i]
+	}
+	w.step++
+	return nil
+}
+
+// Skip advances the walker to step (>= Step()).
+func (w *Walker) Skip(step int) error {
+	counts := make([]int64, w.c.n)
+	for w.step < step {
+		if err := w.Next(counts); err != nil {
+			return err
+		}
+	}
+	return nil
+}

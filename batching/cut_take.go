@@ -1,0 +1,125 @@
+package batching
+
+import (
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+// Take returns the next n rows of the cutter's stream, for a cutter over a
+// mixture source's plan (SourceConfig: slices of one row, so Step counts
+// the stream's rows). The rows are a view of a pushed record when one
+// record holds them and there is no shuffle window, a copy otherwise. ok is
+// false when the cutter needs the segment that Wants names: push it and
+// call Take again with the same n. Asking for rows past the end of the
+// stream is ErrInvalidPosition. The record belongs to the caller.
+func (c *Cutter) Take(n int64) (rec arrow.RecordBatch, ok bool, err error) {
+	if c.closed {
+		return nil, false, ErrCutterClosed
+	}
+	lo := int64(c.step)
+	hi := lo + n
+	if c.b != 1 || n <= 0 || hi > c.plan.lens[c.d] {
+		return nil, false, fmt.Errorf("%w: take %d rows at row %d of stream %d (%d rows, slice rows %d): want a source plan's cutter and rows inside the stream",
+			ErrInvalidPosition, n, lo, c.d, c.plan.lens[c.d], c.b)
+	}
+	var data arrow.RecordBatch
+	if c.w == 0 {
+		data, ok, err = c.cutContiguous(lo, hi)
+	} else {
+		data, ok, err = c.cutWindowed(lo, hi)
+	}
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	c.step = int(hi)
+	if hi >= c.plan.lens[c.d] {
+		c.releaseBefore(c.end + 1)
+	} else {
+		next := hi
+		if c.w > 0 {
+			next = next / c.w * c.w
+		}
+		c.releaseBefore(next)
+	}
+	return data, true, nil
+}
+
+// SourceCursor reads one stream (slice d) of a mixture source as one
+// unbounded sequence: epoch 0's stream d, then epoch 1's, ... (each epoch
+// its own row group order and shuffle windows). It owns one Cutter at a
+// time, for the epoch it is in. It is not safe for concurrent use.
+type SourceCursor struct {
+	plan  *Plan
+	d     int
+	mem   memory.Allocator
+	opts  []CutterOption
+	epoch int
+	cut   *Cutter
+}
+
+// NewSourceCursor returns a cursor at row pos of the sequence of stream d
+// of plan (a SourceConfig plan): epoch pos / StreamLen(d), row pos mod
+// StreamLen(d). Reading starts at the shuffle window holding that row.
+func NewSourceCursor(plan *Plan, d int, pos int64, mem memory.Allocator, opts ...CutterOption) (*SourceCursor, error) {
+	if plan == nil || d < 0 || d >= plan.cfg.D || plan.lens[d] == 0 || pos < 0 {
+		return nil, fmt.Errorf("%w: source cursor at row %d of stream %d", ErrInvalidPosition, pos, d)
+	}
+	l := plan.lens[d]
+	s := &SourceCursor{plan: plan, d: d, mem: mem, opts: opts, epoch: int(pos / l)}
+	cut, err := NewCutter(plan, s.epoch, d, int(pos%l), mem, opts...)
+	if err != nil {
+		return nil, err
+	}
+	s.cut = cut
+	return s, nil
+}
+
+// Epoch returns the source epoch the cursor reads.
+func (s *SourceCursor) Epoch() int { return s.epoch }
+
+// Cutter returns the cutter of the current epoch: push what its Wants
+// names (Reads lists its row ranges) when Take returns ok=false.
+func (s *SourceCursor) Cutter() *Cutter { return s.cut }
+
+// Take returns the next rows of the sequence, at most n (n >= 1): fewer
+// when the current epoch's stream ends first (call again for the rest, from
+// the next epoch; Epoch then says which, and Cutter is its cutter), or,
+// with no shuffle window, when the pushed record holding the first row
+// ends first (so that the rows are a view of it, not a copy). ok is
+// false when the cutter needs input (Cutter().Wants). The record belongs to
+// the caller.
+func (s *SourceCursor) Take(n int64) (arrow.RecordBatch, bool, error) {
+	l := s.plan.lens[s.d]
+	if int64(s.cut.step) >= l {
+		s.cut.Release()
+		s.epoch++
+		cut, err := NewCutter(s.plan, s.epoch, s.d, 0, s.mem, s.opts...)
+		if err != nil {
+			return nil, false, err
+		}
+		s.cut = cut
+	}
+	n = min(n, l-int64(s.cut.step))
+	if e := s.cut.pieceEnd(int64(s.cut.step)); s.cut.w == 0 && e > 0 {
+		n = min(n, e-int64(s.cut.step)) // a view of one pushed record, not a copy
+	}
+	return s.cut.Take(n)
+}
+
+// pieceEnd returns the stream row where the pushed record holding stream
+// row r ends, or 0 when none holds it.
+func (c *Cutter) pieceEnd(r int64) int64 {
+	if i := c.locate(r); i < len(c.pieces) && c.pieces[i].from <= r {
+		return c.pieces[i].to
+	}
+	return 0
+}
+
+// Release frees what the cursor holds.
+func (s *SourceCursor) Release() {
+	if s.cut != nil {
+		s.cut.Release()
+	}
+}

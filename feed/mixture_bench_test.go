@@ -1,0 +1,157 @@
+package feed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
+	"github.com/meshfeed/meshfeed/internal/datagen"
+	"github.com/meshfeed/meshfeed/transport"
+)
+
+// peakAllocator tracks the most bytes held at once through it: the stream's
+// decoded row groups, read-ahead, slices and steps.
+type peakAllocator struct {
+	memory.Allocator
+	cur, peak atomic.Int64
+}
+
+func (a *peakAllocator) add(n int64) {
+	c := a.cur.Add(n)
+	for p := a.peak.Load(); c > p && !a.peak.CompareAndSwap(p, c); p = a.peak.Load() {
+	}
+}
+
+func (a *peakAllocator) Allocate(n int) []byte { a.add(int64(n)); return a.Allocator.Allocate(n) }
+func (a *peakAllocator) Reallocate(n int, b []byte) []byte {
+	a.add(int64(n - len(b)))
+	return a.Allocator.Reallocate(n, b)
+}
+func (a *peakAllocator) Free(b []byte) { a.add(-int64(len(b))); a.Allocator.Free(b) }
+
+// cpuTime returns the process's user plus system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+var (
+	mixBenchOnce sync.Once
+	mixBenchDirs []string
+	mixBenchErr  error
+)
+
+// mixBenchData writes three sources of 65,536 rows of id, label and
+// features[64] (268 bytes a row, uncompressed, two row groups each; about
+// 17.6 MB each) once under os.TempDir, and reads them once (warm page cache).
+func mixBenchData(b *testing.B) []string {
+	mixBenchOnce.Do(func() {
+		for i := 0; i < 3; i++ {
+			s := datagen.DefaultSpec()
+			s.Rows, s.Files, s.RowGroupRows, s.Features = 65536, 1, 32768, 64
+			s.Compression, s.Dictionary, s.Seed = datagen.CompressionNone, false, uint64(i+1)
+			dir := filepath.Join(os.TempDir(), fmt.Sprintf("meshfeed-bench-mixture-v1-%d", i))
+			if _, err := os.Stat(filepath.Join(dir, "done")); err != nil {
+				os.RemoveAll(dir)
+				if _, err := datagen.Write(context.Background(), datagen.LocalCreator{}, dir, s); err != nil {
+					mixBenchErr = err
+					return
+				}
+				if err := os.WriteFile(filepath.Join(dir, "done"), nil, 0o644); err != nil {
+					mixBenchErr = err
+					return
+				}
+			}
+			files, _ := filepath.Glob(filepath.Join(dir, "*.parquet"))
+			for _, f := range files {
+				if _, err := os.ReadFile(f); err != nil {
+					mixBenchErr = err
+					return
+				}
+			}
+			mixBenchDirs = append(mixBenchDirs, dir)
+		}
+	})
+	if mixBenchErr != nil {
+		b.Fatal(mixBenchErr)
+	}
+	return mixBenchDirs
+}
+
+// BenchmarkMixture compares, in one invocation, a three-source mixture
+// (weights 1:1:1) with one dataset made of the same three sources' files
+// (the same rows and bytes), same B and D, each read for the same 24 steps
+// (196,608 rows) straight from the Pipeline's stream: rows/s, and the peak
+// bytes the stream held through its allocator (the sources' readers share
+// one read-ahead budget), and the process's CPU time per run (less
+// sensitive than rows/s to other work on a shared machine).
+func BenchmarkMixture(b *testing.B) {
+	dirs := mixBenchData(b)
+	const B, D, steps = 8192, 4, 24
+	all := []int{0, 1, 2, 3}
+	single := &transport.Request{Version: transport.Version, GlobalBatchSize: B, NumSlices: D, Slices: all,
+		LastBatch: transport.LastBatchDrop, Epochs: 1}
+	mix := &transport.Request{Version: transport.Version, GlobalBatchSize: B, NumSlices: D, Slices: all,
+		LastBatch: transport.LastBatchDrop, Mixture: &transport.Mixture{Stop: transport.MixtureStop{Rule: "num_steps", NumSteps: steps}}}
+	for _, d := range dirs {
+		single.Datasets = append(single.Datasets, d+"/*.parquet")
+		mix.Mixture.Sources = append(mix.Mixture.Sources, transport.MixtureSource{Datasets: []string{d + "/*.parquet"}, Weight: 1})
+	}
+	for _, v := range []struct {
+		name string
+		req  *transport.Request
+	}{{"single", single}, {"mixture", mix}, {"single-again", single}, {"mixture-again", mix}} {
+		b.Run(v.name, func(b *testing.B) {
+			var peak int64
+			var elapsed, cpu time.Duration
+			for i := 0; i < b.N; i++ {
+				mem := &peakAllocator{Allocator: arrowmem.NewPoolAllocator()} // the server's default
+				p, err := NewPipeline(context.Background(), WithAllocator(mem))
+				if err != nil {
+					b.Fatal(err)
+				}
+				t0, c0 := time.Now(), cpuTime()
+				st, err := p.Open(context.Background(), v.req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n := 0
+				for ; n < steps; n++ {
+					step, err := st.Next(context.Background())
+					if errors.Is(err, io.EOF) {
+						break
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					step.Release()
+				}
+				elapsed += time.Since(t0)
+				cpu += cpuTime() - c0
+				st.Close()
+				p.Close()
+				if n != steps {
+					b.Fatalf("%d steps, want %d", n, steps)
+				}
+				peak = max(peak, mem.peak.Load())
+			}
+			b.ReportMetric(float64(b.N*steps*B)/elapsed.Seconds(), "rows/s")
+			b.ReportMetric(float64(peak), "peak-bytes")
+			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
+		})
+	}
+}

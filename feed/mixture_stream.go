@@ -1,0 +1,330 @@
+package feed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/meshfeed/meshfeed/batching"
+	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/transport"
+)
+
+// mixStream is one DoGet of a mixture.
+type mixStream struct {
+	mp        *mixturePlan
+	mem       memory.Allocator
+	ctx       context.Context // the readers'
+	cancel    context.CancelFunc
+	walk      *batching.Walker
+	counts    []int64
+	curs      [][]*mixCursor // [source][index in mp.slices]
+	budget    int64          // read-ahead per cursor
+	workers   int
+	closed    bool
+	unreserve func()
+}
+
+// mixCursor reads one source's stream of one slice: a SourceCursor and the
+// reader of the source epoch it is in.
+type mixCursor struct {
+	src   *mixSource
+	d     int
+	cur   *batching.SourceCursor
+	epoch int // the epoch rd reads; -1 for none
+	rd    *loader.RowGroupReader
+	segs  []batching.Segment // what rd reads, in order
+	got   int
+}
+
+// openMixture opens a stream over mp from the request's start step. The
+// stream's read-ahead budget is shared by every (source, slice) reader.
+func (p *Pipeline) openMixture(ctx context.Context, req *transport.Request, mem memory.Allocator) (transport.Stream, error) {
+	mp, err := p.planMixture(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if start := req.Start.Step; start >= mp.mix.Steps() {
+		return nil, fmt.Errorf("feed: %w: start step %d is past the %d steps of the mixture (steps run 0..%d)",
+			transport.ErrFailedPrecondition, start, mp.mix.Steps(), mp.mix.Steps()-1)
+	}
+	reserved, err := p.reserveMixture(ctx, mp)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	n := len(mp.slices) * len(mp.srcs)
+	s := &mixStream{mp: mp, mem: mem, ctx: sctx, cancel: cancel, walk: mp.mix.Composition().Walk(),
+		counts: make([]int64, len(mp.srcs)), budget: sliceShare(p.cfg.readAhead, n),
+		workers:   max(runtime.GOMAXPROCS(0)/n, 1),
+		unreserve: func() { p.serverLimits().Memory.Unreserve(reserved) }}
+	if err := s.walk.Skip(req.Start.Step); err != nil {
+		s.Close()
+		return nil, err
+	}
+	for i, src := range mp.srcs {
+		var row []*mixCursor
+		for _, d := range mp.slices {
+			cur, err := batching.NewSourceCursor(src.plan, d, s.walk.Cum()[i], mem, batching.WithSchema(src.cutIn))
+			if err != nil {
+				s.Close()
+				return nil, fmt.Errorf("feed: mixture %s slice %d: %w", src.name, d, err)
+			}
+			mc := &mixCursor{src: src, d: d, cur: cur, epoch: -1}
+			row = append(row, mc)
+			s.startReader(mc)
+		}
+		s.curs = append(s.curs, row)
+	}
+	return s, nil
+}
+
+// reserveMixture takes the stream's memory from the server's account: the
+// read-ahead budget (one, shared by the sources), the sources' shuffle
+// windows, a fixed cost per reader and two steps.
+func (p *Pipeline) reserveMixture(ctx context.Context, mp *mixturePlan) (int64, error) {
+	l := p.serverLimits()
+	if l.Memory == nil {
+		return 0, nil
+	}
+	n := float64(len(mp.slices))
+	total := float64(p.cfg.readAhead) + 2*mp.stepBytes()
+	for _, s := range mp.srcs {
+		total += n * (sliceOverhead + float64(s.window)*s.ds.ArrowRowBytes())
+	}
+	if l.MemoryBudget > 0 && total+mp.stepBytes() > float64(l.MemoryBudget) {
+		return 0, fmt.Errorf("feed: %w: this mixture's stream needs about %.0f bytes of memory (read-ahead %d, %d sources' windows and readers, three steps), over the server's memory budget of %d bytes (--memory-budget): ask for fewer slices per request or smaller shuffle windows, or raise --memory-budget",
+			transport.ErrTooLarge, total+mp.stepBytes(), p.cfg.readAhead, len(mp.srcs), l.MemoryBudget)
+	}
+	if err := l.Memory.Reserve(ctx, int64(total)); err != nil {
+		return 0, fmt.Errorf("feed: waiting for %d bytes of the server's memory budget for this mixture: %w", int64(total), err)
+	}
+	return int64(total), nil
+}
+
+// startReader gives mc a reader of what its cursor's current epoch reads
+// from where it stands, in pieces that fit its share of the budget.
+func (s *mixStream) startReader(mc *mixCursor) {
+	if mc.rd != nil {
+		mc.rd.Close()
+		mc.rd = nil
+	}
+	mc.epoch, mc.got = mc.cur.Epoch(), 0
+	var pieceRows int64
+	if s.budget > 0 {
+		if perRow, whole := mc.src.ds.StreamedRowBytes(); perRow > 0 {
+			pieceRows = max(int64(float64(s.budget-whole)/perRow/4), 1)
+		}
+	}
+	mc.segs = mc.cur.Cutter().Reads(pieceRows)
+	if len(mc.segs) == 0 {
+		return
+	}
+	refs := make([]loader.RowGroupRef, len(mc.segs))
+	for i, g := range mc.segs {
+		ref := mc.src.refs[g.RowGroup]
+		if g.Start != 0 || g.End != ref.Rows {
+			ref.Start, ref.End = g.Start, g.End
+		}
+		refs[i] = ref
+	}
+	budget := s.budget
+	if mc.src.window > 0 {
+		_, whole := mc.src.ds.StreamedRowBytes()
+		budget = max(budget, windowCost(mc.src.ds, mc.src.window, whole))
+	}
+	mc.rd = mc.src.ds.NewReader(s.ctx, refs, s.mem, loader.WithReaderReadAhead(budget), loader.WithReaderDecodeWorkers(s.workers))
+}
+
+// Schema implements transport.Stream.
+func (s *mixStream) Schema() *arrow.Schema { return s.mp.schema }
+
+// Next implements transport.Stream.
+func (s *mixStream) Next(ctx context.Context) (transport.Step, error) {
+	if s.closed {
+		return transport.Step{}, errors.New("feed: Next after Close")
+	}
+	if err := ctx.Err(); err != nil {
+		return transport.Step{}, err
+	}
+	stop := context.AfterFunc(ctx, s.cancel)
+	defer stop()
+	step, err := s.next()
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return transport.Step{}, cerr
+		}
+		return transport.Step{}, err
+	}
+	return step, nil
+}
+
+func (s *mixStream) next() (transport.Step, error) {
+	mix := s.mp.mix
+	st := s.walk.Step()
+	if st >= mix.Steps() {
+		return transport.Step{}, io.EOF
+	}
+	pos := slices.Clone(s.walk.Cum())
+	if err := s.walk.Next(s.counts); err != nil {
+		return transport.Step{}, err
+	}
+	step := transport.Step{
+		Slices: make([]arrow.RecordBatch, len(s.mp.slices)),
+		Meta:   transport.StepMeta{Epoch: 0, Step: st, Slices: slices.Clone(s.mp.slices), RealRows: make([]int, len(s.mp.slices))},
+	}
+	for k, d := range s.mp.slices {
+		rec, real, err := s.slice(st, k, d, pos)
+		if err != nil {
+			step.Release()
+			return transport.Step{}, fmt.Errorf("feed: mixture step %d slice %d: %w", st, d, err)
+		}
+		step.Slices[k], step.Meta.RealRows[k] = rec, int(real)
+	}
+	return step, nil
+}
+
+// slice builds slice d (the k-th of the request) of step st: each source's
+// rows of the step, shaped, in the step's source order, joined.
+func (s *mixStream) slice(st, k, d int, pos []int64) (arrow.RecordBatch, int64, error) {
+	mix := s.mp.mix
+	var parts []arrow.RecordBatch
+	var reals []int64
+	var srcs []int32
+	defer func() {
+		for _, p := range parts {
+			p.Release()
+		}
+	}()
+	var total int64
+	for _, i := range mix.Order(st, d) {
+		n := s.counts[i]
+		if n == 0 {
+			continue
+		}
+		real := mix.Real(st, int(i), d, pos[i], n)
+		var err error
+		if parts, reals, err = s.parts(s.curs[i][k], real, n, parts, reals); err != nil {
+			return nil, 0, err
+		}
+		for len(srcs) < len(parts) {
+			srcs = append(srcs, i)
+		}
+		total += real
+	}
+	rec, err := batching.JoinParts(s.mem, s.mp.in, s.mp.schema, parts, reals, srcs, s.mp.pad)
+	return rec, total, err
+}
+
+// parts appends to parts the next real rows of mc's sequence (views of the
+// decoded records where they can be: one part per record they lie in) and
+// n-real padding rows, each renamed and shaped to the mixture's common
+// schema, and their real rows to reals.
+func (s *mixStream) parts(mc *mixCursor, real, n int64, parts []arrow.RecordBatch, reals []int64) ([]arrow.RecordBatch, []int64, error) {
+	for need := real; need > 0; {
+		rec, ok, err := mc.cur.Take(need)
+		if err != nil {
+			return parts, reals, fmt.Errorf("%s: %w", mc.src.name, err)
+		}
+		if !ok {
+			if err := s.push(mc); err != nil {
+				return parts, reals, err
+			}
+			continue
+		}
+		need -= rec.NumRows()
+		out, err := s.shapePart(mc.src, rec)
+		if err != nil {
+			return parts, reals, err
+		}
+		parts, reals = append(parts, out), append(reals, out.NumRows())
+	}
+	if real < n {
+		pad, err := batching.PadRecord(s.mem, mc.src.cutIn, nil, int(n-real))
+		if err != nil {
+			return parts, reals, err
+		}
+		out, err := s.shapePart(mc.src, pad)
+		if err != nil {
+			return parts, reals, err
+		}
+		parts, reals = append(parts, out), append(reals, 0)
+	}
+	return parts, reals, nil
+}
+
+// shapePart renames and shapes rec (released) into the common schema.
+func (s *mixStream) shapePart(src *mixSource, rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+	renamed := array.NewRecordBatch(src.renamed, rec.Columns(), rec.NumRows())
+	rec.Release()
+	if src.shaper != nil {
+		shaped, err := src.shaper.Apply(renamed, s.mem)
+		renamed.Release()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", src.name, err)
+		}
+		renamed = shaped
+	}
+	out := array.NewRecordBatch(s.mp.in, renamed.Columns(), renamed.NumRows())
+	renamed.Release()
+	return out, nil
+}
+
+// push feeds mc's cutter the next record of its reader, opening the reader
+// of a new source epoch when the cursor has moved on to one.
+func (s *mixStream) push(mc *mixCursor) error {
+	cut := mc.cur.Cutter()
+	if mc.cur.Epoch() != mc.epoch {
+		s.startReader(mc)
+	}
+	seg, want := cut.Wants()
+	if !want || mc.rd == nil || mc.got >= len(mc.segs) {
+		return fmt.Errorf("%s stream %d: the cutter wants rows past what its reader reads (internal error)", mc.src.name, mc.d)
+	}
+	if err := s.ctx.Err(); err != nil {
+		return err
+	}
+	rg, ref, err := mc.rd.Next()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = fmt.Errorf("reader ended after %d of %d reads", mc.got, len(mc.segs))
+		}
+		return fmt.Errorf("%s stream %d: %w", mc.src.name, mc.d, err)
+	}
+	seg = mc.segs[mc.got]
+	mc.got++
+	err = cut.Push(rg, seg)
+	rg.Release()
+	if err != nil {
+		return fmt.Errorf("%s row group %d: %w", mc.src.ds.Files[ref.File].Object.URI, ref.Index, err)
+	}
+	return nil
+}
+
+// Close implements transport.Stream.
+func (s *mixStream) Close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.cancel()
+	for _, row := range s.curs {
+		for _, mc := range row {
+			if mc.rd != nil {
+				mc.rd.Close()
+			}
+			mc.cur.Release()
+		}
+	}
+	if s.unreserve != nil {
+		s.unreserve()
+	}
+	return nil
+}

@@ -1,0 +1,353 @@
+"""Weighted mixtures of datasets (docs/DESIGN.md, "Mixtures").
+
+A :class:`Mixture` of :class:`Source` s is accepted wherever a Loader takes
+``data``. The server plans it (the composition of every step, the stop rule,
+every source's positions) from footers alone; the client only describes it in
+the ticket's ``mixture`` field (docs/PROTOCOL.md) and carries, across
+resumes with ``reweight=True``, the history of the weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any, Literal, Mapping, Sequence, get_args
+
+from .errors import InvalidRequestError, MeshfeedError, StateMismatchError
+
+StopRule = Literal["first_exhausted", "all_exhausted"]
+"""When a mixture ends, besides a number of steps: at the first step in which
+some source would need rows past its first epoch (``"first_exhausted"``), or
+once every source has delivered its whole first epoch (``"all_exhausted"``)."""
+
+_RULES: tuple[str, ...] = get_args(StopRule)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Span:
+    from_step: int
+    weights: tuple[float, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One source of a :class:`Mixture`: a dataset, its weight, and how it
+    is read (its own columns, rename map and shuffle).
+
+    Args:
+        data: dataset URI, glob, or a list of them.
+        weight: the source's weight, a finite number >= 0 (weights need not
+            sum to 1; at least one source's is > 0).
+        columns: None (all columns), a list of names or ``{name: Column or
+            None}``, named as in the source's files.
+        rename: ``{name in the files: name in the batch}``, applied after
+            selection: every source must deliver the same columns, dtypes and
+            shapes after it (checked by the server when the loader is built).
+        shuffle: a :class:`meshfeed.Shuffle` for this source, or None for file
+            order. Its seed seeds the source's permutations; None derives one
+            from the mixture's seed and the source's URIs.
+    """
+
+    data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+    weight: float = 1.0
+    columns: Sequence[str] | Mapping[str, Any] | None = None
+    rename: Mapping[str, str] | None = None
+    shuffle: Any = None
+
+    def __post_init__(self) -> None:
+        from .config import Shuffle, _normalize_uri, _wire_columns
+        problems: list[str] = []
+        bad = problems.append
+        w = self.weight
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            bad(f"weight={w!r}: want a finite number >= 0")
+        uris = [self.data] if isinstance(self.data, (str, os.PathLike)) else list(self.data) \
+            if isinstance(self.data, Sequence) else None
+        datasets: list[str] = []
+        if not uris:
+            bad(f"data={self.data!r}: want a dataset URI or a list of them")
+        for u in uris or ():
+            norm, problem = _normalize_uri(u)
+            if problem or norm is None:
+                bad(problem or f"data URI {u!r}")
+            else:
+                datasets.append(norm)
+        if self.shuffle is not None and not isinstance(self.shuffle, Shuffle):
+            bad(f"shuffle={self.shuffle!r}: want a meshfeed.Shuffle or None")
+        ren = dict(self.rename or {})
+        if not all(isinstance(k, str) and k and isinstance(v, str) and v for k, v in ren.items()):
+            bad(f"rename={self.rename!r}: want {{name: new name}} of non-empty strings")
+        elif len(set(ren.values())) != len(ren):
+            bad(f"rename={self.rename!r}: two columns get the same name")
+        cols = _wire_columns(self.columns, bad)
+        if problems:
+            raise InvalidRequestError("meshfeed.Source: " + "; ".join(problems))
+        object.__setattr__(self, "weight", float(w))
+        object.__setattr__(self, "_datasets", tuple(datasets))
+        object.__setattr__(self, "_columns", cols)
+        object.__setattr__(self, "rename", ren or None)
+
+    def identity(self) -> dict[str, Any]:
+        """What makes this source the same source in a resumed run: its URIs,
+        columns, rename map and shuffle (not its weight)."""
+        out: dict[str, Any] = {"datasets": list(self._datasets)}  # type: ignore[attr-defined]
+        if self._columns is not None:  # type: ignore[attr-defined]
+            out["columns"] = [dict(c) for c in self._columns]  # type: ignore[attr-defined]
+        if self.rename:
+            out["rename"] = dict(sorted(self.rename.items()))
+        if self.shuffle is not None:
+            out["shuffle"] = {"enabled": True, "window": self.shuffle.window}
+            out["seed"] = self.shuffle.seed
+        return out
+
+    def to_wire(self, outputs: Sequence[tuple[str, str | None]] | None) -> dict[str, Any]:
+        """The ticket's source object. ``outputs`` (None: as configured) are
+        the batch's columns by output name, each with the dtype the server
+        narrows it to (64-bit columns without x64) or None."""
+        out = self.identity()
+        out["weight"] = self.weight
+        if outputs is not None:
+            ren = self.rename or {}
+            inv = {v: k for k, v in ren.items()}
+            narrow = {n: d for n, d in outputs if d is not None}
+            cols = out.get("columns") or [{"name": inv.get(n, n)} for n, _ in outputs]
+            for c in cols:
+                to = narrow.get(ren.get(c["name"], c["name"]))
+                if to is not None and c.get("dtype") is None:
+                    c["dtype"] = to
+            out["columns"] = cols
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Mixture:
+    """A weighted mixture of datasets, accepted wherever a Loader takes
+    ``data``. Every step holds rows of every source, on every slice, in the
+    proportions of the weights (within one row per slice, cumulatively), the
+    counts fixed by the weights and the step alone; a source that runs out
+    starts its next epoch with its own reshuffle (docs/DESIGN.md, "Mixtures").
+
+    Args:
+        sources: the :class:`Source` s, at least one.
+        stop: when the mixture ends: an int number of steps, ``"first_exhausted"``
+            or ``"all_exhausted"``. Every process knows the steps at
+            construction (``loader.steps_per_epoch``, from the server's plan).
+        source_column: when set, each batch gets an int32 array of that name
+            holding each row's source index (-1 on padding rows).
+        seed: seeds the order of the sources' rows inside each slice and the
+            sources without a shuffle seed of their own.
+
+    A mixture is one pass (``num_epochs=1``). ``Loader(state=...,
+    reweight=True)`` resumes a state with changed weights, or sources added
+    or removed: sources continue from their saved positions and the new
+    weights apply from the resume step on.
+    """
+
+    sources: Sequence[Source]
+    stop: int | StopRule = "first_exhausted"
+    source_column: str | None = None
+    seed: int = 0
+    history: tuple[_Span, ...] = dataclasses.field(default=(), repr=False)
+    weights_from: int = dataclasses.field(default=0, repr=False)
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        srcs = list(self.sources) if isinstance(self.sources, Sequence) else None
+        if not srcs:
+            problems.append(f"sources={self.sources!r}: want a non-empty list of meshfeed.Source")
+        elif not all(isinstance(s, Source) for s in srcs):
+            problems.append(f"sources: want meshfeed.Source items, got {[type(s).__name__ for s in srcs]}")
+        elif all(s.weight == 0 for s in srcs):
+            problems.append("every source's weight is 0: give at least one a positive weight")
+        st = self.stop
+        if isinstance(st, bool) or not (isinstance(st, int) and st > 0 or st in _RULES):
+            problems.append(f"stop={st!r}: want an int number of steps > 0, 'first_exhausted' or 'all_exhausted'")
+        if self.source_column is not None and (not isinstance(self.source_column, str) or not self.source_column):
+            problems.append(f"source_column={self.source_column!r}: want a name or None")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 1 << 64:
+            problems.append(f"seed={self.seed!r}: want an int in [0, 2**64)")
+        if problems:
+            raise InvalidRequestError("meshfeed.Mixture: " + "; ".join(problems))
+        object.__setattr__(self, "sources", tuple(srcs or ()))
+
+    def to_wire(self, outputs: Sequence[tuple[str, str | None]] | None = None) -> dict[str, Any]:
+        """The ticket's ``mixture`` object (docs/PROTOCOL.md); ``outputs`` as
+        for :meth:`Source.to_wire`."""
+        stop = {"rule": "num_steps", "num_steps": self.stop} if isinstance(self.stop, int) else {"rule": self.stop}
+        out: dict[str, Any] = {"sources": [s.to_wire(outputs) for s in self.sources], "stop": stop}
+        if self.source_column:
+            out["source_column"] = self.source_column
+        if self.history:
+            out["history"] = [{"from_step": h.from_step, "weights": list(h.weights)} for h in self.history]
+            out["weights_from"] = self.weights_from
+        return out
+
+    def reweighted(self, saved: Mapping[str, Any], step: int) -> "Mixture":
+        """This mixture resuming a run whose ticket's mixture was ``saved``
+        (from a state's fingerprint) at ``step``: the saved weight history,
+        mapped onto these sources by identity (a source added now had weight
+        0 before, a removed one is gone), then these weights from ``step``."""
+        try:
+            old_ids = [_identity_of(s) for s in saved["sources"]]
+            old_spans = [(int(h["from_step"]), [float(w) for w in h["weights"]]) for h in saved.get("history", [])]
+            old_spans.append((int(saved.get("weights_from", 0)), [float(s["weight"]) for s in saved["sources"]]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise StateMismatchError(f"state's mixture {saved!r} is malformed: {e}") from e
+        mine = [_identity_of(s.identity()) for s in self.sources]
+        spans: list[_Span] = []
+        for frm, ws in old_spans:
+            if frm >= step:
+                break
+            by_id = dict(zip(old_ids, ws))
+            spans.append(_Span(from_step=frm, weights=tuple(by_id.get(i, 0.0) for i in mine)))
+        if not spans:
+            return self
+        if all(w == 0 for w in spans[0].weights) and len(spans) == 1:
+            raise StateMismatchError("reweight: none of this mixture's sources was in the saved mixture; "
+                                     "start a new run instead of resuming this state")
+        return dataclasses.replace(self, history=tuple(spans), weights_from=step)
+
+
+def _identity_of(wire_source: Mapping[str, Any]) -> str:
+    import json
+    return json.dumps({k: v for k, v in wire_source.items() if k != "weight"}, sort_keys=True)
+
+
+def mixture_diffs(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]:
+    """What differs between two tickets' mixtures, source by source."""
+    out: list[str] = []
+    ms, ts = mine.get("sources", []), theirs.get("sources", [])
+    if len(ms) != len(ts):
+        out.append(f"the state's mixture has {len(ts)} sources, this loader's {len(ms)}")
+    for i, (a, b) in enumerate(zip(ms, ts)):
+        for k in sorted(set(a) | set(b)):
+            if a.get(k) != b.get(k):
+                out.append(f"source {i} {k}: state has {b.get(k)!r}, this loader has {a.get(k)!r}")
+    for k in ("stop", "source_column", "history", "weights_from"):
+        if mine.get(k) != theirs.get(k):
+            out.append(f"{k}: state has {theirs.get(k)!r}, this loader has {mine.get(k)!r}")
+    return out
+
+
+def resume_config(cfg: Any, state: Mapping[str, Any], reweight: bool) -> Any:
+    """The LoaderConfig a mixture loader resumes ``state`` with: ``cfg``
+    itself, or with ``reweight`` the mixture carrying the saved weight
+    history (:meth:`Mixture.reweighted`). The fingerprints are compared
+    afterwards (:func:`check_fingerprints`)."""
+    fp = state.get("fingerprint") if isinstance(state, Mapping) else None
+    saved = fp.get("mixture") if isinstance(fp, Mapping) else None
+    if not isinstance(saved, Mapping):
+        raise StateMismatchError("state comes from a loader of a plain dataset, this loader reads a meshfeed.Mixture")
+    if not reweight:
+        return cfg
+    try:
+        step = int(state["position"]["step"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise StateMismatchError(f"state position {state.get('position')!r}: {e}") from e
+    return dataclasses.replace(cfg, data=cfg.mixture.reweighted(saved, step))
+
+
+def check_fingerprints(mine: dict[str, Any], theirs: Mapping[str, Any], reweight: bool) -> tuple[dict, dict]:
+    """Compares a mixture loader's fingerprint with a state's: without
+    ``reweight`` a different mixture is refused, naming what changed; with
+    it, the mixture (and so the steps and rows) may differ. Returns both
+    without the keys left to the general comparison."""
+    if theirs.get("mixture") != mine.get("mixture") and not reweight:
+        lines = mixture_diffs(mine.get("mixture") or {}, theirs.get("mixture") or {})
+        raise StateMismatchError(
+            "state comes from another mixture:\n  " + "\n  ".join(lines) +
+            "\npass reweight=True to resume it with these weights (or sources): each source continues from its "
+            "saved position and the new weights apply from the saved step on")
+    skip = {"mixture", "steps_per_epoch", "num_rows"} if reweight else set()
+    return ({k: v for k, v in mine.items() if k not in skip}, {k: v for k, v in theirs.items() if k not in skip})
+
+
+def mixture_from_spec(spec: Mapping[str, Any]) -> Mixture:
+    """A :class:`Mixture` from its JSON form (``python -m meshfeed bench
+    --mixture``)::
+
+        {"sources": [{"data": "/data/web/*.parquet", "weight": 0.7,
+                      "columns": ["text"], "rename": {"content": "text"},
+                      "shuffle": {"seed": 1, "window": 4096}}, ...],
+         "stop": "first_exhausted", "source_column": "source", "seed": 0}
+
+    ``stop`` is an int number of steps or a rule name."""
+    from .config import Shuffle
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("sources"), list):
+        raise InvalidRequestError(f"mixture spec {spec!r}: want an object with a list of sources")
+    unknown = set(spec) - {"sources", "stop", "source_column", "seed"}
+    if unknown:
+        raise InvalidRequestError(f"mixture spec: unknown keys {sorted(unknown)}")
+    srcs = []
+    for i, s in enumerate(spec["sources"]):
+        if not isinstance(s, Mapping) or "data" not in s or set(s) - {"data", "weight", "columns", "rename", "shuffle"}:
+            raise InvalidRequestError(f"mixture spec sources[{i}] {s!r}: want data, and optionally weight, "
+                                      "columns, rename, shuffle ({seed, window})")
+        sh = s.get("shuffle")
+        srcs.append(Source(s["data"], weight=s.get("weight", 1.0), columns=s.get("columns"), rename=s.get("rename"),
+                           shuffle=Shuffle(**sh) if isinstance(sh, Mapping) else sh))
+    return Mixture(srcs, stop=spec.get("stop", "first_exhausted"), source_column=spec.get("source_column"),
+                   seed=spec.get("seed", 0))
+
+
+
+def _integer_weights(weights: Sequence[float]) -> list[int]:
+    """The weights as the server's integers (Go's batching.QuantizeWeights):
+    short decimals exactly (``w * 10**k``, k <= 9, each at most 2**32), else
+    ``round(2**32 * w / max(w))`` (halves away from zero)."""
+    from decimal import Decimal
+    ds = [Decimal(repr(float(w))) for w in weights]
+    k = max(max(0, -d.as_tuple().exponent) for d in ds)  # type: ignore[operator]
+    if k <= 9:
+        u = [int(d * 10 ** k) for d in ds]
+        if all(v <= 1 << 32 for v in u):
+            return u
+    hi = max(weights)
+    return [math.floor(math.ldexp(w / hi, 32) + 0.5) for w in weights]
+
+
+class Positions:
+    """Every source's position (rows per slice delivered so far) at a step:
+    the composition of docs/DESIGN.md, "Mixtures", walked step by step as the
+    server walks it (earliest deadline first within each weight span). It
+    only moves forward; state() asks it for the current step."""
+
+    def __init__(self, mixture: Mixture, slice_rows: int):
+        spans = [(h.from_step, list(h.weights)) for h in mixture.history]
+        spans.append((mixture.weights_from, [s.weight for s in mixture.sources]))
+        self._b = slice_rows
+        self._spans = [(frm, _integer_weights(ws)) for frm, ws in spans]
+        self._step, self._span = 0, 0
+        self._cum = [0] * len(mixture.sources)
+        self._base = list(self._cum)
+
+    def at(self, step: int) -> list[int]:
+        """C_i(step) for every source; ``step`` must not go back."""
+        while self._step < step:
+            self._next()
+        return list(self._cum)
+
+    def _next(self) -> None:
+        spans, b = self._spans, self._b
+        if self._span + 1 < len(spans) and spans[self._span + 1][0] == self._step:
+            self._span += 1
+            self._base = list(self._cum)
+        frm, u = spans[self._span]
+        total = sum(u)
+        rows = (self._step - frm + 1) * b
+        counts, opt, left = [], [], b
+        for i, ui in enumerate(u):
+            fl, rem = divmod(rows * ui, total)
+            local = self._cum[i] - self._base[i]
+            must = max(0, fl - local)
+            counts.append(must)
+            left -= must
+            if rem and local + must == fl:
+                opt.append((-(-(fl + 1) * total // (b * ui)), i))
+        if not 0 <= left <= len(opt):
+            raise MeshfeedError(f"mixture composition at step {self._step}: {left} rows for {len(opt)} sources")
+        for _, i in sorted(opt)[:left]:
+            counts[i] += 1
+        self._cum = [c + n for c, n in zip(self._cum, counts)]
+        self._step += 1
