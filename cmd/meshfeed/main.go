@@ -19,11 +19,12 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"gen":     {"write a synthetic Parquet or Arrow IPC dataset (local path or gs://)", runGen},
-	"inspect": {"print files, schema, row groups, rows and bytes per column", runInspect},
-	"plan":    {"print the epoch plan for a mesh: steps, dropped/padded rows, per-process streams", runPlan},
-	"read":    {"read a dataset through the loader and print throughput", runRead},
-	"serve":   {"serve Arrow Flight: stream each client its slices (see docs/PROTOCOL.md)", runServe},
+	"gen":      {"write a synthetic Parquet or Arrow IPC dataset (local path or gs://)", runGen},
+	"inspect":  {"print files, schema, row groups, rows and bytes per column", runInspect},
+	"plan":     {"print the epoch plan for a mesh: steps, dropped/padded rows, per-process streams", runPlan},
+	"read":     {"read a dataset through the loader and print throughput", runRead},
+	"serve":    {"serve Arrow Flight: stream each client its slices (see docs/PROTOCOL.md)", runServe},
+	"tokenize": {"print the token ids of a text column per a tokenizer.json, row by row", runTokenize},
 }
 
 func usage() {

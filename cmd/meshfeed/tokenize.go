@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/meshfeed/meshfeed/loader"
+	"github.com/meshfeed/meshfeed/objstore"
+	"github.com/meshfeed/meshfeed/tokenize"
+)
+
+var tokenizeStdout io.Writer = os.Stdout
+
+// runTokenize prints the token ids of every row of a text column, in dataset
+// order, so that a user can compare meshfeed with the tokenizer they trust.
+func runTokenize(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
+	tokPath := fs.String("tokenizer", "", "tokenizer.json: a local path or an object URI (required)")
+	column := fs.String("column", "", "string or large_string column to tokenize (required)")
+	asJSON := fs.Bool("json", false, `print JSON lines {"row": i, "ids": [...]} (default: "row<TAB>id id ...")`)
+	noSpecial := fs.Bool("no-special-tokens", false, "do not add the post-processor's special tokens (add_special_tokens=False)")
+	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "goroutines encoding at once")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: meshfeed tokenize --tokenizer F --column C [--json] [--no-special-tokens] URI...")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *tokPath == "" || *column == "" || fs.NArg() == 0 {
+		fs.Usage()
+		return fmt.Errorf("tokenize: --tokenizer, --column and at least one dataset URI are required")
+	}
+	store, err := objstore.NewStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	tok, err := readTokenizer(ctx, store, *tokPath)
+	if err != nil {
+		return err
+	}
+	ds, err := loader.Open(ctx, store, fs.Args(), loader.WithColumns(*column))
+	if err != nil {
+		return err
+	}
+	if id := ds.Schema.Field(0).Type.ID(); id != arrow.STRING && id != arrow.LARGE_STRING {
+		return fmt.Errorf("tokenize: column %q of %s is %s, not string or large_string: a tokenizer reads text",
+			*column, ds.Files[0].Object.URI, ds.Schema.Field(0).Type)
+	}
+	out := bufio.NewWriterSize(tokenizeStdout, 1<<20)
+	r := ds.NewReader(ctx, ds.RowGroups(), memory.DefaultAllocator)
+	defer r.Close()
+	var row int64
+	var values []int32
+	var offsets []int64
+	var line []byte
+	for {
+		rec, ref, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		col := rec.Column(0)
+		text := stringValues(col)
+		n := col.Len()
+		if err := checkUTF8(text, n, ds.Files[ref.File].Object.URI, ref.Index, row, *column); err != nil {
+			rec.Release()
+			return err
+		}
+		values, offsets, err = tok.EncodeBatch(values[:0], append(offsets[:0], 0), n, *workers, !*noSpecial, text)
+		if err != nil {
+			rec.Release()
+			return err
+		}
+		for i := range n {
+			line = appendRow(line[:0], row+int64(i), values[offsets[i]:offsets[i+1]], *asJSON)
+			if _, err := out.Write(line); err != nil {
+				rec.Release()
+				return err
+			}
+		}
+		row += int64(n)
+		rec.Release()
+	}
+	return out.Flush()
+}
+
+// maxTokenizerBytes bounds a tokenizer.json read into memory (the largest
+// public vocabularies are tens of MB).
+const maxTokenizerBytes = 1 << 30
+
+// readTokenizer reads a tokenizer.json through the store (any scheme it serves).
+func readTokenizer(ctx context.Context, store objstore.Store, uri string) (*tokenize.Tokenizer, error) {
+	if !strings.Contains(uri, "://") {
+		abs, err := filepath.Abs(uri)
+		if err != nil {
+			return nil, fmt.Errorf("tokenize: --tokenizer %s: %w", uri, err)
+		}
+		uri = abs
+	}
+	obj, err := store.Stat(ctx, uri)
+	if err != nil {
+		return nil, fmt.Errorf("tokenize: --tokenizer: %w", err)
+	}
+	if obj.Size > maxTokenizerBytes {
+		return nil, fmt.Errorf("tokenize: --tokenizer %s: %d bytes, more than the %d a tokenizer.json may have", uri, obj.Size, int64(maxTokenizerBytes))
+	}
+	data := make([]byte, obj.Size)
+	if err := store.ReadAt(ctx, obj, data, 0); err != nil {
+		return nil, fmt.Errorf("tokenize: --tokenizer: %w", err)
+	}
+	return tokenize.Parse(uri, data)
+}
+
+// stringValues returns row i of a string or large_string array ("" for null).
+func stringValues(col arrow.Array) func(i int) string {
+	switch a := col.(type) {
+	case *array.String:
+		return a.Value
+	case *array.LargeString:
+		return a.Value
+	}
+	return func(int) string { return "" }
+}
+
+// checkUTF8 refuses a row that is not valid UTF-8, naming where it is: the
+// reference library cannot be given such text (Python cannot decode it).
+func checkUTF8(text func(int) string, n int, uri string, rg int, first int64, column string) error {
+	for i := range n {
+		s := text(i)
+		if utf8.ValidString(s) {
+			continue
+		}
+		at := 0
+		for at < len(s) {
+			r, w := utf8.DecodeRuneInString(s[at:])
+			if r == utf8.RuneError && w == 1 {
+				break
+			}
+			at += w
+		}
+		return fmt.Errorf("tokenize: %s row group %d: column %q row %d (dataset row %d): byte %d: %w; fix or drop the row (pyarrow's to_pylist and the tokenizers library refuse it too)",
+			uri, rg, column, i, first+int64(i), at, tokenize.ErrInvalidUTF8)
+	}
+	return nil
+}
+
+func appendRow(b []byte, row int64, ids []int32, asJSON bool) []byte {
+	if asJSON {
+		b = append(b, `{"row": `...)
+		b = strconv.AppendInt(b, row, 10)
+		b = append(b, `, "ids": [`...)
+		for k, id := range ids {
+			if k > 0 {
+				b = append(b, ", "...)
+			}
+			b = strconv.AppendInt(b, int64(id), 10)
+		}
+		return append(b, "]}\n"...)
+	}
+	b = strconv.AppendInt(b, row, 10)
+	b = append(b, '\t')
+	for k, id := range ids {
+		if k > 0 {
+			b = append(b, ' ')
+		}
+		b = strconv.AppendInt(b, int64(id), 10)
+	}
+	return append(b, '\n')
+}

@@ -1,0 +1,142 @@
+"""Tokenizer files of each family meshfeed implements, trained here with the
+`tokenizers` library's own trainers, so that tests and benchmarks compare
+meshfeed with the reference on files nobody hand-wrote.
+
+Each builder takes an iterable of training texts and returns the
+tokenizer.json text. The families and what makes them what they are:
+
+- ``gpt2``: byte-level BPE, ByteLevel pre-tokenizer with its regex (GPT-2, RoBERTa).
+- ``llama3``: byte-level BPE, Split with the Llama 3 regex then ByteLevel
+  without regex, ``ignore_merges`` (Llama 3); ``qwen2`` is the same with single digits.
+- ``llama2``: SentencePiece-style BPE with ``<0xNN>`` byte fallback and
+  fused unknowns, normalizer Prepend("▁") + Replace(" ", "▁") (Llama 2, Mistral 7B).
+- ``metaspace_bpe``: the same model with the Metaspace pre-tokenizer
+  (prepend_scheme "first") instead of the normalizer (newer Llama 2 files).
+- ``bert``: WordPiece with BertNormalizer and BertPreTokenizer (BERT uncased).
+- ``t5``: Unigram with NFKC and Metaspace (T5 without its precompiled charsmap).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable, Iterable
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+VOCAB = 4000
+
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
+
+
+def gpt2(texts: Iterable[str]) -> str:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=True)
+    tr = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<|endoftext|>"],
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, tr)
+    return tok.to_str()
+
+
+def _llama3_like(texts: Iterable[str], pattern: str) -> str:
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"]
+    tr = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=specials,
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, tr)
+    bos = "<|begin_of_text|>"
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
+                                      special_tokens=[(bos, tok.token_to_id(bos))]),
+    ])
+    return tok.to_str()
+
+
+def llama3(texts: Iterable[str]) -> str:
+    return _llama3_like(texts, LLAMA3_PATTERN)
+
+
+def qwen2(texts: Iterable[str]) -> str:
+    return _llama3_like(texts, QWEN2_PATTERN)
+
+
+def _sentencepiece_bpe(texts: Iterable[str]) -> Tokenizer:
+    """BPE trained on Metaspace words with <unk>, <s>, </s> and the 256 byte tokens
+    at the front of the vocabulary (as Llama 2's), byte fallback and fused unknowns."""
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True)
+    tr = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<unk>", "<s>", "</s>"] + BYTE_TOKENS,
+                             limit_alphabet=300, show_progress=False)
+    tok.train_from_iterator(texts, tr)
+    return tok
+
+
+def _llama2_file(tok: Tokenizer, *, normalizer: bool) -> str:
+    """The trained file laid out as Llama 2's: byte tokens in the model's vocabulary
+    only (not added tokens), BOS added by a template."""
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    doc = json.loads(tok.to_str())
+    doc["added_tokens"] = [t for t in doc["added_tokens"] if t["content"] not in BYTE_TOKENS]
+    if normalizer:
+        doc["normalizer"] = {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "▁"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]}
+        doc["pre_tokenizer"] = None
+    else:
+        doc["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False}
+    return json.dumps(doc, ensure_ascii=False)
+
+
+def llama2(texts: Iterable[str]) -> str:
+    return _llama2_file(_sentencepiece_bpe(texts), normalizer=True)
+
+
+def metaspace_bpe(texts: Iterable[str]) -> str:
+    return _llama2_file(_sentencepiece_bpe(texts), normalizer=False)
+
+
+def bert(texts: Iterable[str]) -> str:
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tr = trainers.WordPieceTrainer(vocab_size=VOCAB, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+                                   show_progress=False)
+    tok.train_from_iterator(texts, tr)
+    tok.post_processor = processors.BertProcessing(("[SEP]", tok.token_to_id("[SEP]")),
+                                                   ("[CLS]", tok.token_to_id("[CLS]")))
+    tok.decoder = decoders.WordPiece()
+    return tok.to_str()
+
+
+def t5(texts: Iterable[str]) -> str:
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    tr = trainers.UnigramTrainer(vocab_size=VOCAB, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>",
+                                 show_progress=False)
+    tok.train_from_iterator(texts, tr)
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", tok.token_to_id("</s>"))])
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    return tok.to_str()
+
+
+FAMILIES: dict[str, Callable[[Iterable[str]], str]] = {
+    "gpt2": gpt2, "llama3": llama3, "qwen2": qwen2, "llama2": llama2,
+    "metaspace_bpe": metaspace_bpe, "bert": bert, "t5": t5,
+}

@@ -1,0 +1,186 @@
+package tokenize
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"unicode/utf8"
+)
+
+// model turns one pre-token into ids.
+type model interface {
+	encodeWord(sc *scratch, w string, dst []int32) []int32
+}
+
+// Tokenizer encodes text as a tokenizer.json says. It is safe for concurrent
+// use; each call borrows per-goroutine scratch space (buffers and the BPE word
+// cache) from a pool.
+type Tokenizer struct {
+	added      *addedSet // added tokens matched on the raw text (normalized: false)
+	addedNorm  *addedSet // added tokens matched on normalized text (normalized: true)
+	normalizer normalizer
+	pre        []preTokenizer
+	model      model
+	// prefix and suffix are the post-processor's ids around a single sequence.
+	prefix, suffix []int32
+	pool           sync.Pool
+	hash           string
+}
+
+// scratch is the reusable state of one encoding goroutine.
+type scratch struct {
+	ar     arena
+	norm   []byte
+	wordsA []word
+	wordsB []word
+	spans  []span
+	buf    []byte
+	best   []bestNode
+	bpe    bpeScratch
+}
+
+func (t *Tokenizer) getScratch() *scratch {
+	if sc, ok := t.pool.Get().(*scratch); ok {
+		return sc
+	}
+	return &scratch{}
+}
+
+// Encode returns the ids of text: the ids that the reference library's
+// Tokenizer.encode(text, add_special_tokens=addSpecial).ids gives.
+func (t *Tokenizer) Encode(text string, addSpecial bool) ([]int32, error) {
+	return t.AppendEncode(nil, text, addSpecial)
+}
+
+// AppendEncode appends the ids of text to dst.
+func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial bool) ([]int32, error) {
+	if !utf8.ValidString(text) {
+		return dst, ErrInvalidUTF8
+	}
+	sc := t.getScratch()
+	dst = t.encode(sc, dst, text, addSpecial)
+	t.pool.Put(sc)
+	return dst, nil
+}
+
+func (t *Tokenizer) encode(sc *scratch, dst []int32, text string, addSpecial bool) []int32 {
+	sc.ar.reset()
+	if addSpecial {
+		dst = append(dst, t.prefix...)
+	}
+	t.added.split(text, func(start, end int, id int32) {
+		if id >= 0 {
+			dst = append(dst, id)
+			return
+		}
+		dst = t.encodePiece(sc, dst, text[start:end], start == 0)
+	})
+	if addSpecial {
+		dst = append(dst, t.suffix...)
+	}
+	return dst
+}
+
+// encodePiece normalizes text between raw added tokens, finds the normalized
+// added tokens in it, and pre-tokenizes and encodes the rest.
+func (t *Tokenizer) encodePiece(sc *scratch, dst []int32, s string, first bool) []int32 {
+	if t.normalizer != nil {
+		mark := len(sc.ar.buf)
+		sc.ar.buf = t.normalizer.normalize(sc.ar.buf, s)
+		s = sc.ar.str(mark)
+	}
+	if t.addedNorm == nil {
+		return t.encodeWords(sc, dst, s, first)
+	}
+	t.addedNorm.split(s, func(start, end int, id int32) {
+		if id >= 0 {
+			dst = append(dst, id)
+			return
+		}
+		dst = t.encodeWords(sc, dst, s[start:end], first && start == 0)
+	})
+	return dst
+}
+
+func (t *Tokenizer) encodeWords(sc *scratch, dst []int32, s string, first bool) []int32 {
+	if s == "" {
+		return dst
+	}
+	words := append(sc.wordsA[:0], word{s: s, first: first})
+	other := sc.wordsB[:0]
+	for _, p := range t.pre {
+		other = p.split(sc, words, other[:0])
+		words, other = other, words
+	}
+	for _, w := range words {
+		dst = t.model.encodeWord(sc, w.s, dst)
+	}
+	sc.wordsA, sc.wordsB = words[:0], other[:0]
+	return dst
+}
+
+// EncodeBatch encodes n texts on up to workers goroutines (0: GOMAXPROCS)
+// and appends their ids to values, each row's end offset to offsets (Arrow
+// list layout: after each row, len(values); the caller starts offsets with
+// the first row's start). On error values and offsets are as given. text
+// returns row i; rows are encoded in contiguous chunks, so the result is the
+// same for any number of workers.
+func (t *Tokenizer) EncodeBatch(values []int32, offsets []int64, n, workers int, addSpecial bool, text func(i int) string) ([]int32, []int64, error) {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	workers = min(workers, n)
+	if workers <= 1 {
+		sc := t.getScratch()
+		defer t.pool.Put(sc)
+		for i := range n {
+			s := text(i)
+			if !utf8.ValidString(s) {
+				return values, offsets, fmt.Errorf("row %d: %w", i, ErrInvalidUTF8)
+			}
+			values = t.encode(sc, values, s, addSpecial)
+			offsets = append(offsets, int64(len(values)))
+		}
+		return values, offsets, nil
+	}
+	type part struct {
+		ids  []int32
+		ends []int64
+		err  error
+	}
+	parts := make([]part, workers)
+	var wg sync.WaitGroup
+	for k := range workers {
+		lo, hi := k*n/workers, (k+1)*n/workers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc := t.getScratch()
+			defer t.pool.Put(sc)
+			p := &parts[k]
+			for i := lo; i < hi; i++ {
+				s := text(i)
+				if !utf8.ValidString(s) {
+					p.err = fmt.Errorf("row %d: %w", i, ErrInvalidUTF8)
+					return
+				}
+				p.ids = t.encode(sc, p.ids, s, addSpecial)
+				p.ends = append(p.ends, int64(len(p.ids)))
+			}
+		}()
+	}
+	wg.Wait()
+	for _, p := range parts {
+		if p.err != nil {
+			return values, offsets, p.err
+		}
+	}
+	for _, p := range parts {
+		shift := int64(len(values))
+		values = append(values, p.ids...)
+		for _, e := range p.ends {
+			offsets = append(offsets, shift+e)
+		}
+	}
+	return values, offsets, nil
+}
