@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -229,9 +230,12 @@ func (p *parser) unigram(path string, m map[string]json.RawMessage) (model, erro
 	u := &unigram{unk: -1, vocab: make(map[string]int32, len(items)), minScore: math.Inf(1)}
 	for i, it := range items {
 		var piece string
-		var score float64
-		if json.Unmarshal(it[0], &piece) != nil || json.Unmarshal(it[1], &score) != nil {
+		if json.Unmarshal(it[0], &piece) != nil {
 			return nil, p.errorf(fmt.Sprintf("%s.vocab[%d]", path, i), ErrMalformed, "want [piece, score]")
+		}
+		score, err := serdeFloat(bytes.TrimSpace(it[1]))
+		if err != nil {
+			return nil, p.errorf(fmt.Sprintf("%s.vocab[%d][1]", path, i), ErrMalformed, "%v", err)
 		}
 		if !utf8.ValidString(piece) {
 			return nil, p.errorf(fmt.Sprintf("%s.vocab[%d]", path, i), ErrMalformed, "piece is not UTF-8")

@@ -20,6 +20,7 @@ type command struct {
 
 var commands = map[string]command{
 	"gen":      {"write a synthetic Parquet or Arrow IPC dataset (local path or gs://)", runGen},
+	"gen-text": {"write a text dataset (id, text) cut from real text, for tokenizer tests and benchmarks", runGenText},
 	"inspect":  {"print files, schema, row groups, rows and bytes per column", runInspect},
 	"plan":     {"print the epoch plan for a mesh: steps, dropped/padded rows, per-process streams", runPlan},
 	"read":     {"read a dataset through the loader and print throughput", runRead},
