@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Callable, Iterable
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 VOCAB = 4000
 
@@ -136,7 +136,77 @@ def t5(texts: Iterable[str]) -> str:
     return tok.to_str()
 
 
+def with_added(file: str, tokens: list[AddedToken]) -> str:
+    """The file with more added tokens (ids after the vocabulary's)."""
+    tok = Tokenizer.from_str(file)
+    tok.add_tokens(tokens)
+    return tok.to_str()
+
+
+# Added tokens of every kind: raw and normalized, special or not, with
+# single_word, lstrip and rstrip; their contents occur in the test corpus.
+ADDED = [
+    AddedToken("def", single_word=True, lstrip=True, rstrip=False, normalized=False),
+    AddedToken("return", lstrip=False, rstrip=True, normalized=True),
+    AddedToken("self", single_word=False, lstrip=True, rstrip=True, normalized=True),
+    AddedToken("[SEP]", special=True, normalized=False),
+    AddedToken("ION", normalized=True),
+]
+
+
+def gpt2_added(texts: Iterable[str]) -> str:
+    return with_added(gpt2(texts), ADDED)
+
+
+def llama2_added(texts: Iterable[str]) -> str:
+    return with_added(llama2(texts), ADDED)
+
+
+def bert_added(texts: Iterable[str]) -> str:
+    return with_added(bert(texts), ADDED)
+
+
 FAMILIES: dict[str, Callable[[Iterable[str]], str]] = {
     "gpt2": gpt2, "llama3": llama3, "qwen2": qwen2, "llama2": llama2,
     "metaspace_bpe": metaspace_bpe, "bert": bert, "t5": t5,
+    "gpt2_added": gpt2_added, "llama2_added": llama2_added, "bert_added": bert_added,
 }
+
+# The byte-level BPE families, which tiktoken can load too.
+BYTE_LEVEL = {"gpt2": GPT2_PATTERN, "llama3": LLAMA3_PATTERN, "qwen2": QWEN2_PATTERN}
+
+
+def tiktoken_files(file: str, directory: str) -> tuple[str, str]:
+    """Writes a byte-level BPE tokenizer.json's merges as GPT-2's vocab.bpe
+    and an encoder.json, the files tiktoken's data_gym loader reads. The
+    encoder numbers tokens as tiktoken ranks them (bytes in its order, then one
+    per merge), which its loader checks; compare through the tokens' bytes."""
+    import os
+
+    doc = json.loads(file)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in doc["model"]["merges"]]
+    printable = [b for b in range(256) if chr(b).isprintable() and chr(b) != " "]
+    order = printable + [b for b in range(256) if b not in printable]
+    byte_char = {b: c for b, c in zip(range(256), _bytes_to_unicode())}
+    encoder = {byte_char[b]: i for i, b in enumerate(order)}
+    for m in merges:
+        encoder[m.replace(" ", "", 1)] = len(encoder)
+    bpe, enc = os.path.join(directory, "vocab.bpe"), os.path.join(directory, "encoder.json")
+    with open(bpe, "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "\n".join(merges) + "\n")
+    with open(enc, "w", encoding="utf-8") as f:
+        json.dump(encoder, f, ensure_ascii=False)
+    return bpe, enc
+
+
+def _bytes_to_unicode() -> list[str]:
+    """GPT-2's byte-to-character table, in byte order."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    table = dict(zip(bs, cs))
+    return [chr(table[b]) for b in range(256)]
