@@ -11,7 +11,7 @@ import (
 type bpe struct {
 	vocab map[string]int32
 	// merges maps a pair of ids (left<<32 | right) to rank<<32 | merged id.
-	merges       map[uint64]uint64
+	merges       *pairTable
 	byteLevel    bool
 	byteIDs      [256]int32 // byte-level: the id of each single byte, -1 if none
 	fallback     [256]int32 // byte_fallback: the id of <0xNN>, -1 if none
@@ -19,11 +19,31 @@ type bpe struct {
 	unk          int32      // -1: no unk_token
 	fuseUnk      bool
 	ignoreMerges bool
+	// boundary, when set, is "▁" in a vocabulary where no token has it after
+	// another character: no merge can join the text before such a "▁" with
+	// what follows, so a long word is encoded in parts split there (exactly
+	// as a whole, and through the word cache). See splitsAtMetaspace.
+	boundary string
+}
+
+// splitsAtMetaspace reports whether a SentencePiece-style vocabulary lets
+// words be split before each "▁" that follows another character: "▁" is a
+// token, and every token is a run of "▁" followed by no further "▁".
+func splitsAtMetaspace(vocab map[string]int32) bool {
+	if _, ok := vocab["▁"]; !ok {
+		return false
+	}
+	for tok := range vocab {
+		if strings.Contains(strings.TrimLeft(tok, "▁"), "▁") {
+			return false
+		}
+	}
+	return true
 }
 
 // bpeCacheMax bounds each encoder's word cache; it is emptied when full.
 const (
-	bpeCacheMax     = 1 << 14
+	bpeCacheMax     = 1 << 16
 	bpeCacheMaxWord = 256
 )
 
@@ -37,6 +57,7 @@ type symbol struct {
 type bpeScratch struct {
 	syms  []symbol
 	heap  []mergeEntry
+	ranks []uint64
 	cache map[string]uint64 // word -> offset<<32 | count into cacheIDs
 	ids   []int32
 }
@@ -48,7 +69,7 @@ type mergeEntry struct {
 }
 
 func (m *bpe) rank(a, b int32) (uint32, int32, bool) {
-	v, ok := m.merges[uint64(uint32(a))<<32|uint64(uint32(b))]
+	v, ok := m.merges.get(uint64(uint32(a))<<32 | uint64(uint32(b)))
 	return uint32(v >> 32), int32(uint32(v)), ok
 }
 
@@ -57,6 +78,28 @@ func (m *bpe) encodeWord(sc *scratch, w string, dst []int32) []int32 {
 	if w == "" {
 		return dst
 	}
+	if m.boundary != "" && len(w) > 2*len(m.boundary) && !m.ignoreMerges {
+		// Split before each "▁" that follows another character.
+		start := 0
+		for i := len(m.boundary); i < len(w); {
+			k := strings.Index(w[i:], m.boundary)
+			if k < 0 {
+				break
+			}
+			k += i
+			if !strings.HasSuffix(w[:k], m.boundary) {
+				dst = m.encodePart(sc, w[start:k], dst)
+				start = k
+			}
+			i = k + len(m.boundary)
+		}
+		return m.encodePart(sc, w[start:], dst)
+	}
+	return m.encodePart(sc, w, dst)
+}
+
+// encodePart encodes a word, or a part of one that merges cannot cross.
+func (m *bpe) encodePart(sc *scratch, w string, dst []int32) []int32 {
 	if m.ignoreMerges {
 		if id, ok := m.vocab[w]; ok {
 			return append(dst, id)
@@ -163,7 +206,7 @@ func (m *bpe) merge(bs *bpeScratch, w string, dst []int32) []int32 {
 	}
 	syms[len(syms)-1].next = -1
 	if len(syms) <= 48 {
-		m.mergeSmall(syms)
+		m.mergeSmall(bs, syms)
 	} else {
 		m.mergeHeap(bs, syms)
 	}
@@ -175,26 +218,53 @@ func (m *bpe) merge(bs *bpeScratch, w string, dst []int32) []int32 {
 
 // mergeSmall merges a short word by scanning for the lowest-ranked pair
 // (leftmost on ties) until none is left: the same order as the reference's
-// queue, without the queue.
-func (m *bpe) mergeSmall(syms []symbol) {
+// queue, without the queue. ranks[i] is the rank of the pair starting at
+// symbol i (noRank if none), updated only around each merge.
+func (m *bpe) mergeSmall(bs *bpeScratch, syms []symbol) {
+	const noRank = ^uint64(0)
+	ranks := bs.ranks[:0]
+	for i := range syms {
+		r := noRank
+		if i+1 < len(syms) {
+			if v, ok := m.merges.get(uint64(uint32(syms[i].id))<<32 | uint64(uint32(syms[i+1].id))); ok {
+				r = v
+			}
+		}
+		ranks = append(ranks, r)
+	}
+	bs.ranks = ranks
+	pairAt := func(i int32) uint64 {
+		nx := syms[i].next
+		if nx < 0 {
+			return noRank
+		}
+		if v, ok := m.merges.get(uint64(uint32(syms[i].id))<<32 | uint64(uint32(syms[nx].id))); ok {
+			return v
+		}
+		return noRank
+	}
 	for {
-		best, bestRank, bestID := int32(-1), uint32(0), int32(0)
-		for i := int32(0); syms[i].next >= 0; i = syms[i].next {
-			r, id, ok := m.rank(syms[i].id, syms[syms[i].next].id)
-			if ok && (best < 0 || r < bestRank) {
-				best, bestRank, bestID = i, r, id
+		best, bestRank := int32(-1), noRank
+		for i := int32(0); i >= 0; i = syms[i].next {
+			// rank<<32|id compares by rank first; ties keep the leftmost.
+			if ranks[i]>>32 < bestRank>>32 {
+				best, bestRank = i, ranks[i]
 			}
 		}
 		if best < 0 {
 			return
 		}
 		nx := syms[best].next
-		syms[best].id = bestID
+		syms[best].id = int32(uint32(bestRank))
 		syms[best].next = syms[nx].next
 		if syms[nx].next >= 0 {
 			syms[syms[nx].next].prev = best
 		}
 		syms[nx].gone = true
+		ranks[best] = pairAt(best)
+		if p := syms[best].prev; p >= 0 {
+			ranks[p] = pairAt(p)
+		}
 	}
 }
 

@@ -145,7 +145,7 @@ func (p *parser) bpe(path string, m map[string]json.RawMessage, byteLevel bool) 
 	if err != nil {
 		return nil, err
 	}
-	b.merges = make(map[uint64]uint64, len(merges))
+	b.merges = newPairTable(len(merges))
 	for rank, mg := range merges {
 		a, ok1 := vocab[mg[0]]
 		c, ok2 := vocab[mg[1]]
@@ -153,12 +153,12 @@ func (p *parser) bpe(path string, m map[string]json.RawMessage, byteLevel bool) 
 		if !ok1 || !ok2 || !ok3 {
 			return nil, p.errorf(fmt.Sprintf("%s.merges[%d]", path, rank), ErrMalformed, "merge %q %q: a token is not in the vocabulary", mg[0], mg[1])
 		}
-		k := uint64(uint32(a))<<32 | uint64(uint32(c))
-		if _, dup := b.merges[k]; !dup {
-			b.merges[k] = uint64(rank)<<32 | uint64(uint32(n))
-		}
+		b.merges.put(uint64(uint32(a))<<32|uint64(uint32(c)), uint64(rank)<<32|uint64(uint32(n)))
 	}
 	b.vocab = vocab
+	if !byteLevel && splitsAtMetaspace(vocab) {
+		b.boundary = "▁"
+	}
 	if byteLevel {
 		bv := make(map[string]int32, len(vocab))
 		for tok, id := range vocab {

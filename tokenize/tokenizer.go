@@ -23,8 +23,11 @@ type Tokenizer struct {
 	model      model
 	// prefix and suffix are the post-processor's ids around a single sequence.
 	prefix, suffix []int32
-	pool           sync.Pool
-	hash           string
+	// free holds idle scratch (with its word cache), kept across garbage
+	// collections, unlike a sync.Pool's.
+	mu   sync.Mutex
+	free []*scratch
+	hash string
 }
 
 // scratch is the reusable state of one encoding goroutine.
@@ -40,10 +43,20 @@ type scratch struct {
 }
 
 func (t *Tokenizer) getScratch() *scratch {
-	if sc, ok := t.pool.Get().(*scratch); ok {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := len(t.free); n > 0 {
+		sc := t.free[n-1]
+		t.free = t.free[:n-1]
 		return sc
 	}
 	return &scratch{}
+}
+
+func (t *Tokenizer) putScratch(sc *scratch) {
+	t.mu.Lock()
+	t.free = append(t.free, sc)
+	t.mu.Unlock()
 }
 
 // Encode returns the ids of text: the ids that the reference library's
@@ -59,7 +72,7 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial bool) ([]i
 	}
 	sc := t.getScratch()
 	dst = t.encode(sc, dst, text, addSpecial)
-	t.pool.Put(sc)
+	t.putScratch(sc)
 	return dst, nil
 }
 
@@ -132,7 +145,7 @@ func (t *Tokenizer) EncodeBatch(values []int32, offsets []int64, n, workers int,
 	workers = min(workers, n)
 	if workers <= 1 {
 		sc := t.getScratch()
-		defer t.pool.Put(sc)
+		defer t.putScratch(sc)
 		for i := range n {
 			s := text(i)
 			if !utf8.ValidString(s) {
@@ -156,7 +169,7 @@ func (t *Tokenizer) EncodeBatch(values []int32, offsets []int64, n, workers int,
 		go func() {
 			defer wg.Done()
 			sc := t.getScratch()
-			defer t.pool.Put(sc)
+			defer t.putScratch(sc)
 			p := &parts[k]
 			for i := lo; i < hi; i++ {
 				s := text(i)

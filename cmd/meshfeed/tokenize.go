@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -34,6 +35,7 @@ func runTokenize(ctx context.Context, args []string) error {
 	asJSON := fs.Bool("json", false, `print JSON lines {"row": i, "ids": [...]} (default: "row<TAB>id id ...")`)
 	noSpecial := fs.Bool("no-special-tokens", false, "do not add the post-processor's special tokens (add_special_tokens=False)")
 	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "goroutines encoding at once")
+	summary := fs.Bool("summary", false, `print only one JSON line: rows, tokens, text bytes and the seconds spent encoding (for benchmarks)`)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: meshfeed tokenize --tokenizer F --column C [--json] [--no-special-tokens] URI...")
 		fs.PrintDefaults()
@@ -69,6 +71,8 @@ func runTokenize(ctx context.Context, args []string) error {
 	var values []int32
 	var offsets []int64
 	var line []byte
+	var encodeTime time.Duration
+	var tokens, textBytes int64
 	for {
 		rec, ref, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -84,12 +88,18 @@ func runTokenize(ctx context.Context, args []string) error {
 			rec.Release()
 			return err
 		}
+		t0 := time.Now()
 		values, offsets, err = tok.EncodeBatch(values[:0], append(offsets[:0], 0), n, *workers, !*noSpecial, text)
+		encodeTime += time.Since(t0)
 		if err != nil {
 			rec.Release()
 			return err
 		}
+		tokens += int64(len(values))
 		for i := range n {
+			textBytes += int64(len(text(i)))
+		}
+		for i := 0; i < n && !*summary; i++ {
 			line = appendRow(line[:0], row+int64(i), values[offsets[i]:offsets[i+1]], *asJSON)
 			if _, err := out.Write(line); err != nil {
 				rec.Release()
@@ -98,6 +108,10 @@ func runTokenize(ctx context.Context, args []string) error {
 		}
 		row += int64(n)
 		rec.Release()
+	}
+	if *summary {
+		fmt.Fprintf(out, `{"rows": %d, "tokens": %d, "text_bytes": %d, "encode_seconds": %.6f, "workers": %d}`+"\n",
+			row, tokens, textBytes, encodeTime.Seconds(), *workers)
 	}
 	return out.Flush()
 }
