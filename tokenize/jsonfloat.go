@@ -23,6 +23,9 @@ func init() {
 
 // serdeFloat parses a JSON number as serde_json does without its
 // float_roundtrip feature.
+//
+// Length: a transcription of serde_json's parse_integer, parse_decimal,
+// parse_exponent and f64_from_parts, kept whole to be read against them.
 func serdeFloat(b []byte) (float64, error) {
 	bad := func() (float64, error) { return 0, fmt.Errorf("invalid JSON number %q", b) }
 	i := 0

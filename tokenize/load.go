@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"sort"
-	"strings"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -158,6 +156,9 @@ func (p *parser) pattern(path string, m map[string]json.RawMessage) (lit string,
 	return "", "", false, p.errorf(path+".pattern", ErrMalformed, "want {\"String\": ...} or {\"Regex\": ...}")
 }
 
+// normalizer parses a normalizer (nil for null).
+//
+// Length: one short case per normalizer type, a table best read in one place.
 func (p *parser) normalizer(path string, raw json.RawMessage) (normalizer, error) {
 	if isNull(raw) {
 		return nil, nil
@@ -257,6 +258,8 @@ func (p *parser) normalizer(path string, raw json.RawMessage) (normalizer, error
 // preTokenizer parses a pre-tokenizer into a flat list of steps (a Sequence
 // is flattened). byteLevel is set when a ByteLevel step is present; it must
 // be the last step, since later steps would see its mapped characters.
+//
+// Length: one short case per pre-tokenizer type, a table best read in one place.
 func (p *parser) preTokenizer(path string, raw json.RawMessage, _ *[]preTokenizer, isByteLevel *bool) ([]preTokenizer, error) {
 	var steps []preTokenizer
 	var add func(path string, raw json.RawMessage) error
@@ -293,34 +296,11 @@ func (p *parser) preTokenizer(path string, raw json.RawMessage, _ *[]preTokenize
 			steps = append(steps, b)
 			*isByteLevel = true
 		case "Split":
-			lit, re, isRe, err := p.pattern(path, m)
+			st, err := p.splitStep(path, m)
 			if err != nil {
 				return err
 			}
-			var behName string
-			var inv bool
-			if err := p.field(path, m, "behavior", &behName); err != nil {
-				return err
-			}
-			if err := p.field(path, m, "invert", &inv); err != nil {
-				return err
-			}
-			beh, ok := behaviorNames[behName]
-			if !ok {
-				return p.errorf(path+".behavior", ErrMalformed, "unknown behavior %q", behName)
-			}
-			if isRe {
-				kind, ok := knownPatterns[re]
-				if !ok {
-					return p.unsupported(path+".pattern", fmt.Sprintf("the Split regex %q (meshfeed implements the GPT-2, Llama 3 and Qwen 2 patterns exactly, not general regexes)", re))
-				}
-				if beh != behIsolated || inv {
-					return p.unsupported(path, fmt.Sprintf("Split of a regex with behavior %s and invert %v (only Isolated, not inverted)", behName, inv))
-				}
-				steps = append(steps, patternSplit{kind})
-				return nil
-			}
-			steps = append(steps, spanSplit{spans: func(s string, sp []span) []span { return literalSpans(s, lit, sp) }, behavior: beh, invert: inv})
+			steps = append(steps, st)
 		case "Whitespace":
 			steps = append(steps, spanSplit{spans: whitespaceSpans, behavior: behRemoved})
 		case "WhitespaceSplit":
@@ -354,36 +334,9 @@ func (p *parser) preTokenizer(path string, raw json.RawMessage, _ *[]preTokenize
 			}
 			steps = append(steps, spanSplit{spans: func(s string, sp []span) []span { return charSpans(s, isNumeric, sp) }, behavior: beh})
 		case "Metaspace":
-			ms := metaspace{replacement: "▁", scheme: prependAlways, splitWords: true}
-			if err := p.field(path, m, "replacement", &ms.replacement); err != nil {
+			ms, err := p.metaspaceStep(path, m)
+			if err != nil {
 				return err
-			}
-			if err := p.field(path, m, "split", &ms.splitWords); err != nil {
-				return err
-			}
-			var scheme string
-			if err := p.field(path, m, "prepend_scheme", &scheme); err != nil {
-				return err
-			}
-			switch scheme {
-			case "", "always":
-				// Older files say add_prefix_space instead.
-				var aps *bool
-				if err := p.field(path, m, "add_prefix_space", &aps); err != nil {
-					return err
-				}
-				if scheme == "" && aps != nil && !*aps {
-					ms.scheme = prependNever
-				}
-			case "first":
-				ms.scheme = prependFirst
-			case "never":
-				ms.scheme = prependNever
-			default:
-				return p.errorf(path+".prepend_scheme", ErrMalformed, "unknown prepend_scheme %q", scheme)
-			}
-			if ms.replacement == "" {
-				return p.errorf(path+".replacement", ErrMalformed, "empty replacement")
 			}
 			steps = append(steps, ms)
 		case "":
@@ -397,6 +350,119 @@ func (p *parser) preTokenizer(path string, raw json.RawMessage, _ *[]preTokenize
 		return nil, err
 	}
 	return steps, nil
+}
+
+// splitStep parses a Split pre-tokenizer: a string pattern with any behavior,
+// or one of the known regexes with behavior Isolated.
+func (p *parser) splitStep(path string, m map[string]json.RawMessage) (preTokenizer, error) {
+	lit, re, isRe, err := p.pattern(path, m)
+	if err != nil {
+		return nil, err
+	}
+	var behName string
+	var inv bool
+	if err := p.field(path, m, "behavior", &behName); err != nil {
+		return nil, err
+	}
+	if err := p.field(path, m, "invert", &inv); err != nil {
+		return nil, err
+	}
+	beh, ok := behaviorNames[behName]
+	if !ok {
+		return nil, p.errorf(path+".behavior", ErrMalformed, "unknown behavior %q", behName)
+	}
+	if isRe {
+		kind, ok := knownPatterns[re]
+		if !ok {
+			return nil, p.unsupported(path+".pattern", fmt.Sprintf("the Split regex %q (meshfeed implements the GPT-2, Llama 3 and Qwen 2 patterns exactly, not general regexes)", re))
+		}
+		if beh != behIsolated || inv {
+			return nil, p.unsupported(path, fmt.Sprintf("Split of a regex with behavior %s and invert %v (only Isolated, not inverted)", behName, inv))
+		}
+		return patternSplit{kind}, nil
+	}
+	return spanSplit{spans: func(s string, sp []span) []span { return literalSpans(s, lit, sp) }, behavior: beh, invert: inv}, nil
+}
+
+// metaspaceStep parses a Metaspace pre-tokenizer (older files say
+// add_prefix_space instead of prepend_scheme).
+func (p *parser) metaspaceStep(path string, m map[string]json.RawMessage) (preTokenizer, error) {
+	ms := metaspace{replacement: "▁", scheme: prependAlways, splitWords: true}
+	if err := p.field(path, m, "replacement", &ms.replacement); err != nil {
+		return nil, err
+	}
+	if err := p.field(path, m, "split", &ms.splitWords); err != nil {
+		return nil, err
+	}
+	var scheme string
+	if err := p.field(path, m, "prepend_scheme", &scheme); err != nil {
+		return nil, err
+	}
+	switch scheme {
+	case "", "always":
+		var aps *bool
+		if err := p.field(path, m, "add_prefix_space", &aps); err != nil {
+			return nil, err
+		}
+		if scheme == "" && aps != nil && !*aps {
+			ms.scheme = prependNever
+		}
+	case "first":
+		ms.scheme = prependFirst
+	case "never":
+		ms.scheme = prependNever
+	default:
+		return nil, p.errorf(path+".prepend_scheme", ErrMalformed, "unknown prepend_scheme %q", scheme)
+	}
+	if ms.replacement == "" {
+		return nil, p.errorf(path+".replacement", ErrMalformed, "empty replacement")
+	}
+	return ms, nil
+}
+
+// template returns the special tokens a TemplateProcessing puts around $A.
+func (p *parser) template(path string, raw json.RawMessage) (prefix, suffix []int32, err error) {
+	var tp struct {
+		Single []struct {
+			SpecialToken *struct {
+				ID string `json:"id"`
+			} `json:"SpecialToken"`
+			Sequence *struct {
+				ID string `json:"id"`
+			} `json:"Sequence"`
+		} `json:"single"`
+		SpecialTokens map[string]struct {
+			IDs []int64 `json:"ids"`
+		} `json:"special_tokens"`
+	}
+	if err := json.Unmarshal(raw, &tp); err != nil {
+		return nil, nil, p.errorf(path, ErrMalformed, "%v", err)
+	}
+	seen := false
+	for i, piece := range tp.Single {
+		switch {
+		case piece.Sequence != nil:
+			if seen || piece.Sequence.ID != "A" {
+				return nil, nil, p.unsupported(fmt.Sprintf("%s.single[%d]", path, i), "a single template with a sequence other than one $A")
+			}
+			seen = true
+		case piece.SpecialToken != nil:
+			st, ok := tp.SpecialTokens[piece.SpecialToken.ID]
+			if !ok {
+				return nil, nil, p.errorf(fmt.Sprintf("%s.single[%d]", path, i), ErrMalformed, "special token %q is not in special_tokens", piece.SpecialToken.ID)
+			}
+			for _, id := range st.IDs {
+				if seen {
+					suffix = append(suffix, int32(id))
+				} else {
+					prefix = append(prefix, int32(id))
+				}
+			}
+		default:
+			return nil, nil, p.errorf(fmt.Sprintf("%s.single[%d]", path, i), ErrMalformed, "want SpecialToken or Sequence")
+		}
+	}
+	return prefix, suffix, nil
 }
 
 func isPunct(r rune) bool   { return class(r)&clsPunct != 0 }
@@ -487,52 +553,9 @@ func (p *parser) postProcessor(path string, raw json.RawMessage, added map[strin
 		}
 		return []int32{cls}, []int32{sep}, nil
 	case "TemplateProcessing":
-		var tp struct {
-			Single []struct {
-				SpecialToken *struct {
-					ID string `json:"id"`
-				} `json:"SpecialToken"`
-				Sequence *struct {
-					ID string `json:"id"`
-				} `json:"Sequence"`
-			} `json:"single"`
-			SpecialTokens map[string]struct {
-				IDs []int64 `json:"ids"`
-			} `json:"special_tokens"`
-		}
-		if err := json.Unmarshal(raw, &tp); err != nil {
-			return nil, nil, p.errorf(path, ErrMalformed, "%v", err)
-		}
-		seen := false
-		for i, piece := range tp.Single {
-			switch {
-			case piece.Sequence != nil:
-				if seen || piece.Sequence.ID != "A" {
-					return nil, nil, p.unsupported(fmt.Sprintf("%s.single[%d]", path, i), "a single template with a sequence other than one $A")
-				}
-				seen = true
-			case piece.SpecialToken != nil:
-				st, ok := tp.SpecialTokens[piece.SpecialToken.ID]
-				if !ok {
-					return nil, nil, p.errorf(fmt.Sprintf("%s.single[%d]", path, i), ErrMalformed, "special token %q is not in special_tokens", piece.SpecialToken.ID)
-				}
-				for _, id := range st.IDs {
-					if seen {
-						suffix = append(suffix, int32(id))
-					} else {
-						prefix = append(prefix, int32(id))
-					}
-				}
-			default:
-				return nil, nil, p.errorf(fmt.Sprintf("%s.single[%d]", path, i), ErrMalformed, "want SpecialToken or Sequence")
-			}
-		}
-		return prefix, suffix, nil
+		return p.template(path, raw)
 	case "":
 		return nil, nil, p.errorf(path, ErrMalformed, "no \"type\"")
 	}
 	return nil, nil, p.unsupportedType(path, typ)
 }
-
-var _ = sort.Strings
-var _ = strings.Clone

@@ -65,55 +65,77 @@ func runTokenize(ctx context.Context, args []string) error {
 			*column, ds.Files[0].Object.URI, ds.Schema.Field(0).Type)
 	}
 	out := bufio.NewWriterSize(tokenizeStdout, 1<<20)
-	r := ds.NewReader(ctx, ds.RowGroups(), memory.DefaultAllocator)
-	defer r.Close()
-	var row int64
-	var values []int32
-	var offsets []int64
-	var line []byte
-	var encodeTime time.Duration
-	var tokens, textBytes int64
-	for {
-		rec, ref, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		col := rec.Column(0)
-		text := stringValues(col)
-		n := col.Len()
-		if err := checkUTF8(text, n, ds.Files[ref.File].Object.URI, ref.Index, row, *column); err != nil {
-			rec.Release()
-			return err
-		}
-		t0 := time.Now()
-		values, offsets, err = tok.EncodeBatch(values[:0], append(offsets[:0], 0), n, *workers, !*noSpecial, text)
-		encodeTime += time.Since(t0)
-		if err != nil {
-			rec.Release()
-			return err
-		}
-		tokens += int64(len(values))
-		for i := range n {
-			textBytes += int64(len(text(i)))
-		}
-		for i := 0; i < n && !*summary; i++ {
-			line = appendRow(line[:0], row+int64(i), values[offsets[i]:offsets[i+1]], *asJSON)
-			if _, err := out.Write(line); err != nil {
-				rec.Release()
-				return err
-			}
-		}
-		row += int64(n)
-		rec.Release()
+	sum, err := tokenizeRows(ctx, ds, tok, tokenizeOptions{column: *column, json: *asJSON, special: !*noSpecial,
+		summary: *summary, workers: *workers}, out)
+	if err != nil {
+		return err
 	}
 	if *summary {
 		fmt.Fprintf(out, `{"rows": %d, "tokens": %d, "text_bytes": %d, "encode_seconds": %.6f, "workers": %d}`+"\n",
-			row, tokens, textBytes, encodeTime.Seconds(), *workers)
+			sum.rows, sum.tokens, sum.textBytes, sum.encode.Seconds(), *workers)
 	}
 	return out.Flush()
+}
+
+type tokenizeOptions struct {
+	column                 string
+	json, special, summary bool
+	workers                int
+}
+
+type tokenizeSummary struct {
+	rows, tokens, textBytes int64
+	encode                  time.Duration
+}
+
+// tokenizeRows encodes every row group in order and writes each row's ids
+// (unless o.summary) to out.
+func tokenizeRows(ctx context.Context, ds *loader.Dataset, tok *tokenize.Tokenizer, o tokenizeOptions, out io.Writer) (tokenizeSummary, error) {
+	var sum tokenizeSummary
+	r := ds.NewReader(ctx, ds.RowGroups(), memory.DefaultAllocator)
+	defer r.Close()
+	var values []int32
+	var offsets []int64
+	var line []byte
+	for {
+		rec, ref, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return sum, nil
+		}
+		if err != nil {
+			return sum, err
+		}
+		err = func() error {
+			defer rec.Release()
+			col := rec.Column(0)
+			text := stringValues(col)
+			n := col.Len()
+			if err := checkUTF8(text, n, ds.Files[ref.File].Object.URI, ref.Index, sum.rows, o.column); err != nil {
+				return err
+			}
+			t0 := time.Now()
+			values, offsets, err = tok.EncodeBatch(values[:0], append(offsets[:0], 0), n, o.workers, o.special, text)
+			sum.encode += time.Since(t0)
+			if err != nil {
+				return err
+			}
+			sum.tokens += int64(len(values))
+			for i := range n {
+				sum.textBytes += int64(len(text(i)))
+			}
+			for i := 0; i < n && !o.summary; i++ {
+				line = appendRow(line[:0], sum.rows+int64(i), values[offsets[i]:offsets[i+1]], o.json)
+				if _, err := out.Write(line); err != nil {
+					return err
+				}
+			}
+			sum.rows += int64(n)
+			return nil
+		}()
+		if err != nil {
+			return sum, err
+		}
+	}
 }
 
 // maxTokenizerBytes bounds a tokenizer.json read into memory (the largest
