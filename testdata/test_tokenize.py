@@ -37,7 +37,7 @@ tokenizers = pytest.importorskip("tokenizers")
 tiktoken = pytest.importorskip("tiktoken")
 
 DOCS = 600
-TRAIN_DOCS = {"t5": 60}  # the Unigram trainer is slow; the others train on 150
+TRAIN_DOCS = {"t5": 60, "unigram_mix": 40}  # the Unigram trainer is slow; the others train on 150
 
 
 def meshfeed_binary() -> str:

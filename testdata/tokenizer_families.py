@@ -136,6 +136,56 @@ def t5(texts: Iterable[str]) -> str:
     return tok.to_str()
 
 
+def roberta(texts: Iterable[str]) -> str:
+    """Byte-level BPE with a prefix space and RobertaProcessing (RoBERTa)."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tr = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, tr)
+    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")))
+    return tok.to_str()
+
+
+def wordpiece_mix(texts: Iterable[str]) -> str:
+    """WordPiece behind the other normalizers and pre-tokenizers: NFD,
+    Lowercase, StripAccents, Strip, Replace; WhitespaceSplit, Punctuation,
+    a string Split, Digits."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=30))
+    tok.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.Lowercase(), normalizers.StripAccents(),
+                                           normalizers.Strip(), normalizers.Replace("``", '"')])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation(behavior="merged_with_previous"),
+        pre_tokenizers.Split("_", behavior="merged_with_next"), pre_tokenizers.Digits(individual_digits=True)])
+    tr = trainers.WordPieceTrainer(vocab_size=VOCAB, special_tokens=["[UNK]", "[CLS]", "[SEP]"], show_progress=False)
+    tok.train_from_iterator(texts, tr)
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
+    return tok.to_str()
+
+
+def whitespace_bpe(texts: Iterable[str]) -> str:
+    """Non-byte-level BPE with the Whitespace pre-tokenizer, NFKC and an unk token, no fusing."""
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tr = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["[UNK]"], limit_alphabet=150, show_progress=False)
+    tok.train_from_iterator(texts, tr)
+    return tok.to_str()
+
+
+def unigram_mix(texts: Iterable[str]) -> str:
+    """Unigram behind NFKD + Lowercase, WhitespaceSplit + Metaspace(prepend "first")."""
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.Sequence([normalizers.NFKD(), normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(prepend_scheme="first", split=True)])
+    tr = trainers.UnigramTrainer(vocab_size=2000, special_tokens=["<unk>"], unk_token="<unk>", show_progress=False)
+    tok.train_from_iterator(texts, tr)
+    return tok.to_str()
+
+
 def with_added(file: str, tokens: list[AddedToken]) -> str:
     """The file with more added tokens (ids after the vocabulary's)."""
     tok = Tokenizer.from_str(file)
@@ -170,6 +220,7 @@ FAMILIES: dict[str, Callable[[Iterable[str]], str]] = {
     "gpt2": gpt2, "llama3": llama3, "qwen2": qwen2, "llama2": llama2,
     "metaspace_bpe": metaspace_bpe, "bert": bert, "t5": t5,
     "gpt2_added": gpt2_added, "llama2_added": llama2_added, "bert_added": bert_added,
+    "roberta": roberta, "wordpiece_mix": wordpiece_mix, "whitespace_bpe": whitespace_bpe, "unigram_mix": unigram_mix,
 }
 
 # The byte-level BPE families, which tiktoken can load too.

@@ -202,7 +202,9 @@ func (p spanSplit) split(sc *scratch, in []word, out []word) []word {
 	return out
 }
 
-// whitespaceSpans matches \w+|[^\w\s]+ (the Whitespace pre-tokenizer, inverted and removed).
+// whitespaceSpans covers s with the runs of \w+ and of [^\w\s]+ (kept) and
+// the whitespace between them (matched, to be removed): the Whitespace
+// pre-tokenizer, which splits on the inverted regex \w+|[^\w\s]+ and removes.
 func whitespaceSpans(s string, spans []span) []span {
 	kind := func(r rune) int {
 		c := class(r)
@@ -214,8 +216,7 @@ func whitespaceSpans(s string, spans []span) []span {
 		}
 		return 2
 	}
-	i := 0
-	for i < len(s) {
+	for i := 0; i < len(s); {
 		r, w := decode(s, i)
 		k := kind(r)
 		j := i + w
@@ -226,12 +227,7 @@ func whitespaceSpans(s string, spans []span) []span {
 			}
 			j += w2
 		}
-		if k == 0 {
-			// each whitespace character is a gap of its own: same result
-			spans = append(spans, span{i, j, false})
-		} else {
-			spans = append(spans, span{i, j, true})
-		}
+		spans = append(spans, span{i, j, k == 0})
 		i = j
 	}
 	return spans

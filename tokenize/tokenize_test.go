@@ -275,3 +275,27 @@ func TestSerdeFloat(t *testing.T) {
 		}
 	}
 }
+
+func TestCharClassPreTokenizers(t *testing.T) {
+	sc := &scratch{}
+	cases := []struct {
+		name string
+		p    preTokenizer
+		in   string
+		want []string
+	}{
+		{"Whitespace", spanSplit{spans: whitespaceSpans, behavior: behRemoved}, "Hey friend!  How are_you?!", []string{"Hey", "friend", "!", "How", "are_you", "?!"}},
+		{"Digits", spanSplit{spans: func(s string, sp []span) []span { return charSpans(s, isNumeric, sp) }, behavior: behContiguous}, "ab123c4", []string{"ab", "123", "c", "4"}},
+		{"Metaspace first", metaspace{replacement: "▁", scheme: prependFirst, splitWords: true}, "a b  c", []string{"▁a", "▁b", "▁", "▁c"}},
+		{"ByteLevel prefix", byteLevel{addPrefixSpace: true, useRegex: true}, "a b", []string{" a", " b"}},
+	}
+	for _, c := range cases {
+		var got []string
+		for _, w := range c.p.split(sc, []word{{s: c.in, first: true}}, nil) {
+			got = append(got, w.s)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s(%q) = %q, want %q", c.name, c.in, got, c.want)
+		}
+	}
+}
