@@ -158,6 +158,13 @@ def test_invalid_utf8_is_refused_like_python(tmp_path, trained):
         assert part in p.stderr, (part, p.stderr)
 
 
+def test_null_text_is_refused(tmp_path, trained):
+    path = tmp_path / "nulls.parquet"
+    pq.write_table(pa.table({"text": pa.array(["a", None], pa.string())}), path)
+    p = tokenize_cli(trained["gpt2"], path, check=False)
+    assert p.returncode != 0 and "row 1" in p.stderr and "is null" in p.stderr, p.stderr
+
+
 def test_bad_tokenizer_files_are_refused_naming_where(tmp_path, corpus, trained):
     data, _ = corpus
     truncated = tmp_path / "truncated.json"

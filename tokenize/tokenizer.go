@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -136,7 +137,7 @@ func (t *Tokenizer) encodeWords(sc *scratch, dst []int32, s string, first bool) 
 // and appends their ids to values, each row's end offset to offsets (Arrow
 // list layout: after each row, len(values); the caller starts offsets with
 // the first row's start). On error values and offsets are as given. text
-// returns row i; rows are encoded in contiguous chunks, so the result is the
+// returns row i; it is called from several goroutines. The result is the
 // same for any number of workers.
 func (t *Tokenizer) EncodeBatch(values []int32, offsets []int64, n, workers int, addSpecial bool, text func(i int) string) ([]int32, []int64, error) {
 	if workers <= 0 {
@@ -156,29 +157,38 @@ func (t *Tokenizer) EncodeBatch(values []int32, offsets []int64, n, workers int,
 		}
 		return values, offsets, nil
 	}
+	// Rows go in chunks of consecutive rows that idle workers claim, so long
+	// documents do not leave one worker with the tail; chunks are joined in order.
+	chunk := max(1, n/(workers*8))
 	type part struct {
 		ids  []int32
 		ends []int64
 		err  error
 	}
-	parts := make([]part, workers)
+	parts := make([]part, (n+chunk-1)/chunk)
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for k := range workers {
-		lo, hi := k*n/workers, (k+1)*n/workers
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sc := t.getScratch()
 			defer t.putScratch(sc)
-			p := &parts[k]
-			for i := lo; i < hi; i++ {
-				s := text(i)
-				if !utf8.ValidString(s) {
-					p.err = fmt.Errorf("row %d: %w", i, ErrInvalidUTF8)
+			for {
+				k := int(next.Add(1) - 1)
+				if k >= len(parts) {
 					return
 				}
-				p.ids = t.encode(sc, p.ids, s, addSpecial)
-				p.ends = append(p.ends, int64(len(p.ids)))
+				p := &parts[k]
+				for i := k * chunk; i < min(n, (k+1)*chunk); i++ {
+					s := text(i)
+					if !utf8.ValidString(s) {
+						p.err = fmt.Errorf("row %d: %w", i, ErrInvalidUTF8)
+						break
+					}
+					p.ids = t.encode(sc, p.ids, s, addSpecial)
+					p.ends = append(p.ends, int64(len(p.ids)))
+				}
 			}
 		}()
 	}

@@ -110,7 +110,7 @@ func tokenizeRows(ctx context.Context, ds *loader.Dataset, tok *tokenize.Tokeniz
 			col := rec.Column(0)
 			text := stringValues(col)
 			n := col.Len()
-			if err := checkUTF8(text, n, ds.Files[ref.File].Object.URI, ref.Index, sum.rows, o.column); err != nil {
+			if err := checkText(col, text, ds.Files[ref.File].Object.URI, ref.Index, sum.rows, o.column); err != nil {
 				return err
 			}
 			t0 := time.Now()
@@ -176,10 +176,15 @@ func stringValues(col arrow.Array) func(i int) string {
 	return func(int) string { return "" }
 }
 
-// checkUTF8 refuses a row that is not valid UTF-8, naming where it is: the
-// reference library cannot be given such text (Python cannot decode it).
-func checkUTF8(text func(int) string, n int, uri string, rg int, first int64, column string) error {
-	for i := range n {
+// checkText refuses a null row or one that is not valid UTF-8, naming where
+// it is: the reference library cannot be given either (None is not text, and
+// Python cannot decode invalid UTF-8).
+func checkText(col arrow.Array, text func(int) string, uri string, rg int, first int64, column string) error {
+	for i := range col.Len() {
+		if col.IsNull(i) {
+			return fmt.Errorf("tokenize: %s row group %d: column %q row %d (dataset row %d) is null: there is no text to tokenize; filter nulls out or fill them",
+				uri, rg, column, i, first+int64(i))
+		}
 		s := text(i)
 		if utf8.ValidString(s) {
 			continue
