@@ -79,11 +79,14 @@ func Parse(name string, data []byte) (*Tokenizer, error) {
 		}
 		return string(t.normalizer.normalize(nil, a.content))
 	})
-	ids := map[string]int32{}
+	t.addedIDs, t.specialIDs = map[string]int32{}, map[string]int32{}
 	for _, tk := range toks {
-		ids[tk.content] = tk.id
+		t.addedIDs[tk.content] = tk.id
+		if tk.special {
+			t.specialIDs[tk.content] = tk.id
+		}
 	}
-	if t.prefix, t.suffix, err = p.postProcessor("post_processor", doc.PostProcessor, ids); err != nil {
+	if t.prefix, t.suffix, err = p.postProcessor("post_processor", doc.PostProcessor, t.addedIDs); err != nil {
 		return nil, err
 	}
 	return t, nil

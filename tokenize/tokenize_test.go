@@ -299,3 +299,33 @@ func TestCharClassPreTokenizers(t *testing.T) {
 		}
 	}
 }
+
+func TestVocabularyLookups(t *testing.T) {
+	added := `, "added_tokens": [{"id": 10, "content": "<s>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+		{"id": 11, "content": "xyz", "single_word": false, "lstrip": false, "rstrip": false, "normalized": true, "special": false}]`
+	post := `, "post_processor": {"type": "BertProcessing", "sep": ["<s>", 10], "cls": ["<s>", 10]}`
+	tk := mustParse(t, tiny(tinyBPE, added+post))
+	for tok, want := range map[string]int32{"<s>": 10, "xyz": 11, "abc": 5, "<0xC3>": 6} {
+		if id, ok := tk.TokenID(tok); !ok || id != want {
+			t.Errorf("TokenID(%q) = %d, %v; want %d", tok, id, ok, want)
+		}
+	}
+	if _, ok := tk.TokenID("nope"); ok {
+		t.Errorf("TokenID(nope) found")
+	}
+	if sp := tk.SpecialTokens(); len(sp) != 1 || sp["<s>"] != 10 {
+		t.Errorf("SpecialTokens() = %v, want map[<s>:10]", sp)
+	}
+	if p, s := tk.Affixes(); !slices.Equal(p, []int32{10}) || !slices.Equal(s, []int32{10}) {
+		t.Errorf("Affixes() = %v %v, want [10] [10]", p, s)
+	}
+	// Byte-level: entries are spelled in GPT-2's stand-in characters.
+	bl := mustParse(t, tiny(`{"type": "BPE", "vocab": {"Ġ": 0, "a": 1, "Ġa": 2}, "merges": ["Ġ a"]}`,
+		`, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}`))
+	if id, ok := bl.TokenID("Ġa"); !ok || id != 2 {
+		t.Errorf("byte-level TokenID(Ġa) = %d, %v; want 2", id, ok)
+	}
+	if got, _ := bl.Encode("a a", false); !slices.Equal(got, []int32{1, 2}) {
+		t.Errorf("byte-level Encode(a a) = %v, want [1 2]", got)
+	}
+}

@@ -11,6 +11,7 @@ import (
 // model turns one pre-token into ids.
 type model interface {
 	encodeWord(sc *scratch, w string, dst []int32) []int32
+	tokenID(tok string) (int32, bool)
 }
 
 // Tokenizer encodes text as a tokenizer.json says. It is safe for concurrent
@@ -24,6 +25,8 @@ type Tokenizer struct {
 	model      model
 	// prefix and suffix are the post-processor's ids around a single sequence.
 	prefix, suffix []int32
+	// addedIDs and specialIDs map added tokens' contents to their ids.
+	addedIDs, specialIDs map[string]int32
 	// free holds idle scratch (with its word cache), kept across garbage
 	// collections, unlike a sync.Pool's.
 	mu   sync.Mutex
