@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -35,7 +36,7 @@ func runTokenize(ctx context.Context, args []string) error {
 	asJSON := fs.Bool("json", false, `print JSON lines {"row": i, "ids": [...]} (default: "row<TAB>id id ...")`)
 	noSpecial := fs.Bool("no-special-tokens", false, "do not add the post-processor's special tokens (add_special_tokens=False)")
 	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "goroutines encoding at once")
-	summary := fs.Bool("summary", false, `print only one JSON line: rows, tokens, text bytes and the seconds spent encoding (for benchmarks)`)
+	summary := fs.Bool("summary", false, `read all rows first, then encode them and print only one JSON line: rows, tokens, text bytes, and the wall and CPU seconds spent encoding (for benchmarks)`)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: meshfeed tokenize --tokenizer F --column C [--json] [--no-special-tokens] URI...")
 		fs.PrintDefaults()
@@ -65,14 +66,18 @@ func runTokenize(ctx context.Context, args []string) error {
 			*column, ds.Files[0].Object.URI, ds.Schema.Field(0).Type)
 	}
 	out := bufio.NewWriterSize(tokenizeStdout, 1<<20)
-	sum, err := tokenizeRows(ctx, ds, tok, tokenizeOptions{column: *column, json: *asJSON, special: !*noSpecial,
-		summary: *summary, workers: *workers}, out)
-	if err != nil {
-		return err
-	}
+	o := tokenizeOptions{column: *column, json: *asJSON, special: !*noSpecial, summary: *summary, workers: *workers}
 	if *summary {
-		fmt.Fprintf(out, `{"rows": %d, "tokens": %d, "text_bytes": %d, "encode_seconds": %.6f, "workers": %d}`+"\n",
-			sum.rows, sum.tokens, sum.textBytes, sum.encode.Seconds(), *workers)
+		sum, err := summarizeTokenize(ctx, ds, tok, o)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, `{"rows": %d, "tokens": %d, "text_bytes": %d, "encode_seconds": %.6f, "encode_cpu_seconds": %.6f, "workers": %d}`+"\n",
+			sum.rows, sum.tokens, sum.textBytes, sum.encode.Seconds(), sum.cpu.Seconds(), *workers)
+		return out.Flush()
+	}
+	if _, err := tokenizeRows(ctx, ds, tok, o, out); err != nil {
+		return err
 	}
 	return out.Flush()
 }
@@ -85,11 +90,73 @@ type tokenizeOptions struct {
 
 type tokenizeSummary struct {
 	rows, tokens, textBytes int64
-	encode                  time.Duration
+	encode, cpu             time.Duration
 }
 
-// tokenizeRows encodes every row group in order and writes each row's ids
-// (unless o.summary) to out.
+// summarizeTokenize reads every row group first, then encodes them all,
+// timing the encoding alone: wall time and the process's CPU time (which
+// a loaded machine disturbs less).
+func summarizeTokenize(ctx context.Context, ds *loader.Dataset, tok *tokenize.Tokenizer, o tokenizeOptions) (tokenizeSummary, error) {
+	var sum tokenizeSummary
+	r := ds.NewReader(ctx, ds.RowGroups(), memory.DefaultAllocator)
+	var recs []arrow.RecordBatch
+	defer func() {
+		for _, rec := range recs {
+			rec.Release()
+		}
+	}()
+	for {
+		rec, ref, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			r.Close()
+			return sum, err
+		}
+		recs = append(recs, rec)
+		col := rec.Column(0)
+		if err := checkText(col, stringValues(col), ds.Files[ref.File].Object.URI, ref.Index, sum.rows, o.column); err != nil {
+			r.Close()
+			return sum, err
+		}
+		sum.rows += int64(col.Len())
+	}
+	r.Close()
+	var values []int32
+	var offsets []int64
+	cpu0, t0 := cpuTime(), time.Now()
+	for _, rec := range recs {
+		col := rec.Column(0)
+		text := stringValues(col)
+		var err error
+		values, offsets, err = tok.EncodeBatch(values[:0], append(offsets[:0], 0), col.Len(), o.workers, o.special, text)
+		if err != nil {
+			return sum, err
+		}
+		sum.tokens += int64(len(values))
+	}
+	sum.encode, sum.cpu = time.Since(t0), cpuTime()-cpu0
+	for _, rec := range recs {
+		col := rec.Column(0)
+		text := stringValues(col)
+		for i := range col.Len() {
+			sum.textBytes += int64(len(text(i)))
+		}
+	}
+	return sum, nil
+}
+
+// cpuTime is the user and system CPU time of the process so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// tokenizeRows encodes every row group in order and writes each row's ids to out.
 func tokenizeRows(ctx context.Context, ds *loader.Dataset, tok *tokenize.Tokenizer, o tokenizeOptions, out io.Writer) (tokenizeSummary, error) {
 	var sum tokenizeSummary
 	r := ds.NewReader(ctx, ds.RowGroups(), memory.DefaultAllocator)
@@ -113,17 +180,11 @@ func tokenizeRows(ctx context.Context, ds *loader.Dataset, tok *tokenize.Tokeniz
 			if err := checkText(col, text, ds.Files[ref.File].Object.URI, ref.Index, sum.rows, o.column); err != nil {
 				return err
 			}
-			t0 := time.Now()
 			values, offsets, err = tok.EncodeBatch(values[:0], append(offsets[:0], 0), n, o.workers, o.special, text)
-			sum.encode += time.Since(t0)
 			if err != nil {
 				return err
 			}
-			sum.tokens += int64(len(values))
 			for i := range n {
-				sum.textBytes += int64(len(text(i)))
-			}
-			for i := 0; i < n && !o.summary; i++ {
 				line = appendRow(line[:0], sum.rows+int64(i), values[offsets[i]:offsets[i+1]], o.json)
 				if _, err := out.Write(line); err != nil {
 					return err

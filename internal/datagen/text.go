@@ -153,13 +153,14 @@ func (src *TextSource) TextDoc(s TextSpec, id int64) string {
 		for start > 0 && !utf8.RuneStart(src.text[start]) {
 			start--
 		}
-		take := min(len(src.text)-start, 1+int(next()%4096))
+		// Chunks shorter than half the document, so that spice lands inside it.
+		take := min(len(src.text)-start, 1+int(next()%uint64(min(4096, max(32, n/2)))))
 		chunk := src.text[start : start+take]
 		for len(chunk) > 0 && !utf8.ValidString(chunk) {
 			chunk = chunk[:len(chunk)-1]
 		}
 		b.WriteString(chunk)
-		if next()%3 == 0 {
+		if next()%2 == 0 {
 			b.WriteString(spice[next()%uint64(len(spice))])
 		}
 		switch next() % 16 {
