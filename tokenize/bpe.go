@@ -15,7 +15,7 @@ type bpe struct {
 	byteLevel    bool
 	byteIDs      [256]int32 // byte-level: the id of each single byte, -1 if none
 	fallback     [256]int32 // byte_fallback: the id of <0xNN>, -1 if none
-	hasFallback  bool       // byte_fallback and all 256 <0xNN> tokens... per byte checked at use
+	hasFallback  bool       // byte_fallback and at least one <0xNN> token (each byte is checked at use)
 	unk          int32      // -1: no unk_token
 	fuseUnk      bool
 	ignoreMerges bool

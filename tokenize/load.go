@@ -54,7 +54,7 @@ func Parse(name string, data []byte) (*Tokenizer, error) {
 		return nil, err
 	}
 	byteLevel := false
-	if t.pre, err = p.preTokenizer("pre_tokenizer", doc.PreTokenizer, &t.pre, &byteLevel); err != nil {
+	if t.pre, err = p.preTokenizer("pre_tokenizer", doc.PreTokenizer, &byteLevel); err != nil {
 		return nil, err
 	}
 	if t.model, err = p.model("model", doc.Model, byteLevel); err != nil {
@@ -263,7 +263,7 @@ func (p *parser) normalizer(path string, raw json.RawMessage) (normalizer, error
 // be the last step, since later steps would see its mapped characters.
 //
 // Length: one short case per pre-tokenizer type, a table best read in one place.
-func (p *parser) preTokenizer(path string, raw json.RawMessage, _ *[]preTokenizer, isByteLevel *bool) ([]preTokenizer, error) {
+func (p *parser) preTokenizer(path string, raw json.RawMessage, isByteLevel *bool) ([]preTokenizer, error) {
 	var steps []preTokenizer
 	var add func(path string, raw json.RawMessage) error
 	add = func(path string, raw json.RawMessage) error {

@@ -36,13 +36,12 @@ type Tokenizer struct {
 
 // scratch is the reusable state of one encoding goroutine.
 type scratch struct {
-	ar     arena
-	norm   []byte
-	wordsA []word
+	ar     arena  // normalized text and pre-tokenizers' new text, reset per Encode
+	wordsA []word // pre-tokenizer input and output, swapped per step
 	wordsB []word
-	spans  []span
-	buf    []byte
-	best   []bestNode
+	spans  []span     // matches of a span split
+	buf    []byte     // WordPiece's "##" + candidate
+	best   []bestNode // Unigram's lattice
 	bpe    bpeScratch
 }
 

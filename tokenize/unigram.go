@@ -1,7 +1,6 @@
 package tokenize
 
 import (
-	"strings"
 	"unicode/utf8"
 )
 
@@ -149,5 +148,3 @@ func (m *unigram) emitUnk(s string, dst []int32) []int32 {
 	}
 	return append(dst, m.unk)
 }
-
-var _ = strings.Clone
