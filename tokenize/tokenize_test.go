@@ -155,15 +155,18 @@ func TestAddedTokensByHand(t *testing.T) {
 		"pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [10], "tokens": ["<s>"]}}}`)
 	// The later keys replace the defaults of tiny's object.
 	tk := mustParse(t, data)
+	// The reference ignores the ids the file gives added tokens: "<s>" gets
+	// the next id after the vocabulary's 9 entries, "ab" its vocabulary id
+	// (the template keeps the 10 it spells out).
 	cases := []struct {
 		in      string
 		special bool
 		want    []int32
 	}{
-		{"c<s>c", false, []int32{3, 10, 3}},
+		{"c<s>c", false, []int32{3, 9, 3}},
 		{"c", true, []int32{10, 3}},
-		{"c  ab  c", false, []int32{3, 11, 3}}, // lstrip and rstrip take the spaces
-		{"cab", false, []int32{3, 4}},          // single_word: "ab" inside a word is not the added token
+		{"c  ab  c", false, []int32{3, 4, 3}}, // lstrip and rstrip take the spaces
+		{"cab", false, []int32{3, 4}},         // single_word: "ab" inside a word is not the added token
 	}
 	for _, c := range cases {
 		got, err := tk.Encode(c.in, c.special)
@@ -301,11 +304,11 @@ func TestCharClassPreTokenizers(t *testing.T) {
 }
 
 func TestVocabularyLookups(t *testing.T) {
-	added := `, "added_tokens": [{"id": 10, "content": "<s>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
-		{"id": 11, "content": "xyz", "single_word": false, "lstrip": false, "rstrip": false, "normalized": true, "special": false}]`
-	post := `, "post_processor": {"type": "BertProcessing", "sep": ["<s>", 10], "cls": ["<s>", 10]}`
+	added := `, "added_tokens": [{"id": 9, "content": "<s>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+		{"id": 10, "content": "xyz", "single_word": false, "lstrip": false, "rstrip": false, "normalized": true, "special": false}]`
+	post := `, "post_processor": {"type": "BertProcessing", "sep": ["<s>", 9], "cls": ["<s>", 9]}`
 	tk := mustParse(t, tiny(tinyBPE, added+post))
-	for tok, want := range map[string]int32{"<s>": 10, "xyz": 11, "abc": 5, "<0xC3>": 6} {
+	for tok, want := range map[string]int32{"<s>": 9, "xyz": 10, "abc": 5, "<0xC3>": 6} {
 		if id, ok := tk.TokenID(tok); !ok || id != want {
 			t.Errorf("TokenID(%q) = %d, %v; want %d", tok, id, ok, want)
 		}
@@ -313,11 +316,11 @@ func TestVocabularyLookups(t *testing.T) {
 	if _, ok := tk.TokenID("nope"); ok {
 		t.Errorf("TokenID(nope) found")
 	}
-	if sp := tk.SpecialTokens(); len(sp) != 1 || sp["<s>"] != 10 {
-		t.Errorf("SpecialTokens() = %v, want map[<s>:10]", sp)
+	if sp := tk.SpecialTokens(); len(sp) != 1 || sp["<s>"] != 9 {
+		t.Errorf("SpecialTokens() = %v, want map[<s>:9]", sp)
 	}
-	if p, s := tk.Affixes(); !slices.Equal(p, []int32{10}) || !slices.Equal(s, []int32{10}) {
-		t.Errorf("Affixes() = %v %v, want [10] [10]", p, s)
+	if p, s := tk.Affixes(); !slices.Equal(p, []int32{9}) || !slices.Equal(s, []int32{9}) {
+		t.Errorf("Affixes() = %v %v, want [9] [9]", p, s)
 	}
 	// Byte-level: entries are spelled in GPT-2's stand-in characters.
 	bl := mustParse(t, tiny(`{"type": "BPE", "vocab": {"Ġ": 0, "a": 1, "Ġa": 2}, "merges": ["Ġ a"]}`,

@@ -12,6 +12,8 @@ import (
 type model interface {
 	encodeWord(sc *scratch, w string, dst []int32) []int32
 	tokenID(tok string) (int32, bool)
+	// size is the number of entries of the model's vocabulary.
+	size() int
 }
 
 // Tokenizer encodes text as a tokenizer.json says. It is safe for concurrent

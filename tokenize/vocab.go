@@ -43,3 +43,7 @@ func (m *unigram) tokenID(tok string) (int32, bool) {
 	id, ok := m.vocab[tok]
 	return id, ok
 }
+
+func (m *bpe) size() int       { return m.vocabSize }
+func (m *wordPiece) size() int { return len(m.vocab) }
+func (m *unigram) size() int   { return len(m.pieces) }
