@@ -39,6 +39,7 @@ func Parse(name string, data []byte) (*Tokenizer, error) {
 	if err := json.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("tokenize: %s: %w: %v", name, ErrMalformed, err)
 	}
+	buildBMPClass()
 	p := &parser{name: name}
 	t := &Tokenizer{}
 	sum := sha256.Sum256(data)

@@ -243,9 +243,8 @@ func (p *parser) unigram(path string, m map[string]json.RawMessage) (model, erro
 		}
 		u.pieces = append(u.pieces, piece)
 		u.scores = append(u.scores, score)
-		if _, dup := u.vocab[piece]; !dup {
-			u.vocab[piece] = int32(i)
-		}
+		// A repeated piece means its last id, as in the reference's map.
+		u.vocab[piece] = int32(i)
 		u.minScore = math.Min(u.minScore, score)
 	}
 	var unk *int64

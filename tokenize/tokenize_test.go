@@ -332,3 +332,26 @@ func TestVocabularyLookups(t *testing.T) {
 		t.Errorf("byte-level Encode(a a) = %v, want [1 2]", got)
 	}
 }
+
+// The Basic Multilingual Plane table agrees with the range tables everywhere.
+func TestBMPClassTable(t *testing.T) {
+	buildBMPClass()
+	for r := rune(0); r < 0x10000; r++ {
+		if got, want := class(r), slowClass(r); got != want {
+			t.Fatalf("class(%U) = %b, want %b", r, got, want)
+		}
+	}
+}
+
+// A piece repeated in a Unigram vocabulary means its last id and score (the
+// reference keeps a map from piece to id, later entries replacing earlier).
+func TestUnigramRepeatedPiece(t *testing.T) {
+	un := mustParse(t, tiny(`{"type": "Unigram", "unk_id": 0, "byte_fallback": false,
+		"vocab": [["<unk>", 0.0], ["a", -1.0], ["b", -1.0], ["a", -0.5]]}`, ""))
+	if got, _ := un.Encode("ab", false); !slices.Equal(got, []int32{3, 2}) {
+		t.Errorf("Encode(ab) = %v, want [3 2]", got)
+	}
+	if id, _ := un.TokenID("a"); id != 3 {
+		t.Errorf("TokenID(a) = %d, want 3", id)
+	}
+}

@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"sync"
 	"unicode"
 	"unicode/utf8"
 )
@@ -20,10 +21,29 @@ const (
 
 var asciiClass [128]uint8
 
+// bmpClass holds the class of every character of the Basic Multilingual
+// Plane, built once by the first Parse (about 64 KiB; a few milliseconds):
+// text in other scripts is classified by one load instead of a walk over
+// Go's range tables.
+var (
+	bmpClass     []uint8
+	bmpClassOnce sync.Once
+)
+
 func init() {
 	for r := rune(0); r < 128; r++ {
 		asciiClass[r] = slowClass(r)
 	}
+}
+
+func buildBMPClass() {
+	bmpClassOnce.Do(func() {
+		t := make([]uint8, 0x10000)
+		for r := range t {
+			t[r] = slowClass(rune(r))
+		}
+		bmpClass = t
+	})
 }
 
 func slowClass(r rune) uint8 {
@@ -52,6 +72,9 @@ func class(r rune) uint8 {
 	if r < 128 && r >= 0 {
 		return asciiClass[r]
 	}
+	if r < 0x10000 && bmpClass != nil {
+		return bmpClass[r]
+	}
 	return slowClass(r)
 }
 
@@ -70,7 +93,7 @@ func classAt(s string, i int) (uint8, int) {
 		return asciiClass[c], 1
 	}
 	r, w := utf8.DecodeRuneInString(s[i:])
-	return slowClass(r), w
+	return class(r), w
 }
 
 func isWhitespace(r rune) bool { return class(r)&clsSpace != 0 }

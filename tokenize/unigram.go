@@ -39,9 +39,7 @@ func newTrie(pieces []string) trie {
 			}
 			node = c
 		}
-		if t.value[node] < 0 {
-			t.value[node] = int32(id)
-		}
+		t.value[node] = int32(id) // the last of repeated pieces, as the reference's map
 	}
 	return t
 }
