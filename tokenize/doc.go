@@ -46,6 +46,10 @@
 //     from Go's unicode tables; the reference uses Oniguruma's and Rust's. They
 //     agree except for characters assigned in one Unicode version and not the
 //     other.
+//   - Added tokens get the ids the reference gives them when it reads a file,
+//     not the ids the file lists: the model's id for a token it has, else the
+//     next id after the vocabulary, in file order. Files the reference wrote
+//     agree; hand-edited ones may not.
 //   - Unigram scores are parsed as serde_json parses floats (not correctly
 //     rounded), because ties between segmentations follow their last bits.
 //   - Each goroutine that encodes holds a scratch area with a BPE word cache
