@@ -1,8 +1,10 @@
 // Command meshfeed is the meshfeed binary, the one place where the packages
 // are wired together: gen writes a synthetic dataset, inspect prints files,
 // schemas and row groups, plan prints the epoch plan for a mesh, read measures
-// raw decoding, and serve runs the server (feed's Pipeline behind transport's
-// Flight server, and its shared-memory wire with --shm).
+// raw decoding, serve runs the server (feed's Pipeline behind transport's
+// Flight server, and its shared-memory wire with --shm), gen-text writes a
+// text dataset and tokenize prints a text column's token ids per a
+// tokenizer.json.
 //
 // Usage:
 //

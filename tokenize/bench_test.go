@@ -1,0 +1,49 @@
+package tokenize
+
+import (
+	"os"
+	"testing"
+
+	"github.com/meshfeed/meshfeed/internal/datagen"
+)
+
+// BenchmarkEncode encodes a text corpus with the tokenizer.json named by
+// $MESHFEED_TOKENIZER; documents come from datagen's text generator over the
+// tree $MESHFEED_TEXT_SOURCE (for example Python's standard library). The
+// side-by-side comparison with the reference libraries is
+// benchmarks/tokenize_sidebyside.py.
+func BenchmarkEncode(b *testing.B) {
+	path, src := os.Getenv("MESHFEED_TOKENIZER"), os.Getenv("MESHFEED_TEXT_SOURCE")
+	if path == "" || src == "" {
+		b.Skip("set MESHFEED_TOKENIZER (a tokenizer.json) and MESHFEED_TEXT_SOURCE (a directory of text)")
+	}
+	tok, err := Load(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts, err := datagen.LoadTextSource(src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec := datagen.DefaultTextSpec()
+	docs := make([]string, 500)
+	var bytes int64
+	for i := range docs {
+		docs[i] = ts.TextDoc(spec, int64(i))
+		bytes += int64(len(docs[i]))
+	}
+	for _, workers := range []int{1, 2} {
+		b.Run(map[int]string{1: "workers=1", 2: "workers=2"}[workers], func(b *testing.B) {
+			b.SetBytes(bytes)
+			b.ReportAllocs()
+			var values []int32
+			var offsets []int64
+			for b.Loop() {
+				values, offsets, err = tok.EncodeBatch(values[:0], offsets[:0], len(docs), workers, true, func(i int) string { return docs[i] })
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,213 @@
+package tokenize
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+)
+
+// model turns one pre-token into ids.
+type model interface {
+	encodeWord(sc *scratch, w string, dst []int32) []int32
+	tokenID(tok string) (int32, bool)
+	// size is the number of entries of the model's vocabulary.
+	size() int
+}
+
+// Tokenizer encodes text as a tokenizer.json says. It is safe for concurrent
+// use; each call borrows per-goroutine scratch space (buffers and the BPE word
+// cache) from a pool.
+type Tokenizer struct {
+	added      *addedSet // added tokens matched on the raw text (normalized: false)
+	addedNorm  *addedSet // added tokens matched on normalized text (normalized: true)
+	normalizer normalizer
+	pre        []preTokenizer
+	model      model
+	// prefix and suffix are the post-processor's ids around a single sequence.
+	prefix, suffix []int32
+	// addedIDs and specialIDs map added tokens' contents to their ids.
+	addedIDs, specialIDs map[string]int32
+	// free holds idle scratch (with its word cache), kept across garbage
+	// collections, unlike a sync.Pool's.
+	mu   sync.Mutex
+	free []*scratch
+	hash string
+}
+
+// scratch is the reusable state of one encoding goroutine.
+type scratch struct {
+	ar     arena  // normalized text and pre-tokenizers' new text, reset per Encode
+	wordsA []word // pre-tokenizer input and output, swapped per step
+	wordsB []word
+	spans  []span     // matches of a span split
+	buf    []byte     // WordPiece's "##" + candidate
+	best   []bestNode // Unigram's lattice
+	bpe    bpeScratch
+}
+
+func (t *Tokenizer) getScratch() *scratch {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := len(t.free); n > 0 {
+		sc := t.free[n-1]
+		t.free = t.free[:n-1]
+		return sc
+	}
+	return &scratch{}
+}
+
+func (t *Tokenizer) putScratch(sc *scratch) {
+	t.mu.Lock()
+	t.free = append(t.free, sc)
+	t.mu.Unlock()
+}
+
+// Encode returns the ids of text: the ids that the reference library's
+// Tokenizer.encode(text, add_special_tokens=addSpecial).ids gives.
+func (t *Tokenizer) Encode(text string, addSpecial bool) ([]int32, error) {
+	return t.AppendEncode(nil, text, addSpecial)
+}
+
+// AppendEncode appends the ids of text to dst.
+func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial bool) ([]int32, error) {
+	if !utf8.ValidString(text) {
+		return dst, ErrInvalidUTF8
+	}
+	sc := t.getScratch()
+	dst = t.encode(sc, dst, text, addSpecial)
+	t.putScratch(sc)
+	return dst, nil
+}
+
+func (t *Tokenizer) encode(sc *scratch, dst []int32, text string, addSpecial bool) []int32 {
+	sc.ar.reset()
+	if addSpecial {
+		dst = append(dst, t.prefix...)
+	}
+	t.added.split(text, func(start, end int, id int32) {
+		if id >= 0 {
+			dst = append(dst, id)
+			return
+		}
+		dst = t.encodePiece(sc, dst, text[start:end], start == 0)
+	})
+	if addSpecial {
+		dst = append(dst, t.suffix...)
+	}
+	return dst
+}
+
+// encodePiece normalizes text between raw added tokens, finds the normalized
+// added tokens in it, and pre-tokenizes and encodes the rest.
+func (t *Tokenizer) encodePiece(sc *scratch, dst []int32, s string, first bool) []int32 {
+	if t.normalizer != nil {
+		mark := len(sc.ar.buf)
+		sc.ar.buf = t.normalizer.normalize(sc.ar.buf, s)
+		s = sc.ar.str(mark)
+	}
+	if t.addedNorm == nil {
+		return t.encodeWords(sc, dst, s, first)
+	}
+	t.addedNorm.split(s, func(start, end int, id int32) {
+		if id >= 0 {
+			dst = append(dst, id)
+			return
+		}
+		dst = t.encodeWords(sc, dst, s[start:end], first && start == 0)
+	})
+	return dst
+}
+
+func (t *Tokenizer) encodeWords(sc *scratch, dst []int32, s string, first bool) []int32 {
+	if s == "" {
+		return dst
+	}
+	words := append(sc.wordsA[:0], word{s: s, first: first})
+	other := sc.wordsB[:0]
+	for _, p := range t.pre {
+		other = p.split(sc, words, other[:0])
+		words, other = other, words
+	}
+	for _, w := range words {
+		dst = t.model.encodeWord(sc, w.s, dst)
+	}
+	sc.wordsA, sc.wordsB = words[:0], other[:0]
+	return dst
+}
+
+// EncodeBatch encodes n texts on up to workers goroutines (0: GOMAXPROCS)
+// and appends their ids to values, each row's end offset to offsets (Arrow
+// list layout: after each row, len(values); the caller starts offsets with
+// the first row's start). On error values and offsets are as given. text
+// returns row i; it is called from several goroutines. The result is the
+// same for any number of workers.
+func (t *Tokenizer) EncodeBatch(values []int32, offsets []int64, n, workers int, addSpecial bool, text func(i int) string) ([]int32, []int64, error) {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	workers = min(workers, n)
+	if workers <= 1 {
+		sc := t.getScratch()
+		defer t.putScratch(sc)
+		for i := range n {
+			s := text(i)
+			if !utf8.ValidString(s) {
+				return values, offsets, fmt.Errorf("row %d: %w", i, ErrInvalidUTF8)
+			}
+			values = t.encode(sc, values, s, addSpecial)
+			offsets = append(offsets, int64(len(values)))
+		}
+		return values, offsets, nil
+	}
+	// Rows go in chunks of consecutive rows that idle workers claim, so long
+	// documents do not leave one worker with the tail; chunks are joined in order.
+	chunk := max(1, n/(workers*8))
+	type part struct {
+		ids  []int32
+		ends []int64
+		err  error
+	}
+	parts := make([]part, (n+chunk-1)/chunk)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc := t.getScratch()
+			defer t.putScratch(sc)
+			for {
+				k := int(next.Add(1) - 1)
+				if k >= len(parts) {
+					return
+				}
+				p := &parts[k]
+				for i := k * chunk; i < min(n, (k+1)*chunk); i++ {
+					s := text(i)
+					if !utf8.ValidString(s) {
+						p.err = fmt.Errorf("row %d: %w", i, ErrInvalidUTF8)
+						break
+					}
+					p.ids = t.encode(sc, p.ids, s, addSpecial)
+					p.ends = append(p.ends, int64(len(p.ids)))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, p := range parts {
+		if p.err != nil {
+			return values, offsets, p.err
+		}
+	}
+	for _, p := range parts {
+		shift := int64(len(values))
+		values = append(values, p.ids...)
+		for _, e := range p.ends {
+			offsets = append(offsets, shift+e)
+		}
+	}
+	return values, offsets, nil
+}
