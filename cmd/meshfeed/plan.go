@@ -344,23 +344,33 @@ func openPlanDataset(ctx context.Context, store objstore.Store, a planArgs) (*lo
 	return ds, refs, &counts, nil
 }
 
+// planLayout is the mesh layout of a's --mesh and --batch-axes, checked
+// against --global-batch-size; it sets a.cfg.D.
+func planLayout(a *planArgs) (*shard.Layout, error) {
+	layout, err := shard.NewLayout(a.mesh, a.batchAxes)
+	if err != nil {
+		if errors.Is(err, shard.ErrUnknownAxis) || errors.Is(err, shard.ErrDuplicateAxis) {
+			return nil, fmt.Errorf("--batch-axes %q: %w; want distinct axes of --mesh %s, comma-separated", strings.Join(a.batchAxes, ","), err, a.mesh)
+		}
+		return nil, fmt.Errorf("--mesh: %w", err)
+	}
+	if _, err := layout.SliceRows(a.globalBatch); err != nil {
+		return nil, fmt.Errorf("--global-batch-size %d: %w", a.globalBatch, err)
+	}
+	a.cfg.D = layout.D()
+	return layout, nil
+}
+
 // runPlan prints the epoch plan of a dataset for a mesh; see planUsage.
 func runPlan(ctx context.Context, args []string) error {
 	a, err := parsePlanArgs(args, planStderr)
 	if err != nil {
 		return err
 	}
-	layout, err := shard.NewLayout(a.mesh, a.batchAxes)
+	layout, err := planLayout(&a)
 	if err != nil {
-		if errors.Is(err, shard.ErrUnknownAxis) || errors.Is(err, shard.ErrDuplicateAxis) {
-			return fmt.Errorf("--batch-axes %q: %w; want distinct axes of --mesh %s, comma-separated", strings.Join(a.batchAxes, ","), err, a.mesh)
-		}
-		return fmt.Errorf("--mesh: %w", err)
+		return err
 	}
-	if _, err := layout.SliceRows(a.globalBatch); err != nil {
-		return fmt.Errorf("--global-batch-size %d: %w", a.globalBatch, err)
-	}
-	a.cfg.D = layout.D()
 
 	store, err := objstore.NewStore(ctx)
 	if err != nil {
