@@ -173,7 +173,11 @@ def test_pipeline_backend(tmp_path):
             return json.dumps(r).encode()
 
         info = c.get_flight_info(flight.FlightDescriptor.for_command(req()))
-        assert json.loads(info.app_metadata) == {"num_rows": 50, "steps_per_epoch": 8, "dropped_rows": 2, "padded_rows": 0}
+        plan = json.loads(info.app_metadata)
+        # The plan, and how it was made: no manifest beside the data (one Stat looked),
+        # so the files were listed and each footer read (3 files): 5 requests.
+        assert plan == {"num_rows": 50, "steps_per_epoch": 8, "dropped_rows": 2, "padded_rows": 0,
+                        "manifest_reason": f"no manifest at {data}/_meshfeed_manifest.parquet", "plan_requests": 5}
         assert info.schema.names == ["id", "label"]
 
         reader = c.do_get(flight.Ticket(req()))
