@@ -51,7 +51,8 @@ func keptIDs(t *testing.T, p *Pipeline, dir, filters string) []int64 {
 // TestMixtureFilters: a mixture whose sources have filters delivers exactly
 // the model's rows (the sources planned on their kept rows), read in pieces
 // under a small read-ahead budget and in whole row groups alike; each
-// source's rows are the rows its filter keeps, as the single-dataset
+// source's rows are the rows its filter keeps (two processes serving half
+// the slices each agree with one serving all), as the single-dataset
 // pipeline delivers them with the same filter, once per source epoch; Info
 // counts kept rows.
 func TestMixtureFilters(t *testing.T) {
@@ -91,6 +92,13 @@ func TestMixtureFilters(t *testing.T) {
 		}
 		if whole := readMixture(t, large, req); fmt.Sprint(whole) != fmt.Sprint(got) {
 			t.Fatalf("%s: read in whole row groups, the stream differs from the one read in pieces", name)
+		}
+		lo := readMixture(t, small, filteredMixture(dirs, B, D, []int{0, 2}, tc.policy, tc.stop))
+		hi := readMixture(t, small, filteredMixture(dirs, B, D, []int{1, 3}, tc.policy, tc.stop))
+		for s := range got {
+			if fmt.Sprint(lo[s][0], lo[s][1], hi[s][0], hi[s][1]) != fmt.Sprint(got[s][0], got[s][2], got[s][1], got[s][3]) {
+				t.Fatalf("%s step %d: two processes disagree with one", name, s)
+			}
 		}
 		info, err := small.Info(context.Background(), req)
 		if err != nil {
