@@ -104,6 +104,14 @@ def test_source_filter_resume(server, sources):
     # Another filter is another source: refused, naming the filter.
     with pytest.raises(meshfeed.StateMismatchError, match="source 0 filters"):
         meshfeed.Loader(_mixture(sources, stop=15, filters=[("label", "<", 500)]), state=state, **_kw(server))
+    # With reweight=True it resumes as another source: from the saved step
+    # on, that source's rows are those the new filter keeps.
+    other = [("label", ">=", 500)]
+    with meshfeed.Loader(_mixture(sources, stop=15, filters=other), state=state, reweight=True, **_kw(server)) as ld:
+        after = [_rows(batch) for batch in ld]
+    assert len(after) == len(full) - k
+    got = {r[1] for st in after for sl in st for r in sl if r[0] == 0}
+    assert got and got <= _ids(sources[0], other)
 
 
 def test_source_filter_bad_input(server, sources):
