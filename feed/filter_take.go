@@ -61,14 +61,20 @@ func takeRuns(rec arrow.RecordBatch, runs []filter.Run, mem memory.Allocator) (a
 }
 
 // pieceRef returns the ref a slice reads for the plan's segment g: the
-// whole row group, or a piece of it. With a filter, the plan numbers the
-// kept rows only, and the piece is the physical rows that hold the
-// segment's rows (all of the row group's kept rows may lie in a part of it:
-// a row group at the edge of a range of a sorted column).
+// whole row group, or a piece of it (keptRef).
 func (pl *pipelinePlan) pieceRef(g batching.Segment) loader.RowGroupRef {
-	ref := pl.refs[g.RowGroup]
+	return keptRef(pl.refs[g.RowGroup], pl.selection(g.RowGroup), g)
+}
+
+// keptRef returns the ref that reads segment g of the row group ref, whose
+// kept rows are sel (nil: every row): the whole row group, or a piece of
+// it. With a filter, the plan numbers the kept rows only, and the piece is
+// the physical rows that hold the segment's rows (all of the row group's
+// kept rows may lie in a part of it: a row group at the edge of a range of
+// a sorted column).
+func keptRef(ref loader.RowGroupRef, sel *filter.Selection, g batching.Segment) loader.RowGroupRef {
 	start, end := g.Start, g.End
-	if sel := pl.selection(g.RowGroup); sel != nil {
+	if sel != nil {
 		start, end = sel.Physical(g.Start, g.End)
 		if g.Start == 0 && g.End == sel.Count() && 2*(end-start) > ref.Rows {
 			// Every kept row, spread over most of the row group: read it
@@ -96,10 +102,16 @@ func (pl *pipelinePlan) selection(g int) *filter.Selection {
 // rg is the whole row group and all its kept rows are). It releases rg when
 // it returns another record.
 func (s *pipelineStream) selectRows(rg arrow.RecordBatch, seg batching.Segment, read loader.RowGroupRef, piece bool) (arrow.RecordBatch, error) {
-	if s.pl.sels == nil || s.pl.sels[seg.RowGroup] == nil {
+	return takeKept(rg, s.pl.selection(seg.RowGroup), seg, read, piece, s.mem)
+}
+
+// takeKept is selectRows for a row group whose kept rows are sel (nil:
+// every row, rg returned as is), taken into mem: the take of the
+// single-dataset stream and of a mixture's sources.
+func takeKept(rg arrow.RecordBatch, sel *filter.Selection, seg batching.Segment, read loader.RowGroupRef, piece bool, mem memory.Allocator) (arrow.RecordBatch, error) {
+	if sel == nil {
 		return rg, nil
 	}
-	sel := s.pl.sels[seg.RowGroup]
 	lo, hi, base := int64(0), sel.Count(), int64(0)
 	if piece {
 		lo, hi = seg.Start, seg.End
@@ -111,7 +123,7 @@ func (s *pipelineStream) selectRows(rg arrow.RecordBatch, seg batching.Segment, 
 		rg.Release()
 		return nil, fmt.Errorf("filters: empty segment [%d, %d) of a kept row group", lo, hi)
 	}
-	out, err := takeRuns(rg, sel.Slice(lo, hi, base), s.mem)
+	out, err := takeRuns(rg, sel.Slice(lo, hi, base), mem)
 	rg.Release()
 	return out, err
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/meshfeed/meshfeed/batching"
+	"github.com/meshfeed/meshfeed/filter"
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/shape"
 	"github.com/meshfeed/meshfeed/transport"
@@ -36,9 +37,10 @@ type mixSource struct {
 	ds       *loader.Dataset
 	plan     *batching.Plan
 	refs     []loader.RowGroupRef
-	cutIn    *arrow.Schema // decoded schema, source names
-	renamed  *arrow.Schema // after the rename map
-	shaper   *shape.Shaper // nil: nothing shaped
+	sels     []*filter.Selection // the kept rows of each of refs (nil: no filter; an entry nil: every row)
+	cutIn    *arrow.Schema       // decoded schema, source names
+	renamed  *arrow.Schema       // after the rename map
+	shaper   *shape.Shaper       // nil: nothing shaped
 	window   int64
 	shaped   *arrow.Schema // after shaping
 	seedUsed uint64
@@ -64,8 +66,9 @@ func sourceName(i int, s transport.MixtureSource) string {
 // planMixture opens and plans every source of req.Mixture, from footers
 // alone, and checks that they agree.
 //
-// Length: per source, the steps of planFor (configOf, open, plan, shaping)
-// with the mixture's renames and checks between them.
+// Length: per source, the steps of planFor (configOf, open, the source's
+// filters, plan, shaping) with the mixture's renames and checks between
+// them.
 func (p *Pipeline) planMixture(ctx context.Context, req *transport.Request) (*mixturePlan, error) {
 	m := req.Mixture
 	policy, err := policyOf(req.LastBatch)
@@ -76,7 +79,7 @@ func (p *Pipeline) planMixture(ctx context.Context, req *transport.Request) (*mi
 	for i, s := range m.Sources {
 		name := sourceName(i, s)
 		sub := &transport.Request{Version: req.Version, Datasets: s.Datasets, Columns: s.Columns, GlobalBatchSize: req.GlobalBatchSize,
-			NumSlices: req.NumSlices, Slices: req.Slices, LastBatch: transport.LastBatchDrop}
+			NumSlices: req.NumSlices, Slices: req.Slices, LastBatch: transport.LastBatchDrop, Filters: s.Filters}
 		cfg, err := configOf(sub)
 		if err != nil {
 			return nil, fmt.Errorf("feed: mixture %s: %w", name, err)
@@ -93,9 +96,17 @@ func (p *Pipeline) planMixture(ctx context.Context, req *transport.Request) (*mi
 			seed = *s.Seed
 		}
 		src := &mixSource{idx: i, name: name, ds: ds, refs: ds.RowGroups(), cutIn: ds.Schema, window: int64(s.Shuffle.Window), seedUsed: seed}
+		if cfg.filter != nil {
+			if src.refs, src.sels, err = p.selectRowGroups(ctx, cfg.filter, ds); err != nil {
+				return nil, fmt.Errorf("feed: mixture %s: %w", name, err)
+			}
+		}
 		rgs := make([]batching.RowGroup, len(src.refs))
 		for j, r := range src.refs {
 			rgs[j] = batching.RowGroup{File: r.File, Index: r.Index, Rows: r.Rows, Bytes: r.Bytes}
+			if src.sels != nil && src.sels[j] != nil {
+				rgs[j].Rows = src.sels[j].Count() // the plan numbers the kept rows (filter.go)
+			}
 		}
 		if src.plan, err = batching.NewPlan(rgs, batching.SourceConfig(req.NumSlices, seed, s.Shuffle.Enabled, src.window)); err != nil {
 			return nil, fmt.Errorf("feed: mixture %s: %w", name, err)

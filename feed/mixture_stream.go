@@ -13,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/meshfeed/meshfeed/batching"
+	"github.com/meshfeed/meshfeed/filter"
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/transport"
 )
@@ -40,7 +41,8 @@ type mixCursor struct {
 	cur   *batching.SourceCursor
 	epoch int // the epoch rd reads; -1 for none
 	rd    *loader.RowGroupReader
-	segs  []batching.Segment // what rd reads, in order
+	segs  []batching.Segment   // what rd reads, in order
+	refs  []loader.RowGroupRef // the refs of segs (pieces of physical rows)
 	got   int
 }
 
@@ -129,12 +131,9 @@ func (s *mixStream) startReader(mc *mixCursor) {
 	}
 	refs := make([]loader.RowGroupRef, len(mc.segs))
 	for i, g := range mc.segs {
-		ref := mc.src.refs[g.RowGroup]
-		if g.Start != 0 || g.End != ref.Rows {
-			ref.Start, ref.End = g.Start, g.End
-		}
-		refs[i] = ref
+		refs[i] = keptRef(mc.src.refs[g.RowGroup], mc.src.selection(g.RowGroup), g)
 	}
+	mc.refs = refs
 	budget := s.budget
 	if mc.src.window > 0 {
 		_, whole := mc.src.ds.StreamedRowBytes()
@@ -299,13 +298,25 @@ func (s *mixStream) push(mc *mixCursor) error {
 		return fmt.Errorf("%s stream %d: %w", mc.src.name, mc.d, err)
 	}
 	seg = mc.segs[mc.got]
+	read := mc.refs[mc.got]
 	mc.got++
+	if rg, err = takeKept(rg, mc.src.selection(seg.RowGroup), seg, read, true, s.mem); err != nil {
+		return fmt.Errorf("%s row group %d: %w", mc.src.ds.Files[ref.File].Object.URI, ref.Index, err)
+	}
 	err = cut.Push(rg, seg)
 	rg.Release()
 	if err != nil {
 		return fmt.Errorf("%s row group %d: %w", mc.src.ds.Files[ref.File].Object.URI, ref.Index, err)
 	}
 	return nil
+}
+
+// selection returns the kept rows of the source's row group g, nil for all.
+func (src *mixSource) selection(g int) *filter.Selection {
+	if src.sels == nil {
+		return nil
+	}
+	return src.sels[g]
 }
 
 // Close implements transport.Stream.

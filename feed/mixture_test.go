@@ -18,6 +18,7 @@ import (
 	"github.com/meshfeed/meshfeed/batching"
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/internal/testseed"
+	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/transport"
 )
@@ -126,11 +127,10 @@ func mixModel(t *testing.T, p *Pipeline, req *transport.Request) [][][]mixRow {
 				for q := pos[i]; q < pos[i]+real; q++ {
 					e, row := m.Locate(int(i), d, q)
 					g, r, _ := src.plan.SourceRow(e, d, row)
-					var first int64
-					for _, ref := range src.refs[:g] {
-						first += ref.Rows
+					if sel := src.selection(g); sel != nil {
+						r, _ = sel.Physical(r, r+1) // the plan numbers the kept rows
 					}
-					rows = append(rows, mixRow{int64(i), first + r})
+					rows = append(rows, mixRow{int64(i), rowsBefore(src.ds, src.refs[g]) + r})
 				}
 			}
 			for len(rows) < m.SliceRows() {
@@ -141,6 +141,21 @@ func mixModel(t *testing.T, p *Pipeline, req *transport.Request) [][][]mixRow {
 		out = append(out, sl)
 	}
 	return out
+}
+
+// rowsBefore is the dataset's rows before the row group ref, in file
+// order (datagen's id of its first row).
+func rowsBefore(ds *loader.Dataset, ref loader.RowGroupRef) int64 {
+	var n int64
+	for fi, f := range ds.Files[:ref.File+1] {
+		for ri, rg := range f.RowGroups {
+			if fi == ref.File && ri == ref.Index {
+				return n
+			}
+			n += rg.Rows
+		}
+	}
+	return n
 }
 
 func newTestPipeline(t *testing.T, mem memory.Allocator) *Pipeline {

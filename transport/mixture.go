@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"encoding/json"
 	"math"
 	"slices"
 )
@@ -43,6 +44,11 @@ type MixtureSource struct {
 	// Seed, when set, seeds the source's permutations; absent derives one
 	// from the request's seed and the source's sorted datasets.
 	Seed *uint64 `json:"seed,omitempty"`
+	// Filters keeps only the source's rows the predicate matches, in the
+	// same form as the request's Filters (docs/PROTOCOL.md, "Filters"),
+	// on the source's column names as in its files; absent keeps every
+	// row.
+	Filters json.RawMessage `json:"filters,omitempty"`
 	// Weight is the source's weight, >= 0 (the weights need not sum to 1;
 	// at least one is > 0).
 	Weight float64 `json:"weight"`
@@ -77,6 +83,9 @@ func (r *Request) validateMixture(p *problems) {
 	}
 	if len(r.Datasets) > 0 || len(r.Columns) > 0 || r.Shuffle.Enabled || r.Shuffle.Window != 0 {
 		p.add("mixture is set together with datasets, columns or shuffle: a mixture's sources carry their own")
+	}
+	if len(r.Filters) > 0 {
+		p.add("filters is set together with mixture: a mixture's sources name their columns differently (rename), so give each meshfeed.Source its own filters (mixture.sources[i].filters)")
 	}
 	if r.Epochs > 1 || r.Start.Epoch != 0 {
 		p.add("mixture: epochs %d, start.epoch %d: a mixture is one pass (its stop rule sets its steps); use epochs 0 or 1 and start.epoch 0", r.Epochs, r.Start.Epoch)

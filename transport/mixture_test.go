@@ -12,12 +12,15 @@ func TestMixtureTicket(t *testing.T) {
 	const good = `{"version": 1, "global_batch_size": 8, "num_slices": 2, "slices": [0], "last_batch": "drop",
 	  "mixture": {"sources": [{"datasets": ["/d/a/*.parquet"], "weight": 0.7, "rename": {"content": "text"},
 	                           "shuffle": {"enabled": true, "window": 16}, "columns": [{"name": "content"}]},
-	                          {"datasets": ["/d/b/*.parquet"], "weight": 0.3, "seed": 5}],
+	                          {"datasets": ["/d/b/*.parquet"], "weight": 0.3, "seed": 5, "filters": [["lang", "==", "en"]]}],
 	              "stop": {"rule": "first_exhausted"}, "source_column": "source",
 	              "history": [{"from_step": 0, "weights": [1, 0]}], "weights_from": 10}}`
 	r, err := DecodeRequest([]byte(good))
 	if err != nil {
 		t.Fatalf("DecodeRequest(good mixture) = %v", err)
+	}
+	if got := string(r.Mixture.Sources[1].Filters); got != `[["lang", "==", "en"]]` {
+		t.Errorf("mixture.sources[1].filters = %s, want the source's filters as sent", got)
 	}
 	if got := r.AllDatasets(); strings.Join(got, ",") != "/d/a/*.parquet,/d/b/*.parquet" {
 		t.Errorf("AllDatasets() = %v, want both sources' URIs (the roots check)", got)
@@ -35,6 +38,7 @@ func TestMixtureTicket(t *testing.T) {
 		{"history length", `"mixture": {"sources": [{"datasets": ["/a"], "weight": 1}], "stop": {"rule": "all_exhausted"}, "history": [{"from_step": 0, "weights": [1, 2]}], "weights_from": 3},`, "history[0] has 2 weights for 1 sources"},
 		{"weights_from", `"mixture": {"sources": [{"datasets": ["/a"], "weight": 1}], "stop": {"rule": "all_exhausted"}, "history": [{"from_step": 0, "weights": [1]}]},`, "weights_from 0 is not after"},
 		{"elastic", `"elastic": {"from_slices": 1, "epoch": 0, "step": 0}, "mixture": {"sources": [{"datasets": ["/a"], "weight": 1}], "stop": {"rule": "all_exhausted"}},`, "elastic resume of a mixture is not supported"},
+		{"request filters", `"filters": [["id", ">", 3]], "mixture": {"sources": [{"datasets": ["/a"], "weight": 1}], "stop": {"rule": "all_exhausted"}},`, "mixture.sources[i].filters"},
 		{"epochs", `"epochs": 2, "mixture": {"sources": [{"datasets": ["/a"], "weight": 1}], "stop": {"rule": "all_exhausted"}},`, "a mixture is one pass"},
 	} {
 		ticket := `{"version": 1, "global_batch_size": 8, "num_slices": 2, "slices": [0], "last_batch": "drop", ` +

@@ -22,11 +22,11 @@ const planMixtureUsage = `usage: meshfeed plan --mixture SPEC.json --global-batc
 
 Prints the plan of a weighted mixture of datasets from the footers alone: its steps
 (the same on every process) and, per source, its rows, the rows the mixture delivers
-from it and its weight. SPEC.json is a ticket's "mixture" object (docs/PROTOCOL.md,
+from it and its weight (a source's rows are those its filters keep). SPEC.json is a ticket's "mixture" object (docs/PROTOCOL.md,
 "Mixtures"), e.g.
   {"sources": [{"datasets": ["/data/web/*.parquet"], "weight": 0.7},
                {"datasets": ["/data/code/*.parquet"], "weight": 0.3,
-                "rename": {"content": "text"}}],
+                "rename": {"content": "text"}, "filters": [["lang", "==", "en"]]}],
    "stop": {"rule": "first_exhausted"}, "source_column": "source"}
 `
 

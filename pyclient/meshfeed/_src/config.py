@@ -342,6 +342,9 @@ class LoaderConfig:
             uris = [u for src in mixture.sources for u in src._datasets]  # the local server's roots
             if self.columns is not None or self.shuffle is not None:
                 bad("data is a meshfeed.Mixture: give columns and shuffle per meshfeed.Source, not to the Loader")
+            if self.filters is not None:
+                bad("filters with a meshfeed.Mixture: give each meshfeed.Source its own filters=, on its own "
+                    "column names (sources name their columns apart, see rename)")
             if self.num_epochs != 1:
                 bad(f"num_epochs={self.num_epochs!r}: a meshfeed.Mixture is one pass (its stop sets the steps): "
                     "use num_epochs=1 and stop=<steps> for a longer run")

@@ -47,6 +47,14 @@ class Source:
         shuffle: a :class:`meshfeed.Shuffle` for this source, or None for file
             order. Its seed seeds the source's permutations; None derives one
             from the mixture's seed and the source's URIs.
+        filters: keep only this source's rows that match, in
+            pyarrow.parquet's form (as the Loader's ``filters``), on the
+            column names of the source's files (before ``rename``; the
+            columns need not be among those delivered). The source's rows,
+            its epochs and its share of the steps are its kept rows. A filter
+            is part of the source's identity: a state saved with another
+            filter does not resume (with ``reweight=True`` it is another
+            source).
     """
 
     data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
@@ -54,9 +62,11 @@ class Source:
     columns: Sequence[str] | Mapping[str, Any] | None = None
     rename: Mapping[str, str] | None = None
     shuffle: Any = None
+    filters: Sequence[Any] | None = None
 
     def __post_init__(self) -> None:
         from .config import Shuffle, _normalize_uri, _wire_columns
+        from .filters import wire_filters
         problems: list[str] = []
         bad = problems.append
         w = self.weight
@@ -81,8 +91,10 @@ class Source:
         elif len(set(ren.values())) != len(ren):
             bad(f"rename={self.rename!r}: two columns get the same name")
         cols = _wire_columns(self.columns, bad)
+        filt = wire_filters(self.filters, bad)
         if problems:
             raise InvalidRequestError("meshfeed.Source: " + "; ".join(problems))
+        object.__setattr__(self, "_filters", filt)
         object.__setattr__(self, "weight", float(w))
         object.__setattr__(self, "_datasets", tuple(datasets))
         object.__setattr__(self, "_columns", cols)
@@ -90,7 +102,7 @@ class Source:
 
     def identity(self) -> dict[str, Any]:
         """What makes this source the same source in a resumed run: its URIs,
-        columns, rename map and shuffle (not its weight)."""
+        columns, rename map, shuffle and filters (not its weight)."""
         out: dict[str, Any] = {"datasets": list(self._datasets)}  # type: ignore[attr-defined]
         if self._columns is not None:  # type: ignore[attr-defined]
             out["columns"] = [dict(c) for c in self._columns]  # type: ignore[attr-defined]
@@ -99,6 +111,8 @@ class Source:
         if self.shuffle is not None:
             out["shuffle"] = {"enabled": True, "window": self.shuffle.window}
             out["seed"] = self.shuffle.seed
+        if self._filters is not None:  # type: ignore[attr-defined]
+            out["filters"] = [[dict(t) for t in conj] for conj in self._filters]  # type: ignore[attr-defined]
         return out
 
     def to_wire(self, outputs: Sequence[tuple[str, str | None]] | None) -> dict[str, Any]:
@@ -269,7 +283,8 @@ def mixture_from_spec(spec: Mapping[str, Any]) -> Mixture:
 
         {"sources": [{"data": "/data/web/*.parquet", "weight": 0.7,
                       "columns": ["text"], "rename": {"content": "text"},
-                      "shuffle": {"seed": 1, "window": 4096}}, ...],
+                      "shuffle": {"seed": 1, "window": 4096},
+                      "filters": [["lang", "==", "en"]]}, ...],
          "stop": "first_exhausted", "source_column": "source", "seed": 0}
 
     ``stop`` is an int number of steps or a rule name."""
@@ -281,12 +296,13 @@ def mixture_from_spec(spec: Mapping[str, Any]) -> Mixture:
         raise InvalidRequestError(f"mixture spec: unknown keys {sorted(unknown)}")
     srcs = []
     for i, s in enumerate(spec["sources"]):
-        if not isinstance(s, Mapping) or "data" not in s or set(s) - {"data", "weight", "columns", "rename", "shuffle"}:
+        if not isinstance(s, Mapping) or "data" not in s or \
+                set(s) - {"data", "weight", "columns", "rename", "shuffle", "filters"}:
             raise InvalidRequestError(f"mixture spec sources[{i}] {s!r}: want data, and optionally weight, "
-                                      "columns, rename, shuffle ({seed, window})")
+                                      "columns, rename, shuffle ({seed, window}), filters")
         sh = s.get("shuffle")
         srcs.append(Source(s["data"], weight=s.get("weight", 1.0), columns=s.get("columns"), rename=s.get("rename"),
-                           shuffle=Shuffle(**sh) if isinstance(sh, Mapping) else sh))
+                           shuffle=Shuffle(**sh) if isinstance(sh, Mapping) else sh, filters=s.get("filters")))
     return Mixture(srcs, stop=spec.get("stop", "first_exhausted"), source_column=spec.get("source_column"),
                    seed=spec.get("seed", 0))
 
