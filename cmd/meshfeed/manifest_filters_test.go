@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/meshfeed/meshfeed/filter"
+	"github.com/meshfeed/meshfeed/manifest"
+	"github.com/meshfeed/meshfeed/objstore"
+)
+
+// TestManifestFilters: manifest --filters stores each filter's selections
+// (also through --shard parts and merge, byte for byte as a single build);
+// plan --filters then takes them from the manifest (no row group
+// evaluated) and plans what the footers plan; another filter is evaluated.
+func TestManifestFilters(t *testing.T) {
+	dir, _ := planDataset(t, 3000, 3, 250)
+	ctx := context.Background()
+	const f1, f2 = `[["label", "<", 100]]`, `[["id", ">=", 1200]]`
+	def := filepath.Join(dir, "_meshfeed_manifest.parquet")
+	single := filepath.Join(dir, "_single.parquet")
+	if err := runManifest(ctx, []string{"--out", single, "--filters", f1, "--filters", f2, dir}); err != nil {
+		t.Fatal(err)
+	}
+	var parts []string
+	for _, s := range []string{"0/2", "1/2"} {
+		out := filepath.Join(dir, "_part"+s[:1]+".parquet")
+		if err := runManifest(ctx, []string{"--shard", s, "--out", out, "--filters", f1, "--filters", f2, dir}); err != nil {
+			t.Fatalf("manifest --shard %s: %v", s, err)
+		}
+		parts = append(parts, out)
+	}
+	if err := runManifest(ctx, append([]string{"merge", "--out", def}, parts...)); err != nil {
+		t.Fatal(err)
+	}
+	store := objstore.NewLocalStore()
+	a, errA := manifest.Read(ctx, store, single)
+	b, errB := manifest.Read(ctx, store, def)
+	if errA != nil || errB != nil || !reflect.DeepEqual(a.Files, b.Files) {
+		t.Fatalf("merged manifest's files differ from the single build's (%v, %v)", errA, errB)
+	}
+	p1, _ := filter.Parse([]byte(f1))
+	for _, f := range b.Files {
+		v, ok := b.Fact(f.Object(), filter.SelectionFactKind, p1.Canonical())
+		if !ok {
+			t.Fatalf("%s: no stored selection of %s (facts %+v)", f.URI, f1, f.Facts)
+		}
+		fs, err := filter.DecodeFileSelection(v)
+		if err != nil || len(fs.RowGroups) != len(f.RowGroups) {
+			t.Fatalf("%s: stored selection %v (%v), want %d row groups", f.URI, fs, err, len(f.RowGroups))
+		}
+	}
+
+	base := []string{"--json", "--data", dir, "--columns", "id", "--global-batch-size", "8", "--mesh", "data=4", "--batch-axes", "data"}
+	plan := func(filters string, extra ...string) (planJSON, map[string]int64) {
+		out, err := planRunRaw(t, append(append(append([]string(nil), base...), extra...), "--filters", filters)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep planJSON
+		var counts struct {
+			C map[string]int64 `json:"filter_row_groups"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		_ = json.Unmarshal([]byte(out), &counts)
+		return rep, counts.C
+	}
+	for _, f := range []string{f1, f2} {
+		withM, cm := plan(f)
+		without, cf := plan(f, "--manifest", "off")
+		if cm["stored_files"] != 3 || cm["evaluated"] != 0 || cm["pruned"] != 0 {
+			t.Errorf("plan --filters %s from the manifest: counts %v, want the 3 files' selections stored, nothing evaluated", f, cm)
+		}
+		if cf["stored_files"] != 0 {
+			t.Errorf("plan --filters %s from the footers: counts %v", f, cf)
+		}
+		if !reflect.DeepEqual(withM, without) {
+			t.Errorf("plan --filters %s from the stored selections %+v\nfrom the footers %+v", f, withM, without)
+		}
+	}
+	if _, c := plan(`[["label", "<", 99]]`); c["stored_files"] != 0 || c["evaluated"] == 0 {
+		t.Errorf("plan of a filter not stored: counts %v, want it evaluated", c)
+	}
+
+	if err := runManifest(ctx, []string{"--out", single, "--filters", `[["label", "<>", 1]]`, dir}); err == nil || !strings.Contains(err.Error(), "<>") {
+		t.Errorf("manifest --filters with a bad op: %v", err)
+	}
+	if err := runManifest(ctx, []string{"--out", single, "--filters", `[["nope", "==", 1]]`, dir}); err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("manifest --filters on a missing column: %v", err)
+	}
+}
