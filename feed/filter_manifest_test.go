@@ -49,7 +49,7 @@ func (s *readCounter) dataBytes() int64 {
 // writeManifestWithSelections writes dir's manifest, with the selections
 // of each of filters stored as facts (as `meshfeed manifest --filters`
 // does).
-func writeManifestWithSelections(t *testing.T, dir string, filters ...string) {
+func writeManifestWithSelections(t testing.TB, dir string, filters ...string) {
 	t.Helper()
 	ctx := context.Background()
 	store := objstore.NewLocalStore()
