@@ -197,3 +197,38 @@ func TestFilterManifestSelectionsStaleFile(t *testing.T) {
 		t.Errorf("%d files' selections from the manifest, %d computed: want 2 from the manifest", p.FilterStats().Stored.Load(), p.FilterStats().Planned.Load())
 	}
 }
+
+// TestFilterManifestSelectionsPassedOver: a stored selection computed from
+// another version of its file, or one that does not decode, is passed
+// over: the file is evaluated, and the rows are the footers' ones.
+func TestFilterManifestSelectionsPassedOver(t *testing.T) {
+	const stored = `[["label", "<", 100]]`
+	dir := writeDataset(t, filterSpec())
+	req := filterRequest(dir, stored, 2)
+	off := *req
+	off.Manifest = "off"
+	wantInfo, _, _, wantIDs := planAndStream(t, &off)
+	writeManifestWithSelections(t, dir, stored)
+	ctx := context.Background()
+	store := objstore.NewLocalStore()
+	m, err := manifest.Read(ctx, store, manifest.DefaultURI(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Files) != 2 || len(m.Files[0].Facts) != 1 || len(m.Files[1].Facts) != 1 {
+		t.Fatalf("manifest: %d files, want 2 with one fact each", len(m.Files))
+	}
+	m.Files[0].Facts[0].Identity = "s1;m1" // computed from another version
+	v := m.Files[1].Facts[0].Value
+	m.Files[1].Facts[0].Value = v[:len(v)-1] // damaged
+	if err := manifest.Write(ctx, store, manifest.DefaultURI(dir), m); err != nil {
+		t.Fatal(err)
+	}
+	info, fs, _, ids := planAndStream(t, req)
+	if info.Manifest == "" || fs.stored != 0 || fs.planned != 2 {
+		t.Errorf("stale and damaged facts: manifest %q, %d files stored, %d planned: want both evaluated", info.Manifest, fs.stored, fs.planned)
+	}
+	if info.NumRows != wantInfo.NumRows || !slices.EqualFunc(ids, wantIDs, slices.Equal) {
+		t.Errorf("stale and damaged facts: %d rows, want %d (ids equal %v)", info.NumRows, wantInfo.NumRows, slices.EqualFunc(ids, wantIDs, slices.Equal))
+	}
+}
