@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -37,11 +39,14 @@ func TestManifestFilters(t *testing.T) {
 	if err := runManifest(ctx, append([]string{"merge", "--out", def}, parts...)); err != nil {
 		t.Fatal(err)
 	}
-	store := objstore.NewLocalStore()
-	a, errA := manifest.Read(ctx, store, single)
-	b, errB := manifest.Read(ctx, store, def)
-	if errA != nil || errB != nil || !reflect.DeepEqual(a.Files, b.Files) {
-		t.Fatalf("merged manifest's files differ from the single build's (%v, %v)", errA, errB)
+	ab, _ := os.ReadFile(single)
+	bb, _ := os.ReadFile(def)
+	if len(ab) == 0 || !bytes.Equal(ab, bb) {
+		t.Fatalf("merged manifest (%d bytes) differs from the single build (%d bytes)", len(bb), len(ab))
+	}
+	b, err := manifest.Read(ctx, objstore.NewLocalStore(), def)
+	if err != nil {
+		t.Fatal(err)
 	}
 	p1, _ := filter.Parse([]byte(f1))
 	for _, f := range b.Files {
