@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshfeed/meshfeed/filter"
+	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/manifest"
 	"github.com/meshfeed/meshfeed/objstore"
 )
@@ -98,5 +101,31 @@ func TestManifestFilters(t *testing.T) {
 	}
 	if err := runManifest(ctx, []string{"--out", single, "--filters", `[["nope", "==", 1]]`, dir}); err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Errorf("manifest --filters on a missing column: %v", err)
+	}
+}
+
+// TestManifestFiltersChangedFile: a file that changed after the manifest's
+// entries were read is refused by --filters, naming it, not stored.
+func TestManifestFiltersChangedFile(t *testing.T) {
+	dir, _ := planDataset(t, 1000, 2, 250)
+	ctx := context.Background()
+	store := objstore.NewLocalStore()
+	m, err := loader.BuildManifest(ctx, store, []string{dir}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := filepath.Join(dir, "part-00001.parquet")
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(changed, later, later); err != nil {
+		t.Fatal(err)
+	}
+	err = storeSelections(ctx, store, []string{dir}, m, []string{`[["label", "<", 100]]`})
+	if !errors.Is(err, manifest.ErrStale) || !strings.Contains(err.Error(), "part-00001.parquet") {
+		t.Fatalf("--filters over a changed file: %v, want ErrStale naming part-00001.parquet", err)
+	}
+	for _, f := range m.Files {
+		if strings.HasSuffix(f.URI, "part-00001.parquet") && len(f.Facts) != 0 {
+			t.Errorf("a fact was stored for the changed file: %+v", f.Facts)
+		}
 	}
 }
