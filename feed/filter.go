@@ -40,8 +40,8 @@ import (
 // made. Fields are updated atomically.
 type FilterStats struct {
 	// Files whose selection came from the store (Cached) or was computed
-	// (Planned).
-	Cached, Planned atomic.Int64
+	// (Planned); Stored of Cached: from the facts of the dataset's manifest.
+	Cached, Planned, Stored atomic.Int64
 	// RowGroups ruled out by the footers (Pruned; DictPruned of them by a
 	// dictionary page, BloomPruned by a bloom filter), kept whole by them
 	// (Whole), or whose filter columns were decoded and evaluated
@@ -65,29 +65,13 @@ func WithSelectionStore(s filter.Store) Option {
 // selections (same indices; nil: every row), reading filter columns where
 // statistics do not decide.
 func (p *Pipeline) selectRowGroups(ctx context.Context, pred *filter.Predicate, ds *loader.Dataset) ([]loader.RowGroupRef, []*filter.Selection, error) {
-	for _, f := range ds.Files {
-		for _, col := range pred.Columns() {
-			if len(f.Schema.FieldIndices(col)) == 0 {
-				return nil, nil, fmt.Errorf("feed: %w: filters: column %q not found in %s (columns: %s); fix the filter's column name",
-					transport.ErrBadRequest, col, f.Object.URI, schemaNames(f.Schema))
-			}
-		}
+	if err := checkFilterColumns(pred, ds); err != nil {
+		return nil, nil, err
 	}
 	canon := pred.Canonical()
-	fsels := make([]*filter.FileSelection, len(ds.Files))
-	var missing []int
-	for fi, f := range ds.Files {
-		if fs, ok := p.cfg.selections.Get(f.Object.CacheKey(), canon); ok && len(fs.RowGroups) == len(f.RowGroups) {
-			fsels[fi] = fs
-			p.filterStats.Cached.Add(1)
-		} else {
-			missing = append(missing, fi)
-		}
-	}
-	if len(missing) > 0 {
-		if err := p.planSelections(ctx, pred, ds, missing, fsels); err != nil {
-			return nil, nil, err
-		}
+	fsels, err := p.fileSelections(ctx, pred, ds)
+	if err != nil {
+		return nil, nil, err
 	}
 	var refs []loader.RowGroupRef
 	var sels []*filter.Selection
@@ -107,6 +91,19 @@ func (p *Pipeline) selectRowGroups(ctx context.Context, pred *filter.Predicate, 
 			batching.ErrEmptyDataset, canon, len(ds.Files), ds.Files[0].Object.URI)
 	}
 	return refs, sels, nil
+}
+
+// checkFilterColumns refuses a filter on a column some file of ds lacks.
+func checkFilterColumns(pred *filter.Predicate, ds *loader.Dataset) error {
+	for _, f := range ds.Files {
+		for _, col := range pred.Columns() {
+			if len(f.Schema.FieldIndices(col)) == 0 {
+				return fmt.Errorf("feed: %w: filters: column %q not found in %s (columns: %s); fix the filter's column name",
+					transport.ErrBadRequest, col, f.Object.URI, schemaNames(f.Schema))
+			}
+		}
+	}
+	return nil
 }
 
 func schemaNames(s *arrow.Schema) string {
@@ -276,6 +273,9 @@ type FilterCounts struct {
 	BloomPruned int64 `json:"bloom_pruned"`      // of Pruned, by a bloom filter
 	Whole       int64 `json:"whole"`
 	Evaluated   int64 `json:"evaluated"`
+	// Stored is the files whose selection the dataset's manifest held
+	// (meshfeed manifest --filters): their row groups are not counted above.
+	Stored int64 `json:"stored_files,omitempty"`
 }
 
 // FilterRowGroups returns the row groups of ds that the filters (the
@@ -302,6 +302,5 @@ func FilterRowGroups(ctx context.Context, ds *loader.Dataset, filters []byte) ([
 			refs[i].Rows = s.Count()
 		}
 	}
-	fs := &p.filterStats
-	return refs, FilterCounts{Pruned: fs.Pruned.Load(), DictPruned: fs.DictPruned.Load(), BloomPruned: fs.BloomPruned.Load(), Whole: fs.Whole.Load(), Evaluated: fs.Evaluated.Load()}, nil
+	return refs, p.filterStats.counts(), nil
 }

@@ -19,7 +19,8 @@
 // may match; Eval, on the decoded filter columns of a row group, says exactly
 // which rows match, as a Selection (sorted runs of physical rows). Selections
 // are cached per file and predicate behind the Store interface (an LRU in
-// memory by default).
+// memory by default), and stored in a dataset's manifest as facts of kind
+// SelectionFactKind (EncodeFileSelection, DecodeFileSelection).
 //
 // # Caveats
 //

@@ -93,6 +93,7 @@ type Dataset struct {
 	cfg      config
 	decoders []format.Decoder
 	plan     PlanInfo
+	facts    factSource // the manifest planned from (Fact); nil: footers
 }
 
 // Open matches patterns on store, reads every footer (concurrently, bounded,

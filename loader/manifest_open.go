@@ -218,7 +218,7 @@ func datasetFromManifest(store objstore.Store, m *manifest.Manifest, muri string
 		}
 		files[i] = f
 	}
-	ds := &Dataset{Files: files, store: store, cfg: cfg}
+	ds := &Dataset{Files: files, store: store, cfg: cfg, facts: m}
 	if err := ds.project(); err != nil {
 		return nil, err
 	}

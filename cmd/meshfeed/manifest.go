@@ -13,7 +13,7 @@ import (
 	"github.com/meshfeed/meshfeed/objstore"
 )
 
-const manifestUsage = `usage: meshfeed manifest [--out URI] [--shard i/n] URI...
+const manifestUsage = `usage: meshfeed manifest [--out URI] [--shard i/n] [--filters JSON ...] URI...
        meshfeed manifest merge --out URI PART...
 
 Writes the manifest of the dataset the URIs (files, directories or globs,
@@ -26,6 +26,11 @@ With --shard i/n this process reads only every n-th file from the i-th on
 and writes a part (default --out: _meshfeed_manifest.part-i-of-n.parquet in
 the dataset's directory); "meshfeed manifest merge --out URI PART..." joins
 the n parts into the manifest a single process would have written.
+
+Each --filters (pyarrow.parquet's filters in JSON, as meshfeed plan takes
+them; repeatable) is evaluated once on every file and its selections stored
+in the manifest, so that a request with that filter plans from the manifest
+without reading the filter columns.
 `
 
 // runManifest writes a manifest, a part of one, or merges parts.
@@ -36,6 +41,8 @@ func runManifest(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("manifest", flag.ContinueOnError)
 	out := fs.String("out", "", "where to write the manifest (default: beside the data)")
 	shardSpec := fs.String("shard", "", "i/n: build part i of n (0 <= i < n)")
+	var filters []string
+	fs.Func("filters", "a filter (JSON) whose selections to store; repeatable", filterFlag(&filters))
 	fs.Usage = func() { fmt.Fprint(fs.Output(), manifestUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -70,6 +77,9 @@ func runManifest(ctx context.Context, args []string) error {
 	start := time.Now()
 	m, err := loader.BuildManifest(ctx, store, fs.Args(), shard, of)
 	if err != nil {
+		return err
+	}
+	if err := storeSelections(ctx, store, fs.Args(), m, filters); err != nil {
 		return err
 	}
 	if err := manifest.Write(ctx, store, uri, m); err != nil {

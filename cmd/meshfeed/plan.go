@@ -514,6 +514,9 @@ func printPlanTable(out io.Writer, rep planReport) error {
 	if c := rep.FilterRowGroups; c != nil {
 		fmt.Fprintf(w, "filters\t%s: row groups ruled out by the footers %d (by dictionary pages %d, by bloom filters %d), kept whole by them %d, read and evaluated %d\n",
 			rep.Filters, c.Pruned, c.DictPruned, c.BloomPruned, c.Whole, c.Evaluated)
+		if c.Stored > 0 {
+			fmt.Fprintf(w, "filters	selections of %d files stored in the manifest (not counted above)\n", c.Stored)
+		}
 	}
 	fmt.Fprintf(w, "\nepoch %d, per process:\n", rep.Epoch)
 	fmt.Fprintln(w, "PROCESS\tDEVICES\tSLICES\tSTEPS\tSTREAM ROWS\tROW GROUPS\tBYTES")

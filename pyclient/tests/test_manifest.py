@@ -83,3 +83,60 @@ def test_manifest_config_in_the_ticket():
     assert auto.fingerprint(1, plan) == off.fingerprint(1, plan) == named.fingerprint(1, plan)
     with pytest.raises(meshfeed.InvalidRequestError, match="manifest="):
         meshfeed.LoaderConfig(manifest=3, **kw)
+
+
+def _uvarints(buf: bytes):
+    """The unsigned LEB128 varints of buf, in order."""
+    out, v, shift = [], 0, 0
+    for b in buf:
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            out.append(v)
+            v, shift = 0, 0
+    assert shift == 0, "truncated varint"
+    return out
+
+
+def _kept_rows(value: bytes):
+    """The kept row numbers of each row group of a stored selection
+    (filter-selection/v1: row groups; per row group rows, runs, then each
+    run as gap from the previous run's end and length)."""
+    vals = iter(_uvarints(value))
+    groups = []
+    for _ in range(next(vals)):
+        rows, runs, prev, kept = next(vals), next(vals), 0, []
+        for _ in range(runs):
+            lo = prev + next(vals)
+            hi = lo + next(vals)
+            assert hi <= rows
+            kept.extend(range(lo, hi))
+            prev = hi
+        groups.append(kept)
+    assert next(vals, None) is None
+    return groups
+
+
+def test_manifest_stores_filter_selections(binary, dataset, tmp_path):
+    """manifest --filters stores, per file, exactly the rows
+    pyarrow.parquet.read_table(filters=...) keeps, readable with pyarrow."""
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    for f in sorted(dataset.glob("*.parquet")):
+        (ds / f.name).write_bytes(f.read_bytes())
+    filters = [("label", "<", 100)]
+    subprocess.run([binary, "manifest", "--filters", json.dumps([list(t) for t in filters]), str(ds)],
+                   check=True, capture_output=True)
+    rows = pq.read_table(ds / "_meshfeed_manifest.parquet").to_pylist()
+    assert rows
+    for r in rows:
+        facts = [f for f in r["facts"] if f["kind"] == "filter-selection/v1"]
+        assert len(facts) == 1 and "label" in facts[0]["key"]
+        groups = _kept_rows(facts[0]["value"])
+        md = pq.read_metadata(ds / r["uri"])
+        assert len(groups) == md.num_row_groups
+        offsets = np.cumsum([0] + [md.row_group(i).num_rows for i in range(md.num_row_groups)])
+        stored = [int(offsets[i]) + k for i, g in enumerate(groups) for k in g]
+        ids = pq.read_table(ds / r["uri"], columns=["id"])["id"].to_pylist()
+        want = pq.read_table(ds / r["uri"], columns=["id"], filters=filters)["id"].to_pylist()
+        assert [ids[k] for k in stored] == want
