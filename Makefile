@@ -48,13 +48,18 @@ go-test:
 # Azurite (npm), the Azure Blob Storage emulator the Go tests start on loopback
 # (objstoretest.Azurite), installed pinned into .azurite/ (git-ignored); the stamp
 # names the version, so changing the pin reinstalls. Needs node and npm.
+# The whole dependency tree is pinned by the lock file beside the harness (npm ci installs
+# exactly it, integrity-checked; no download addresses are recorded, npm's registry serves).
 AZURITE_VERSION := 3.37.0
 AZURITE_DIR := .azurite
+AZURITE_LOCK := objstore/objstoretest/azurite
 azurite-setup: $(AZURITE_DIR)/.stamp-$(AZURITE_VERSION)
-$(AZURITE_DIR)/.stamp-$(AZURITE_VERSION):
+$(AZURITE_DIR)/.stamp-$(AZURITE_VERSION): $(AZURITE_LOCK)/package.json $(AZURITE_LOCK)/package-lock.json
+	grep -q '"azurite": "$(AZURITE_VERSION)"' $(AZURITE_LOCK)/package.json
 	rm -rf $(AZURITE_DIR)
 	mkdir -p $(AZURITE_DIR)
-	npm install --prefix $(AZURITE_DIR) --no-audit --no-fund --ignore-scripts --save-exact azurite@$(AZURITE_VERSION)
+	cp $(AZURITE_LOCK)/package.json $(AZURITE_LOCK)/package-lock.json $(AZURITE_DIR)/
+	npm ci --prefix $(AZURITE_DIR) --no-audit --no-fund --ignore-scripts
 	touch $@
 go-test: azurite-setup
 .PHONY: azurite-setup
