@@ -46,12 +46,17 @@ var (
 // emulator (stopped at the end of the benchmark) and returns its base URL, a
 // store that writes to it directly, and open, which returns a store reading
 // through endpoint (a proxy in front of the emulator). root is where the
-// dataset is written. HTTPS is not among them: it cannot list, and its URLs
-// name the server, so a front in between would change every URI.
+// dataset is written.
 type remoteStore struct {
 	name  string
 	root  string
 	start func(b *testing.B) (upstream string, writer objstore.Store, open func(endpoint string) objstore.Store)
+	// uris, when set, names the files as read through the front at base
+	// (a store that cannot list); nil reads root's *.parquet.
+	uris func(b *testing.B, base string) []string
+	// dir, when set, is where the dataset is written instead of root
+	// (known once start ran).
+	dir func() string
 }
 
 var remoteStores = []remoteStore{
@@ -70,6 +75,32 @@ var remoteStores = []remoteStore{
 			return objstoretest.NewAzureStoreAt(b, endpoint+"/"+objstoretest.AzuriteAccount)
 		}
 	}},
+	httpsStore(),
+}
+
+// httpsStore is the https:// entry: a FakeHTTP serving a directory (over
+// loopback http, which the store allows), the dataset written to that
+// directory on local disk, and its files named one by one as URLs of the
+// front (HTTP has no listing).
+func httpsStore() remoteStore {
+	var dir string
+	return remoteStore{name: "https",
+		start: func(b *testing.B) (string, objstore.Store, func(string) objstore.Store) {
+			fake := objstoretest.NewFakeHTTP(b, false)
+			dir = fake.Dir
+			return fake.URL, objstore.NewLocalStore(), func(string) objstore.Store { return objstore.NewHTTPSStore() }
+		},
+		dir: func() string { return dir },
+		uris: func(b *testing.B, base string) []string {
+			names, err := filepath.Glob(filepath.Join(dir, "*.parquet"))
+			if err != nil || len(names) == 0 {
+				b.Fatalf("https: the dataset's files in %s: %v (%d found)", dir, err, len(names))
+			}
+			for i, n := range names {
+				names[i] = base + "/" + filepath.Base(n)
+			}
+			return names
+		}}
 }
 
 // latencySpec is the dataset: 64 MiB of float32 features in 16 files of
@@ -91,7 +122,11 @@ func benchLatency(b *testing.B, rs remoteStore) {
 	ctx := context.Background()
 	upstream, writer, open := rs.start(b)
 	spec := latencySpec()
-	if _, err := datagen.Write(ctx, writer.(objstore.Creator), rs.root, spec); err != nil {
+	root := rs.root
+	if rs.dir != nil { // the dataset goes where the server serves it from
+		root = rs.dir()
+	}
+	if _, err := datagen.Write(ctx, writer.(objstore.Creator), root, spec); err != nil {
 		b.Fatal(err)
 	}
 	local := b.TempDir()
@@ -100,7 +135,10 @@ func benchLatency(b *testing.B, rs remoteStore) {
 	}
 	front := objstoretest.NewLatencyFront(b, upstream, *latencyFlag, *bandwidthFlag)
 	remote := open(front.URL())
-	glob := rs.root + "/*.parquet"
+	glob := []string{rs.root + "/*.parquet"}
+	if rs.uris != nil {
+		glob = rs.uris(b, front.URL())
+	}
 	b.Logf("%s: latency %v, bandwidth %.0f MiB/s", rs.name, *latencyFlag, float64(*bandwidthFlag)/(1<<20))
 
 	workers := []loader.ReaderOption{loader.WithReaderReadsInFlight(1)} // taken as the decode workers
@@ -141,7 +179,7 @@ func benchLatency(b *testing.B, rs remoteStore) {
 		b.ReportMetric(float64(front.Requests()-before)/float64(b.N), "requests/op")
 	})
 	b.Run("local", func(b *testing.B) {
-		readThrough(b, objstore.NewLocalStore(), filepath.Join(local, "*.parquet"), nil)
+		readThrough(b, objstore.NewLocalStore(), []string{filepath.Join(local, "*.parquet")}, nil)
 	})
 }
 
@@ -161,9 +199,9 @@ func (r *rate) report(b *testing.B) {
 
 // rawRanges reads every object of glob in ranged reads of 1 MiB, 64 at a
 // time, with no loader: what the store and the front deliver at most.
-func rawRanges(b *testing.B, store objstore.Store, glob string) {
+func rawRanges(b *testing.B, store objstore.Store, glob []string) {
 	ctx := context.Background()
-	objs, err := objstore.Match(ctx, store, []string{glob})
+	objs, err := objstore.Match(ctx, store, glob)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -211,7 +249,7 @@ func rawRanges(b *testing.B, store objstore.Store, glob string) {
 }
 
 // readThrough reads the dataset b.N times and reports the rate.
-func readThrough(b *testing.B, store objstore.Store, glob string, opts []loader.ReaderOption) {
+func readThrough(b *testing.B, store objstore.Store, glob []string, opts []loader.ReaderOption) {
 	var rate rate
 	for range b.N {
 		rate.add(readOnce(b, store, glob, opts))
@@ -222,10 +260,10 @@ func readThrough(b *testing.B, store objstore.Store, glob string, opts []loader.
 // readOnce opens the dataset (untimed: footers) and reads every row group
 // with the reader's defaults (read-ahead, decode workers) and opts. It
 // returns the bytes the loader fetched and the seconds reading took.
-func readOnce(b *testing.B, store objstore.Store, glob string, opts []loader.ReaderOption) (float64, float64) {
+func readOnce(b *testing.B, store objstore.Store, glob []string, opts []loader.ReaderOption) (float64, float64) {
 	ctx := context.Background()
 	b.StopTimer()
-	ds, err := loader.Open(ctx, store, []string{glob}, loader.WithFooterCache(nil))
+	ds, err := loader.Open(ctx, store, glob, loader.WithFooterCache(nil))
 	if err != nil {
 		b.Fatal(err)
 	}
