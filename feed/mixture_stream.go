@@ -147,22 +147,7 @@ func (s *mixStream) Schema() *arrow.Schema { return s.mp.schema }
 
 // Next implements transport.Stream.
 func (s *mixStream) Next(ctx context.Context) (transport.Step, error) {
-	if s.closed {
-		return transport.Step{}, errors.New("feed: Next after Close")
-	}
-	if err := ctx.Err(); err != nil {
-		return transport.Step{}, err
-	}
-	stop := context.AfterFunc(ctx, s.cancel)
-	defer stop()
-	step, err := s.next()
-	if err != nil {
-		if cerr := ctx.Err(); cerr != nil {
-			return transport.Step{}, cerr
-		}
-		return transport.Step{}, err
-	}
-	return step, nil
+	return nextUnder(ctx, s.closed, s.cancel, s.next)
 }
 
 func (s *mixStream) next() (transport.Step, error) {

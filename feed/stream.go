@@ -171,15 +171,22 @@ func closeSlices(scs []*sliceCut) {
 // Next implements transport.Stream: the step's slices, one record per
 // requested slice in slice order.
 func (s *pipelineStream) Next(ctx context.Context) (transport.Step, error) {
-	if s.closed {
+	return nextUnder(ctx, s.closed, s.cancel, s.next)
+}
+
+// nextUnder runs next, the step of a stream, under ctx: an error after
+// Close, ctx's error when it is done before or during next (cancel, the
+// stream's own cancellation, runs when ctx ends), else next's result.
+func nextUnder(ctx context.Context, closed bool, cancel func(), next func() (transport.Step, error)) (transport.Step, error) {
+	if closed {
 		return transport.Step{}, errors.New("feed: Next after Close")
 	}
 	if err := ctx.Err(); err != nil {
 		return transport.Step{}, err
 	}
-	stop := context.AfterFunc(ctx, s.cancel)
+	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
-	step, err := s.next()
+	step, err := next()
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return transport.Step{}, cerr
