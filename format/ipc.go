@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -84,6 +85,13 @@ func ReadIPCFooter(ctx context.Context, src Source, o Options) (ft Footer, err e
 	if err := checkFooterFB(fb); err != nil {
 		return nil, bad("%v", err)
 	}
+	// arrow-go's reader would read dictionary batches from outside the footer
+	// region: refuse them here, by name.
+	if names, found := ipcDictionaryFields(fb); found {
+		return nil, fmt.Errorf("format: %s: dictionary-encoded Arrow IPC columns %s: %w; "+
+			"cast them to their value type before writing (pyarrow: table.cast with the dictionary's value type), "+
+			"or write Parquet, whose dictionary encoding meshfeed reads", obj.URI, strings.Join(names, ", "), ErrUnsupported)
+	}
 	// Schema: let arrow-go parse the footer's schema by handing it the whole
 	// footer region through a ReaderAt that serves only the trailer.
 	region := append(append([]byte(nil), fb...), tail[len(tail)-trailer:]...)
@@ -95,9 +103,6 @@ func ReadIPCFooter(ctx context.Context, src Source, o Options) (ft Footer, err e
 		return nil, bad("%v", err)
 	}
 	sch := fr.Schema()
-	if fr.NumDictionaries() > 0 {
-		return nil, fmt.Errorf("format: %s: dictionary-encoded Arrow IPC columns: %w; write the file without dictionaries", obj.URI, ErrUnsupported)
-	}
 	fr.Close()
 
 	blocks, err := ipcBlocks(fb)
@@ -185,6 +190,61 @@ func ipcBlocks(fb []byte) ([]ipcBlock, error) {
 		}
 	}
 	return out, nil
+}
+
+// ipcDictionaryFields reports whether the footer fb lists dictionary batches
+// or its schema has a dictionary-encoded field, with the names of the top-level
+// fields that are (quoted; "a nested field" when only a child is). Footer:
+// schema is field 1, dictionaries field 2; Schema.fields is field 1; Field:
+// name 0, dictionary 4, children 5. The footer was checked (checkFooterFB).
+func ipcDictionaryFields(fb []byte) (names []string, found bool) {
+	var ft flatbuffers.Table
+	ft.Bytes, ft.Pos = fb, flatbuffers.GetUOffsetT(fb)
+	if o := flatbuffers.UOffsetT(ft.Offset(4 + 2*2)); o != 0 && ft.VectorLen(o) > 0 {
+		found = true
+	}
+	o := flatbuffers.UOffsetT(ft.Offset(4 + 2*1))
+	if o == 0 {
+		return names, found
+	}
+	var sch flatbuffers.Table
+	sch.Bytes, sch.Pos = fb, ft.Indirect(o+ft.Pos)
+	var nested func(f flatbuffers.Table) bool
+	nested = func(f flatbuffers.Table) bool {
+		if f.Offset(4+2*4) != 0 {
+			return true
+		}
+		co := flatbuffers.UOffsetT(f.Offset(4 + 2*5))
+		if co == 0 {
+			return false
+		}
+		for i := 0; i < f.VectorLen(co); i++ {
+			var c flatbuffers.Table
+			c.Bytes, c.Pos = fb, f.Indirect(f.Vector(co)+flatbuffers.UOffsetT(i*4))
+			if nested(c) {
+				return true
+			}
+		}
+		return false
+	}
+	fo := flatbuffers.UOffsetT(sch.Offset(4 + 2*1))
+	if fo == 0 {
+		return names, found
+	}
+	for i := 0; i < sch.VectorLen(fo); i++ {
+		var f flatbuffers.Table
+		f.Bytes, f.Pos = fb, sch.Indirect(sch.Vector(fo)+flatbuffers.UOffsetT(i*4))
+		if !nested(f) {
+			continue
+		}
+		found = true
+		if no := flatbuffers.UOffsetT(f.Offset(4)); no != 0 {
+			names = append(names, fmt.Sprintf("%q", f.String(no+f.Pos)))
+		} else {
+			names = append(names, "a nested field")
+		}
+	}
+	return names, found
 }
 
 // ipcBatchRows reads RecordBatch.length from an encapsulated message:
