@@ -145,7 +145,12 @@ class Loader:
             re-split over this loader's slices, every row not yet delivered
             exactly once, then the plain plan from the next epoch on (see
             docs/CONTRACT-elastic.md). Off by default, so that a changed
-            sharding is not taken for the same run by mistake.
+            sharding is not taken for the same run by mistake. With a
+            :class:`meshfeed.Mixture`, each source's rows of the epochs it had
+            begun that were not yet delivered are re-split over the new slices
+            and the steps are recomputed (``steps_per_epoch``); a mixture
+            changes its degree once (a state saved after the switch resumes
+            with the new degree only). Combines with ``reweight``.
         reweight: with ``data`` a :class:`meshfeed.Mixture`, resume ``state``
             although its mixture had other weights, or sources this one adds or
             drops: each source continues from its saved position and these

@@ -155,7 +155,9 @@ class Mixture:
     A mixture is one pass (``num_epochs=1``). ``Loader(state=...,
     reweight=True)`` resumes a state with changed weights, or sources added
     or removed: sources continue from their saved positions and the new
-    weights apply from the resume step on.
+    weights apply from the resume step on. ``elastic=True`` resumes a state
+    on a mesh of another data-parallel degree (docs/CONTRACT-elastic.md,
+    "Mixtures").
     """
 
     sources: Sequence[Source]
