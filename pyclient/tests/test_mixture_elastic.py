@@ -87,6 +87,11 @@ def test_mixture_elastic_4_to_8(mix_server, sources):  # noqa: F811
         after += [_rows(b, sources, 8) for b in it]
     assert len(after) == steps - k > 0
     assert mid["elastic"] == {"from_slices": 4, "epoch": 0, "step": k}
+    # The state's positions after the switch: rows per old slice up to k, plus
+    # rows per new slice since (every slice alike).
+    for i in range(3):
+        assert all(mid["mixture"]["positions"][i] == pos[i] + sum(1 for st in after[:2] for r in st[d] if r[0] == i)
+                   for d in range(8)), (i, mid["mixture"])
 
     for i in range(3):
         # The contract: the rest of each old slice's first epoch, slice after
