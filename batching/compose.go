@@ -49,11 +49,12 @@ type WeightSpan struct {
 	Weights  []float64
 }
 
-// qspan is a WeightSpan with quantized weights.
+// qspan is a WeightSpan with quantized weights and its slice rows.
 type qspan struct {
 	from  int
 	u     []uint64
 	total uint64
+	b     int64
 }
 
 // QuantizeWeights checks weights (finite, >= 0, not all 0) and returns them
@@ -132,8 +133,8 @@ func decimalWeights(weights []float64) ([]uint64, bool) {
 // function of the slice rows b, the weight spans and the step. It is
 // immutable and safe for concurrent use; a Walker walks it.
 type Composition struct {
-	b     int64
-	n     int // sources
+	b     int64 // of the last span
+	n     int   // sources
 	spans []qspan
 }
 
@@ -142,13 +143,27 @@ type Composition struct {
 // same number in every span) and is valid for QuantizeWeights. Errors wrap
 // ErrInvalidWeights.
 func NewComposition(sliceRows int, spans []WeightSpan) (*Composition, error) {
-	if sliceRows <= 0 || sliceRows > MaxGlobalBatch {
-		return nil, fmt.Errorf("%w: slice rows b=%d, must be in [1, %d]", ErrInvalidConfig, sliceRows, MaxGlobalBatch)
+	return NewSwitchedComposition(sliceRows, sliceRows, 0, spans)
+}
+
+// NewSwitchedComposition is NewComposition for a run whose slices had
+// rowsBefore rows before step at and have rowsFrom rows from step at on (an
+// elastic switch of the data-parallel degree, B unchanged): a span starts
+// at step at (with the weights of the span that holds it), so that its
+// quotas count the rows per slice from there, as a reweighting's do.
+func NewSwitchedComposition(rowsBefore, rowsFrom, at int, spans []WeightSpan) (*Composition, error) {
+	for _, b := range []int{rowsBefore, rowsFrom} {
+		if b <= 0 || b > MaxGlobalBatch {
+			return nil, fmt.Errorf("%w: slice rows b=%d, must be in [1, %d]", ErrInvalidConfig, b, MaxGlobalBatch)
+		}
+	}
+	if at < 0 {
+		return nil, fmt.Errorf("%w: switch at step %d", ErrInvalidConfig, at)
 	}
 	if len(spans) == 0 {
 		return nil, fmt.Errorf("%w: no weights", ErrInvalidWeights)
 	}
-	c := &Composition{b: int64(sliceRows), n: len(spans[0].Weights)}
+	c := &Composition{b: int64(rowsFrom), n: len(spans[0].Weights)}
 	for j, s := range spans {
 		switch {
 		case j == 0 && s.FromStep != 0:
@@ -169,7 +184,14 @@ func NewComposition(sliceRows int, spans []WeightSpan) (*Composition, error) {
 		for _, v := range u {
 			total += v
 		}
-		c.spans = append(c.spans, qspan{from: s.FromStep, u: u, total: total})
+		sp := qspan{from: s.FromStep, u: u, total: total, b: int64(rowsFrom)}
+		if s.FromStep < at {
+			sp.b = int64(rowsBefore)
+		}
+		c.spans = append(c.spans, sp)
+		if at > s.FromStep && (j+1 == len(spans) || spans[j+1].FromStep > at) {
+			c.spans = append(c.spans, qspan{from: at, u: u, total: total, b: int64(rowsFrom)})
+		}
 	}
 	return c, nil
 }
@@ -177,7 +199,7 @@ func NewComposition(sliceRows int, spans []WeightSpan) (*Composition, error) {
 // Sources returns the number of sources.
 func (c *Composition) Sources() int { return c.n }
 
-// SliceRows returns b.
+// SliceRows returns b (of the last span: after a switch, the new slices').
 func (c *Composition) SliceRows() int { return int(c.b) }
 
 // Weight reports whether source i has a positive weight in the span that
@@ -233,8 +255,8 @@ func (w *Walker) Next(counts []int64) error {
 	}
 	sp := &c.spans[w.span]
 	k := uint64(w.step-sp.from) + 1 // steps of the span at the end of this one
-	rows := k * uint64(c.b)
-	left := c.b
+	rows := k * uint64(sp.b)
+	left := sp.b
 	w.order = w.order[:0]
 	for i, u := range sp.u {
 		hi, lo := bits.Mul64(rows, u)
@@ -247,7 +269,7 @@ func (w *Walker) Next(counts []int64) error {
 			// Row fl+1 of the span is released and not due: due at the
 			// first k' with k'*b*u >= (fl+1)*U.
 			dh, dl := bits.Mul64(fl+1, sp.total)
-			den := uint64(c.b) * u
+			den := uint64(sp.b) * u
 			q, r := bits.Div64(dh, dl, den)
 			if r != 0 {
 				q++

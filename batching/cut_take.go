@@ -48,15 +48,24 @@ func (c *Cutter) Take(n int64) (rec arrow.RecordBatch, ok bool, err error) {
 
 // SourceCursor reads one stream (slice d) of a mixture source as one
 // unbounded sequence: epoch 0's stream d, then epoch 1's, ... (each epoch
-// its own row group order and shuffle windows). It owns one Cutter at a
-// time, for the epoch it is in. It is not safe for concurrent use.
+// its own row group order and shuffle windows). After an elastic switch
+// (Mixture.NewCursor) the sequence starts with the source's remainder
+// stream d, pieces of the streams of the plan before the switch, and
+// continues with the plan's epochs from the first one no old slice had
+// begun. It owns one Cutter at a time, for the epoch or piece it is in. It
+// is not safe for concurrent use.
 type SourceCursor struct {
 	plan  *Plan
 	d     int
 	mem   memory.Allocator
 	opts  []CutterOption
-	epoch int
+	epoch int // of plan, once past the remainder
 	cut   *Cutter
+	phase int
+
+	old   *Plan      // the plan before the switch, whose streams pre names
+	pre   []remPiece // remainder pieces not yet read; pre[0] is cut's while inPre
+	inPre bool
 }
 
 // NewSourceCursor returns a cursor at row pos of the sequence of stream d
@@ -66,42 +75,110 @@ func NewSourceCursor(plan *Plan, d int, pos int64, mem memory.Allocator, opts ..
 	if plan == nil || d < 0 || d >= plan.cfg.D || plan.lens[d] == 0 || pos < 0 {
 		return nil, fmt.Errorf("%w: source cursor at row %d of stream %d", ErrInvalidPosition, pos, d)
 	}
-	l := plan.lens[d]
-	s := &SourceCursor{plan: plan, d: d, mem: mem, opts: opts, epoch: int(pos / l)}
-	cut, err := NewCutter(plan, s.epoch, d, int(pos%l), mem, opts...)
-	if err != nil {
+	s := &SourceCursor{plan: plan, d: d, mem: mem, opts: opts}
+	if err := s.openEpoch(pos); err != nil {
 		return nil, err
 	}
-	s.cut = cut
 	return s, nil
 }
 
-// Epoch returns the source epoch the cursor reads.
+// newRemainderCursor returns a cursor of new stream d of a source with
+// remainder r, at row p of its sequence counted from the switch.
+func newRemainderCursor(plan *Plan, r *sourceRemainder, d int, p int64, mem memory.Allocator, opts ...CutterOption) (*SourceCursor, error) {
+	s := &SourceCursor{plan: plan, d: d, mem: mem, opts: opts, old: r.old, epoch: r.next}
+	var err error
+	if p < r.lens[d] {
+		s.pre = r.piecesOf(d, p)
+		err = s.openPiece()
+	} else {
+		err = s.openEpoch(int64(r.next)*plan.lens[d] + p - r.lens[d])
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// openEpoch opens the cutter of the plan's epoch holding row pos of the
+// plain sequence.
+func (s *SourceCursor) openEpoch(pos int64) error {
+	l := s.plan.lens[s.d]
+	s.epoch = int(pos / l)
+	cut, err := NewCutter(s.plan, s.epoch, s.d, int(pos%l), s.mem, s.opts...)
+	s.cut = cut
+	return err
+}
+
+// openPiece opens the cutter of pre[0], reading no further than it needs.
+func (s *SourceCursor) openPiece() error {
+	pc := s.pre[0]
+	cut, err := NewCutter(s.old, pc.epoch, pc.stream, int(pc.from), s.mem, s.opts...)
+	if err != nil {
+		return err
+	}
+	cut.end = min(cut.end, s.old.readEndAt(pc.stream, pc.to))
+	s.cut, s.inPre = cut, true
+	return nil
+}
+
+// Epoch returns the source epoch of the plan the cursor reads (while it
+// reads an elastic remainder: the first epoch it reads after it).
 func (s *SourceCursor) Epoch() int { return s.epoch }
 
-// Cutter returns the cutter of the current epoch: push what its Wants
-// names (Reads lists its row ranges) when Take returns ok=false.
+// Phase counts the cutters the cursor has moved on to: it changes when
+// the cursor starts another epoch or another piece of an elastic remainder
+// (then Cutter is another cutter, whose reads start anew).
+func (s *SourceCursor) Phase() int { return s.phase }
+
+// Cutter returns the cutter of the current epoch or piece: push what its
+// Wants names (Reads lists its row ranges) when Take returns ok=false.
 func (s *SourceCursor) Cutter() *Cutter { return s.cut }
 
-// Take returns the next rows of the sequence, at most n (n >= 1): fewer
-// when the current epoch's stream ends first (call again for the rest, from
-// the next epoch; Epoch then says which, and Cutter is its cutter), or,
-// with no shuffle window, when the pushed record holding the first row
-// ends first (so that the rows are a view of it, not a copy). ok is
-// false when the cutter needs input (Cutter().Wants). The record belongs to
-// the caller.
-func (s *SourceCursor) Take(n int64) (arrow.RecordBatch, bool, error) {
-	l := s.plan.lens[s.d]
-	if int64(s.cut.step) >= l {
-		s.cut.Release()
-		s.epoch++
-		cut, err := NewCutter(s.plan, s.epoch, s.d, 0, s.mem, s.opts...)
-		if err != nil {
-			return nil, false, err
-		}
-		s.cut = cut
+// end returns the stream row where the current cutter's rows end.
+func (s *SourceCursor) end() int64 {
+	if s.inPre {
+		return s.pre[0].to
 	}
-	n = min(n, l-int64(s.cut.step))
+	return s.plan.lens[s.d]
+}
+
+// advance moves to the next piece or epoch when the current cutter is
+// done.
+func (s *SourceCursor) advance() error {
+	if int64(s.cut.step) < s.end() {
+		return nil
+	}
+	s.cut.Release()
+	s.cut = nil
+	s.phase++
+	if s.inPre {
+		s.pre = s.pre[1:]
+		if len(s.pre) > 0 {
+			return s.openPiece()
+		}
+		s.inPre = false
+	} else {
+		s.epoch++
+	}
+	cut, err := NewCutter(s.plan, s.epoch, s.d, 0, s.mem, s.opts...)
+	s.cut = cut
+	return err
+}
+
+// Take returns the next rows of the sequence, at most n (n >= 1): fewer
+// when the current epoch's stream (or remainder piece) ends first (call
+// again for the rest; Cutter is then the next one's cutter), or, with no
+// shuffle window, when the pushed record holding the first row ends first
+// (so that the rows are a view of it, not a copy). ok is false when the
+// cutter needs input (Cutter().Wants). The record belongs to the caller.
+func (s *SourceCursor) Take(n int64) (arrow.RecordBatch, bool, error) {
+	if s.cut == nil {
+		return nil, false, fmt.Errorf("%w: source cursor of stream %d has no cutter (an earlier error)", ErrInvalidPosition, s.d)
+	}
+	if err := s.advance(); err != nil {
+		return nil, false, err
+	}
+	n = min(n, s.end()-int64(s.cut.step))
 	if e := s.cut.pieceEnd(int64(s.cut.step)); s.cut.w == 0 && e > 0 {
 		n = min(n, e-int64(s.cut.step)) // a view of one pushed record, not a copy
 	}
@@ -121,5 +198,6 @@ func (c *Cutter) pieceEnd(r int64) int64 {
 func (s *SourceCursor) Release() {
 	if s.cut != nil {
 		s.cut.Release()
+		s.cut = nil
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
 )
 
@@ -63,6 +64,11 @@ type MixtureConfig struct {
 	NumSteps int
 	// Spans are the weights, from step 0 on (several after a reweighting).
 	Spans []WeightSpan
+	// Elastic, when set, says that steps [0, Elastic.Step) ran with
+	// Elastic.FromD slices (Epoch 0; docs/CONTRACT-elastic.md, "Mixtures"):
+	// the sources' begun epochs are re-split over D, and the composition
+	// counts B/FromD rows per slice before the switch, B/D from it on.
+	Elastic *Switch
 }
 
 // SourceConfig returns the Config of a mixture source's plan: D streams of
@@ -98,7 +104,14 @@ type Mixture struct {
 	last   []int64   // C_i(steps-1)
 	padded int64     // padding rows of the last step
 	drop   int64     // rows of the exhausted sources' first epochs not delivered (Drop)
-	real   [][]int64 // real rows per source and slice over the run
+	real   [][]int64 // real rows per source and slice over the run (from the switch on)
+	// base[i] is C_i at the elastic switch (0 without one); firstLeft[i][d]
+	// the rows of source i's first epoch that slice d delivers from there
+	// (its stream's length without a switch); rem[i] source i's remainder
+	// (nil without a switch).
+	base      []int64
+	firstLeft [][]int64
+	rem       []*sourceRemainder
 }
 
 // NewMixture checks the sources' plans (made with SourceConfig and the same
@@ -119,8 +132,15 @@ func NewMixture(sources []*Plan, cfg MixtureConfig) (*Mixture, error) {
 	case cfg.Stop != StopNumSteps && cfg.NumSteps != 0:
 		return nil, fmt.Errorf("%w: num_steps=%d is set with stop rule %v", ErrInvalidMixture, cfg.NumSteps, cfg.Stop)
 	}
+	if err := cfg.checkSwitch(); err != nil {
+		return nil, err
+	}
 	b := cfg.GlobalBatch / cfg.D
-	comp, err := NewComposition(b, cfg.Spans)
+	bOld, at := b, 0
+	if cfg.Elastic != nil {
+		bOld, at = cfg.GlobalBatch/cfg.Elastic.FromD, cfg.Elastic.Step
+	}
+	comp, err := NewSwitchedComposition(bOld, b, at, cfg.Spans)
 	if err != nil {
 		return nil, err
 	}
@@ -137,15 +157,33 @@ func NewMixture(sources []*Plan, cfg MixtureConfig) (*Mixture, error) {
 				ErrInvalidMixture, i, p.n, cfg.D)
 		}
 	}
+	if err := m.planSwitch(); err != nil {
+		return nil, err
+	}
 	if err := m.planStop(); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
-// minL and maxL return the shortest and longest stream of source i.
-func (m *Mixture) minL(i int) int64 { return m.src[i].lens[m.cfg.D-1] }
-func (m *Mixture) maxL(i int) int64 { return m.src[i].lens[0] }
+// over reports whether source i, at row cum of its sequence before step,
+// has run past its first epoch on some slice; done whether it has delivered
+// all of its first epoch on every slice. Before an elastic switch the old
+// slices count; from it on, the rows of the first epoch that the new slices
+// deliver after the switch.
+func (m *Mixture) over(i, step int, cum int64) bool {
+	if sw := m.cfg.Elastic; sw != nil && step < sw.Step {
+		return cum > m.rem[i].old.lens[sw.FromD-1]
+	}
+	return slices.ContainsFunc(m.firstLeft[i], func(f int64) bool { return cum-m.base[i] > f })
+}
+
+func (m *Mixture) done(i, step int, cum int64) bool {
+	if sw := m.cfg.Elastic; sw != nil && step < sw.Step {
+		return cum >= m.rem[i].old.lens[0]
+	}
+	return !slices.ContainsFunc(m.firstLeft[i], func(f int64) bool { return cum-m.base[i] < f })
+}
 
 // planStop walks the composition to the stop and records the counts there.
 //
@@ -165,13 +203,16 @@ func (m *Mixture) planStop() error {
 			done = k == m.cfg.NumSteps
 		case StopFirstExhausted:
 			for i := range cum {
-				done = done || cum[i] > m.minL(i)
+				done = done || m.over(i, k, cum[i])
 			}
 		case StopAllExhausted:
 			done = true
 			for i := range cum {
-				done = done && cum[i] >= m.maxL(i)
+				done = done && m.done(i, k, cum[i])
 			}
+		}
+		if sw := m.cfg.Elastic; done && sw != nil && k < sw.Step && m.cfg.Stop != StopNumSteps {
+			return fmt.Errorf("%w: the mixture stops (%v) at step %d with D=%d, before the elastic switch at step %d", ErrInvalidPosition, m.cfg.Stop, k, sw.FromD, sw.Step)
 		}
 		if done {
 			break
@@ -195,11 +236,11 @@ func (m *Mixture) planStop() error {
 		for i := range m.final {
 			var left int64
 			for d := 0; d < m.cfg.D; d++ {
-				l := m.src[i].lens[d]
+				l := m.base[i] + m.firstLeft[i][d]
 				padded += max(0, m.final[i]-l)
 				left += max(0, l-m.last[i])
 			}
-			if m.final[i] > m.minL(i) && left > 0 {
+			if m.over(i, m.steps, m.final[i]) && left > 0 {
 				short = append(short, fmt.Sprintf("source %d (%d rows of its first epoch left over the slices)", i, left))
 				m.drop += left
 			}
@@ -225,9 +266,9 @@ func (m *Mixture) planStop() error {
 	for i := range m.real {
 		m.real[i] = make([]int64, m.cfg.D)
 		for d := range m.real[i] {
-			m.real[i][d] = m.final[i]
+			m.real[i][d] = m.final[i] - m.base[i]
 			if m.padEnd {
-				m.real[i][d] = min(m.final[i], max(m.last[i], m.src[i].lens[d]))
+				m.real[i][d] = min(m.final[i], max(m.last[i], m.base[i]+m.firstLeft[i][d])) - m.base[i]
 			}
 		}
 	}
@@ -239,7 +280,7 @@ func (m *Mixture) planStop() error {
 func (m *Mixture) neverEnds(cum []int64) string {
 	var names []string
 	for i := range cum {
-		if !m.comp.Weight(i, MaxMixtureSteps) && cum[i] < m.maxL(i) {
+		if !m.comp.Weight(i, MaxMixtureSteps) && !m.done(i, MaxMixtureSteps, cum[i]) {
 			names = append(names, fmt.Sprintf("source %d", i))
 		}
 	}
@@ -278,9 +319,12 @@ func (m *Mixture) PaddedRows() int64 { return m.padded }
 func (m *Mixture) DroppedRows() int64 { return m.drop }
 
 // SourceRows returns the real rows source i delivers over the whole mixture
-// (all slices).
+// (all slices; those before an elastic switch on the old slices).
 func (m *Mixture) SourceRows(i int) int64 {
 	var n int64
+	if sw := m.cfg.Elastic; sw != nil {
+		n = int64(sw.FromD) * m.base[i]
+	}
 	for _, v := range m.real[i] {
 		n += v
 	}
@@ -295,7 +339,7 @@ func (m *Mixture) Real(step, i, d int, pos, count int64) int64 {
 	if !m.padEnd || step != m.steps-1 {
 		return count
 	}
-	return max(0, min(count, m.src[i].lens[d]-pos))
+	return max(0, min(count, m.base[i]+m.firstLeft[i][d]-pos))
 }
 
 // Order returns the order of the sources' rows inside slice d of step: a

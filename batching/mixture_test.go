@@ -18,19 +18,30 @@ const srcOffset = 1 << 32
 // (source, slice), records built only when a cutter asks for them, each
 // slice joined with JoinParts.
 type mixRun struct {
-	t    *testing.T
-	m    *Mixture
-	ds   []dataset
-	mem  memory.Allocator
-	curs [][]*SourceCursor
-	walk *Walker
-	in   *arrow.Schema
-	out  *arrow.Schema
+	t      *testing.T
+	m      *Mixture
+	ds     []dataset
+	mem    memory.Allocator
+	slices []int
+	curs   [][]*SourceCursor // [source][index in slices]
+	walk   *Walker
+	in     *arrow.Schema
+	out    *arrow.Schema
 }
 
 func newMixRun(t *testing.T, m *Mixture, ds []dataset, start int, mem memory.Allocator) *mixRun {
 	t.Helper()
-	r := &mixRun{t: t, m: m, ds: ds, mem: mem, walk: m.Composition().Walk(), in: idOnlySchema}
+	all := make([]int, m.Config().D)
+	for d := range all {
+		all[d] = d
+	}
+	return newMixRunSlices(t, m, ds, start, mem, all)
+}
+
+// newMixRunSlices is newMixRun for the given slices only (one process's).
+func newMixRunSlices(t *testing.T, m *Mixture, ds []dataset, start int, mem memory.Allocator, slices []int) *mixRun {
+	t.Helper()
+	r := &mixRun{t: t, m: m, ds: ds, mem: mem, slices: slices, walk: m.Composition().Walk(), in: idOnlySchema}
 	if err := r.walk.Skip(start); err != nil {
 		t.Fatal(err)
 	}
@@ -40,8 +51,8 @@ func newMixRun(t *testing.T, m *Mixture, ds []dataset, start int, mem memory.All
 	}
 	for i := 0; i < m.Sources(); i++ {
 		var row []*SourceCursor
-		for d := 0; d < m.Config().D; d++ {
-			c, err := NewSourceCursor(m.Source(i), d, r.walk.Cum()[i], mem, WithSchema(r.in))
+		for _, d := range slices {
+			c, err := m.NewCursor(i, d, r.walk.Cum()[i], mem, WithSchema(r.in))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,10 +71,11 @@ func (r *mixRun) release() {
 	}
 }
 
-// take returns n rows of source i on slice d as records.
-func (r *mixRun) take(i, d int, n int64) []arrow.RecordBatch {
+// take returns n rows of source i on the k-th slice of the run as records.
+func (r *mixRun) take(i, k int, n int64) []arrow.RecordBatch {
 	var out []arrow.RecordBatch
-	c := r.curs[i][d]
+	c := r.curs[i][k]
+	d := r.slices[k]
 	for n > 0 {
 		rec, ok, err := c.Take(n)
 		if err != nil {
@@ -98,7 +110,7 @@ func (r *mixRun) step() []arrow.RecordBatch {
 		r.t.Fatal(err)
 	}
 	var out []arrow.RecordBatch
-	for d := 0; d < m.Config().D; d++ {
+	for k, d := range r.slices {
 		var parts []arrow.RecordBatch
 		var reals []int64
 		var srcs []int32
@@ -109,7 +121,7 @@ func (r *mixRun) step() []arrow.RecordBatch {
 			real := m.Real(s, int(i), d, pos[i], counts[i])
 			var recs []arrow.RecordBatch
 			if real > 0 {
-				recs = r.take(int(i), d, real)
+				recs = r.take(int(i), k, real)
 			}
 			for len(recs) > 1 || real < counts[i] { // join to one part, padded
 				var one arrow.RecordBatch

@@ -153,6 +153,9 @@ func (p *Pipeline) newMixture(mp *mixturePlan, policy batching.Policy) (*batchin
 	}
 	cfg := batching.MixtureConfig{GlobalBatch: mp.req.GlobalBatchSize, D: mp.req.NumSlices, Seed: mp.req.Seed,
 		Policy: policy, Stop: stop, NumSteps: m.Stop.NumSteps}
+	if e := mp.req.Elastic; e != nil && e.FromSlices != mp.req.NumSlices {
+		cfg.Elastic = &batching.Switch{FromD: e.FromSlices, Epoch: e.Epoch, Step: e.Step}
+	}
 	for _, h := range m.History {
 		cfg.Spans = append(cfg.Spans, batching.WeightSpan{FromStep: h.FromStep, Weights: h.Weights})
 	}

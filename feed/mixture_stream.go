@@ -39,7 +39,7 @@ type mixCursor struct {
 	src   *mixSource
 	d     int
 	cur   *batching.SourceCursor
-	epoch int // the epoch rd reads; -1 for none
+	epoch int // the cursor's Phase (epoch, or piece of an elastic remainder) rd reads; -1 for none
 	rd    *loader.RowGroupReader
 	segs  []batching.Segment   // what rd reads, in order
 	refs  []loader.RowGroupRef // the refs of segs (pieces of physical rows)
@@ -74,7 +74,7 @@ func (p *Pipeline) openMixture(ctx context.Context, req *transport.Request, mem 
 	for i, src := range mp.srcs {
 		var row []*mixCursor
 		for _, d := range mp.slices {
-			cur, err := batching.NewSourceCursor(src.plan, d, s.walk.Cum()[i], mem, batching.WithSchema(src.cutIn))
+			cur, err := mp.mix.NewCursor(i, d, s.walk.Cum()[i], mem, batching.WithSchema(src.cutIn))
 			if err != nil {
 				s.Close()
 				return nil, fmt.Errorf("feed: mixture %s slice %d: %w", src.name, d, err)
@@ -118,7 +118,7 @@ func (s *mixStream) startReader(mc *mixCursor) {
 		mc.rd.Close()
 		mc.rd = nil
 	}
-	mc.epoch, mc.got = mc.cur.Epoch(), 0
+	mc.epoch, mc.got = mc.cur.Phase(), 0
 	var pieceRows int64
 	if s.budget > 0 {
 		if perRow, whole := mc.src.ds.StreamedRowBytes(); perRow > 0 {
@@ -265,7 +265,7 @@ func (s *mixStream) shapePart(src *mixSource, rec arrow.RecordBatch) (arrow.Reco
 // of a new source epoch when the cursor has moved on to one.
 func (s *mixStream) push(mc *mixCursor) error {
 	cut := mc.cur.Cutter()
-	if mc.cur.Epoch() != mc.epoch {
+	if mc.cur.Phase() != mc.epoch {
 		s.startReader(mc)
 	}
 	seg, want := cut.Wants()

@@ -90,8 +90,8 @@ func (r *Request) validateMixture(p *problems) {
 	if r.Epochs > 1 || r.Start.Epoch != 0 {
 		p.add("mixture: epochs %d, start.epoch %d: a mixture is one pass (its stop rule sets its steps); use epochs 0 or 1 and start.epoch 0", r.Epochs, r.Start.Epoch)
 	}
-	if r.Elastic != nil {
-		p.add("mixture: elastic resume of a mixture is not supported yet")
+	if r.Elastic != nil && r.Elastic.Epoch != 0 {
+		p.add("mixture: elastic.epoch %d: a mixture is one pass, its switch is in epoch 0", r.Elastic.Epoch)
 	}
 	if len(m.Sources) == 0 {
 		p.add("mixture.sources is empty: name at least one source")

@@ -25,6 +25,11 @@ func TestMixtureTicket(t *testing.T) {
 	if got := r.AllDatasets(); strings.Join(got, ",") != "/d/a/*.parquet,/d/b/*.parquet" {
 		t.Errorf("AllDatasets() = %v, want both sources' URIs (the roots check)", got)
 	}
+	elastic := `{"version": 1, "global_batch_size": 8, "num_slices": 2, "slices": [0], "last_batch": "drop", "start": {"epoch": 0, "step": 3}, ` +
+		`"elastic": {"from_slices": 4, "epoch": 0, "step": 3}, "mixture": {"sources": [{"datasets": ["/a"], "weight": 1}], "stop": {"rule": "all_exhausted"}}}`
+	if r, err := DecodeRequest([]byte(elastic)); err != nil || r.Elastic == nil || r.Elastic.FromSlices != 4 {
+		t.Errorf("DecodeRequest(a mixture with an elastic switch) = %+v, %v; want it accepted", r, err)
+	}
 	for _, tc := range []struct {
 		name, edit, want string
 	}{
@@ -37,7 +42,7 @@ func TestMixtureTicket(t *testing.T) {
 		{"rename clash", `"mixture": {"sources": [{"datasets": ["/a"], "weight": 1, "rename": {"a": "x", "b": "x"}}], "stop": {"rule": "all_exhausted"}},`, `both become "x"`},
 		{"history length", `"mixture": {"sources": [{"datasets": ["/a"], "weight": 1}], "stop": {"rule": "all_exhausted"}, "history": [{"from_step": 0, "weights": [1, 2]}], "weights_from": 3},`, "history[0] has 2 weights for 1 sources"},
 		{"weights_from", `"mixture": {"sources": [{"datasets": ["/a"], "weight": 1}], "stop": {"rule": "all_exhausted"}, "history": [{"from_step": 0, "weights": [1]}]},`, "weights_from 0 is not after"},
-		{"elastic", `"elastic": {"from_slices": 1, "epoch": 0, "step": 0}, "mixture": {"sources": [{"datasets": ["/a"], "weight": 1}], "stop": {"rule": "all_exhausted"}},`, "elastic resume of a mixture is not supported"},
+		{"elastic epoch", `"elastic": {"from_slices": 1, "epoch": 1, "step": 0}, "mixture": {"sources": [{"datasets": ["/a"], "weight": 1}], "stop": {"rule": "all_exhausted"}},`, "its switch is in epoch 0"},
 		{"request filters", `"filters": [["id", ">", 3]], "mixture": {"sources": [{"datasets": ["/a"], "weight": 1}], "stop": {"rule": "all_exhausted"}},`, "mixture.sources[i].filters"},
 		{"epochs", `"epochs": 2, "mixture": {"sources": [{"datasets": ["/a"], "weight": 1}], "stop": {"rule": "all_exhausted"}},`, "a mixture is one pass"},
 	} {

@@ -25,15 +25,20 @@ def fingerprint_diffs(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> lis
 
 
 def resolve_switch(state: Mapping[str, Any], mine: Mapping[str, Any], pos: tuple[int, int],
-                   allow: bool) -> dict[str, int] | None:
+                   allow: bool, mixture: bool = False) -> dict[str, int] | None:
     """The elastic switch a resumed loader must name in its tickets, or None.
 
     ``mine`` is this loader's fingerprint (through JSON), ``pos`` the saved
     position. Raises StateMismatchError when the fingerprints differ in more
     than D, when only D differs and ``allow`` is false, or when a state saved
     inside the epoch of an earlier switch is resumed with yet another D before
-    that epoch ended."""
+    that epoch ended. For a ``mixture`` (one pass: its switch's epoch never
+    ends) the steps are not compared here: the server plans them with the
+    switch (the Loader compares them after)."""
     theirs = state["fingerprint"]
+    if mixture:
+        mine = {k: v for k, v in mine.items() if k != "steps_per_epoch"}
+        theirs = {k: v for k, v in theirs.items() if k != "steps_per_epoch"}
     diffs = fingerprint_diffs(mine, theirs)
     prior = state.get("elastic")
     if prior is not None:
@@ -53,6 +58,11 @@ def resolve_switch(state: Mapping[str, Any], mine: Mapping[str, Any], pos: tuple
             "state comes from another data-parallel degree:\n  " + "\n  ".join(lines) +
             "\npass elastic=True to resume it with this sharding: the rest of the epoch is delivered "
             "re-split over the new slices, each row once (docs/CONTRACT-elastic.md)")
+    if prior is not None and mixture:
+        raise StateMismatchError(
+            f"state was saved at step {pos[1]} of a mixture after its elastic switch from num_slices "
+            f"{prior['from_slices']} to {theirs.get('num_slices')} at step {prior['step']}: a mixture changes its "
+            f"data-parallel degree once; resume this state with num_slices {theirs.get('num_slices')}")
     if prior is not None:
         raise StateMismatchError(
             f"state was saved at epoch {pos[0]} step {pos[1]}, inside the epoch of an elastic switch from "

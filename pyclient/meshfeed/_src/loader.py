@@ -145,7 +145,12 @@ class Loader:
             re-split over this loader's slices, every row not yet delivered
             exactly once, then the plain plan from the next epoch on (see
             docs/CONTRACT-elastic.md). Off by default, so that a changed
-            sharding is not taken for the same run by mistake.
+            sharding is not taken for the same run by mistake. With a
+            :class:`meshfeed.Mixture`, each source's rows of the epochs it had
+            begun that were not yet delivered are re-split over the new slices
+            and the steps are recomputed (``steps_per_epoch``); a mixture
+            changes its degree once (a state saved after the switch resumes
+            with the new degree only). Combines with ``reweight``.
         reweight: with ``data`` a :class:`meshfeed.Mixture`, resume ``state``
             although its mixture had other weights, or sources this one adds or
             drops: each source continues from its saved position and these
@@ -323,7 +328,12 @@ class Loader:
     def _request(self, start: tuple[int, int]) -> dict[str, Any]:
         req = self._cfg.request(self._layout.D, self._layout.slices, start, self._columns)
         sw = self._switch
-        if sw is not None and start[0] == sw["epoch"] and start[1] >= sw["step"]:
+        if sw is not None and self._cfg.mixture is not None:
+            # A mixture's steps depend on the switch: every ticket names it,
+            # a plan query too (from the switch's step).
+            req["elastic"] = dict(sw)
+            req["start"]["step"] = max(start[1], sw["step"])
+        elif sw is not None and start[0] == sw["epoch"] and start[1] >= sw["step"]:
             req["elastic"] = dict(sw)  # a plan query at (0, 0) stays plain: same N and steps
         return req
 
@@ -351,6 +361,24 @@ class Loader:
         self._pos = (0, 0)
         if state is not None:
             self._pos = self._check_state(state)
+            if cfg.mixture is not None:
+                self._replan_mixture(state)
+
+    def _replan_mixture(self, state: Mapping[str, Any]) -> None:
+        """A mixture resumed across an elastic switch: its steps are the
+        server's plan with the switch (docs/CONTRACT-elastic.md, "Mixtures");
+        resumed under the switch it was saved under, they are the state's."""
+        if self._switch is not None:
+            _, plan = self._session.plan(self._request((0, 0)))
+            self._plan_info, self._spe = plan, plan["steps_per_epoch"]
+        theirs = state["fingerprint"].get("steps_per_epoch")
+        same = state["fingerprint"].get("num_slices") == self._layout.D
+        if same and not self._reweight and theirs != self._spe:
+            raise StateMismatchError(f"state's mixture had {theirs} steps, the server plans {self._spe} for it now: "
+                                     "the sources changed; the stream cannot resume")
+        ep, st = self._pos
+        if ep == 0 and not 0 <= st < self._spe:
+            raise StateMismatchError(f"state position step {st} is outside the mixture's {self._spe} steps")
 
     def _check_plan(self, plan: Mapping[str, Any]) -> None:
         """After a reconnect: the server must plan what it planned before."""
@@ -377,8 +405,9 @@ class Loader:
             ep, st = int(state["position"]["epoch"]), int(state["position"]["step"])
         except (KeyError, TypeError, ValueError) as e:
             raise StateMismatchError(f"state position {state.get('position')!r}: {e}") from e
-        self._switch = resolve_switch({**state, "fingerprint": theirs}, mine_j, (ep, st), self._elastic_ok)
-        if ep < 0 or not 0 <= st < self._spe:
+        mix = self._cfg.mixture is not None
+        self._switch = resolve_switch({**state, "fingerprint": theirs}, mine_j, (ep, st), self._elastic_ok, mix)
+        if ep < 0 or not 0 <= st < (self._spe if not mix else 1 << 62):  # a mixture's: checked once replanned
             raise StateMismatchError(f"state position epoch {ep} step {st} is outside 0 <= step < {self._spe}")
         return ep, st
 
@@ -528,7 +557,9 @@ class Loader:
             out["elastic"] = dict(self._switch)  # inside the epoch of a switch
         if self._cfg.mixture is not None:  # each source's rows per slice so far (mixture.py), for the record
             if getattr(self, "_mix_pos", None) is None:
-                self._mix_pos = Positions(self._cfg.mixture, self._layout.b)
+                sw = self._switch
+                self._mix_pos = Positions(self._cfg.mixture, self._layout.b, None if sw is None else
+                                          (self._cfg.global_batch_size // sw["from_slices"], sw["step"]))
             step = self._pos[1] if self._pos[0] == 0 else self._spe  # (1, 0): the one pass is over
             out["mixture"] = {"step": step, "positions": self._mix_pos.at(step)}
         return out

@@ -155,7 +155,9 @@ class Mixture:
     A mixture is one pass (``num_epochs=1``). ``Loader(state=...,
     reweight=True)`` resumes a state with changed weights, or sources added
     or removed: sources continue from their saved positions and the new
-    weights apply from the resume step on.
+    weights apply from the resume step on. ``elastic=True`` resumes a state
+    on a mesh of another data-parallel degree (docs/CONTRACT-elastic.md,
+    "Mixtures").
     """
 
     sources: Sequence[Source]
@@ -327,13 +329,22 @@ class Positions:
     """Every source's position (rows per slice delivered so far) at a step:
     the composition of docs/DESIGN.md, "Mixtures", walked step by step as the
     server walks it (earliest deadline first within each weight span). It
-    only moves forward; state() asks it for the current step."""
+    only moves forward; state() asks it for the current step.
 
-    def __init__(self, mixture: Mixture, slice_rows: int):
+    ``switch``: ``(rows per slice before, step)`` of an elastic switch
+    (docs/CONTRACT-elastic.md, "Mixtures"): a span starts there, and the
+    steps before it counted the old slice rows."""
+
+    def __init__(self, mixture: Mixture, slice_rows: int, switch: tuple[int, int] | None = None):
         spans = [(h.from_step, list(h.weights)) for h in mixture.history]
         spans.append((mixture.weights_from, [s.weight for s in mixture.sources]))
-        self._b = slice_rows
-        self._spans = [(frm, _integer_weights(ws)) for frm, ws in spans]
+        old, at = switch if switch is not None else (slice_rows, 0)
+        self._spans: list[tuple[int, list[int], int]] = []
+        for j, (frm, ws) in enumerate(spans):
+            u = _integer_weights(ws)
+            self._spans.append((frm, u, old if frm < at else slice_rows))
+            if at > frm and (j + 1 == len(spans) or spans[j + 1][0] > at):
+                self._spans.append((at, u, slice_rows))
         self._step, self._span = 0, 0
         self._cum = [0] * len(mixture.sources)
         self._base = list(self._cum)
@@ -345,11 +356,11 @@ class Positions:
         return list(self._cum)
 
     def _next(self) -> None:
-        spans, b = self._spans, self._b
+        spans = self._spans
         if self._span + 1 < len(spans) and spans[self._span + 1][0] == self._step:
             self._span += 1
             self._base = list(self._cum)
-        frm, u = spans[self._span]
+        frm, u, b = spans[self._span]
         total = sum(u)
         rows = (self._step - frm + 1) * b
         counts, opt, left = [], [], b
