@@ -60,25 +60,35 @@ func (p *Pipeline) planTokenizers(ctx context.Context, cols []tokColumn, ds *loa
 	fields := ds.Schema.Fields()
 	var out []planTok
 	for _, c := range cols {
-		j := ds.Schema.FieldIndices(c.name)
-		if len(j) == 0 {
-			return nil, nil, fmt.Errorf("feed: %w: column %q: no such column to tokenize", loader.ErrColumnNotFound, c.name)
-		}
-		f := fields[j[0]]
-		if f.Type.ID() != arrow.STRING && f.Type.ID() != arrow.LARGE_STRING {
-			return nil, nil, fmt.Errorf("feed: %w: column %q of %s is %s, not a string or large_string: a tokenizer needs text (remove tokenizer from this column, or name a text column)",
-				transport.ErrBadRequest, c.name, firstFile(ds), f.Type)
+		j, err := TextColumn(ds, c.name)
+		if err != nil {
+			return nil, nil, err
 		}
 		tok, sum, err := p.tokenizer(ctx, c.uri)
 		if err != nil {
 			return nil, nil, fmt.Errorf("feed: column %q: %w", c.name, err)
 		}
 		pre, suf := tok.Affixes()
-		out = append(out, planTok{tokColumn: c, col: j[0], sum: sum, tok: tok, specials: len(pre) + len(suf)})
-		fields[j[0]].Type = TokenType
+		out = append(out, planTok{tokColumn: c, col: j, sum: sum, tok: tok, specials: len(pre) + len(suf)})
+		fields[j].Type = TokenType
 	}
 	md := ds.Schema.Metadata()
 	return out, arrow.NewSchema(fields, &md), nil
+}
+
+// TextColumn returns the index in ds's schema of the column name that a
+// tokenizer reads, or an error naming the file, the column and its type
+// when it is not a string or large_string (or ds has no such column).
+func TextColumn(ds *loader.Dataset, name string) (int, error) {
+	j := ds.Schema.FieldIndices(name)
+	if len(j) == 0 {
+		return 0, fmt.Errorf("feed: %w: column %q: no such column to tokenize", loader.ErrColumnNotFound, name)
+	}
+	if t := ds.Schema.Field(j[0]).Type; t.ID() != arrow.STRING && t.ID() != arrow.LARGE_STRING {
+		return 0, fmt.Errorf("feed: %w: column %q of %s is %s, not a string or large_string: a tokenizer needs text (remove tokenizer from this column, or name a text column)",
+			transport.ErrBadRequest, name, firstFile(ds), t)
+	}
+	return j[0], nil
 }
 
 // firstFile names ds's first file, for errors about its schema (every file
