@@ -209,3 +209,18 @@ def test_invalid_utf8_names_file_row_and_byte(trained, tmp_path):
         with pytest.raises(meshfeed.PlanError, match=r"(?s)bad\.parquet row group 2 row 3 \(row 19 of the file\).*column \"text\" byte 3.*not valid UTF-8"):
             for _ in loader:
                 pass
+
+
+def test_unshaped_column_is_a_list_per_row(corpus, trained):
+    """Without a length the ids arrive as a variable-length list per row (a
+    pyarrow array in the batch)."""
+    glob, texts = corpus
+    ref = tokenizers.Tokenizer.from_file(str(trained["llama2"]))
+    cols = {"id": meshfeed.Column(), "text": meshfeed.Column(tokenizer=trained["llama2"])}
+    with meshfeed.Loader(glob, global_batch_size=B, sharding=sharding(), columns=cols, last_batch="drop",
+                         num_epochs=1, transport="flight") as loader:
+        batch = next(iter(loader))
+        lists = batch["text"]
+        assert isinstance(lists, (pa.Array, pa.ChunkedArray)), type(lists)
+        for i, row in zip(np.asarray(batch["id"]).tolist(), lists.to_pylist()):
+            assert row == ref.encode(texts[i]).ids
