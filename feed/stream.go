@@ -261,9 +261,8 @@ func (s *pipelineStream) cutShaped(sc *sliceCut) (arrow.RecordBatch, int, error)
 		shaped, err := pl.shaper.Apply(rec, s.mem)
 		rec.Release()
 		if err != nil {
-			b := pl.plan.SliceRows()
-			return nil, 0, fmt.Errorf("feed: epoch %d step %d slice %d (rows %d..%d of stream %d; the row named below counts from the slice's first row)%s: %w",
-				s.pos.Epoch, s.pos.Step, sc.d, s.pos.Step*b, (s.pos.Step+1)*b-1, sc.d, s.source(sc.d, err), err)
+			return nil, 0, fmt.Errorf("feed: epoch %d step %d slice %d (%s; the row named below counts from the slice's first row)%s: %w",
+				s.pos.Epoch, s.pos.Step, sc.d, s.sliceRows(sc.d), s.source(sc.d, err), err)
 		}
 		rec = shaped
 		if pl.cfg.packed {
@@ -271,6 +270,18 @@ func (s *pipelineStream) cutShaped(sc *sliceCut) (arrow.RecordBatch, int, error)
 		}
 	}
 	return rec, real, nil
+}
+
+// sliceRows names the rows of the current step's slice d: "rows F..L of
+// stream d", or, in the epoch of an elastic switch, of remainder stream d.
+func (s *pipelineStream) sliceRows(d int) string {
+	b := s.pl.plan.SliceRows()
+	if s.pl.rem != nil && s.pos.Epoch == s.pl.rem.Switch().Epoch {
+		sw := s.pl.rem.Switch()
+		i := s.pos.Step - sw.Step
+		return fmt.Sprintf("rows %d..%d of remainder stream %d of the elastic switch from num_slices %d at step %d", i*b, (i+1)*b-1, d, sw.FromD, sw.Step)
+	}
+	return fmt.Sprintf("rows %d..%d of stream %d", s.pos.Step*b, (s.pos.Step+1)*b-1, d)
 }
 
 // source names the file row that a shaping error of a row of the current
