@@ -364,6 +364,10 @@ class Loader:
             self._pos = self._check_state(state)
             if cfg.mixture is not None:
                 self._replan_mixture(state)
+            elif self._switch is not None and self._pos[0] == self._switch["epoch"]:
+                # The server judges the switch now, not at the first step (with
+                # packing: only one that keeps the packed batch's shape).
+                self._session.plan(self._request(self._pos))
 
     def _replan_mixture(self, state: Mapping[str, Any]) -> None:
         """A mixture resumed across an elastic switch: its steps are the
