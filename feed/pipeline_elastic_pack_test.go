@@ -256,3 +256,86 @@ func TestSamePackedRatios(t *testing.T) {
 		}
 	}
 }
+
+// TestPipelineElasticPackOverflow: packing overflow is decided per slice, so a
+// switch can newly cause it: the epoch packs under D (slices of b rows into
+// ceil(b/2) rows of L tokens) but a slice of the remainder under D' = 2D does
+// not fit into its ceil(b/4) rows. The stream delivers the steps before it,
+// then fails FailedPrecondition (ErrPackOverflow) naming the step, the slice,
+// the remainder stream's rows and the ratio that would fit. The case (D, L,
+// k, step) is found on datagen's rows with the first-fit model.
+func TestPipelineElasticPackOverflow(t *testing.T) {
+	spec := pipeSpec()
+	spec.Tokens, spec.TokensMin, spec.TokensMax = true, 1, 8
+	const B, r = 8, 2.0
+	fits := func(ids []int64, L int) bool {
+		var seqs [][]int32
+		for _, id := range ids {
+			seqs = append(seqs, datagen.Tokens(spec.Seed, id, spec.TokensMin, spec.TokensMax))
+		}
+		_, _, _, ok := packModel(seqs, L, shape.PackedRows(len(ids), r))
+		return ok
+	}
+	type found struct{ oldD, L, k, fail, slice int }
+	var c *found
+	for seed := uint64(1); seed <= 64 && c == nil; seed++ {
+		spec.Seed = seed
+		for _, oldD := range []int{1, 2} {
+			oldReq := pipeRequest("", B, oldD, []int{0, 1}[:oldD], transport.LastBatchDrop)
+			epoch := newRefModel(t, spec, oldReq).epoch(0)
+			b, b2, newD := B/oldD, B/(2*oldD), 2*oldD
+			for L := 8; L <= 16 && c == nil; L++ {
+				oldFits := true
+				for _, st := range epoch {
+					for d := range oldD {
+						oldFits = oldFits && fits(st[d*b:(d+1)*b], L)
+					}
+				}
+				for k := 1; oldFits && k < 4 && c == nil; k++ {
+					var rem []int64
+					for _, s := range oldStreams(epoch, oldD) {
+						rem = append(rem, s[k*b:]...)
+					}
+					per := len(rem) / newD
+					for i := 0; i < len(epoch)-k && c == nil; i++ {
+						for d := range newD {
+							if !fits(rem[d*per+i*b2:d*per+(i+1)*b2], L) {
+								c = &found{oldD, L, k, i, d}
+								break
+							}
+						}
+					}
+				}
+			}
+			if c != nil {
+				break
+			}
+		}
+	}
+	if c == nil {
+		t.Fatal("no case packs the epoch under D but not its remainder under 2D: the dataset changed; widen the search")
+	}
+	t.Logf("case %+v, datagen seed %d", *c, spec.Seed)
+	dir := writeDataset(t, spec)
+	ts := startPipeline(t, checkedMem(t), []string{dir})
+	cols := []transport.Column{{Name: "tokens", Length: c.L, PackRatio: r}}
+	oldReq := pipeRequest(dir, B, c.oldD, []int{0, 1}[:c.oldD], transport.LastBatchDrop)
+	oldReq.Columns, oldReq.Epochs = cols, 1
+	if steps, err := readSteps(t, context.Background(), ts.Client, oldReq, false); err != nil || len(steps) != 103/B {
+		t.Fatalf("%+v under D: %d steps, %v; want the whole epoch of %d", *c, len(steps), err, 103/B)
+	}
+	newD := 2 * c.oldD
+	req := pipeRequest(dir, B, newD, []int{0, 1, 2, 3}[:newD], transport.LastBatchDrop)
+	req.Columns, req.Epochs = cols, 1
+	req.Start = transport.Position{Step: c.k}
+	req.Elastic = &transport.Elastic{FromSlices: c.oldD, Epoch: 0, Step: c.k}
+	steps, err := readSteps(t, context.Background(), ts.Client, req, false)
+	if len(steps) != c.fail {
+		t.Fatalf("%+v: %d steps before the error, want %d", *c, len(steps), c.fail)
+	}
+	b2 := B / newD
+	checkStatus(t, "DoGet(remainder overflows)", err, codes.FailedPrecondition, []string{
+		fmt.Sprintf("epoch 0 step %d slice %d", c.k+c.fail, c.slice),
+		fmt.Sprintf("rows %d..%d of remainder stream %d of the elastic switch from num_slices %d at step %d", c.fail*b2, (c.fail+1)*b2-1, c.slice, c.oldD, c.k),
+		`"tokens"`, "lower the packing ratio"})
+}
