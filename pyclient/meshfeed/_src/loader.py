@@ -150,7 +150,11 @@ class Loader:
             begun that were not yet delivered are re-split over the new slices
             and the steps are recomputed (``steps_per_epoch``); a mixture
             changes its degree once (a state saved after the switch resumes
-            with the new degree only). Combines with ``reweight``.
+            with the new degree only). Combines with ``reweight``. With a
+            packed column (``pack_ratio`` r), only a switch that keeps the
+            packed batch's rows, ``D * ceil(B/D/r) == D' * ceil(B/D'/r)``, is
+            allowed; another is refused here (InvalidRequestError naming the
+            ratios that work).
         reweight: with ``data`` a :class:`meshfeed.Mixture`, resume ``state``
             although its mixture had other weights, or sources this one adds or
             drops: each source continues from its saved position and these
