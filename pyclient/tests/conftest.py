@@ -50,6 +50,22 @@ def glob(dataset):
     return str(dataset / "*.parquet")
 
 
+TOKEN_ROWS = 512
+
+
+@pytest.fixture(scope="module")
+def tokens_server(tmp_path_factory, binary):
+    """512 rows in one file of 4 row groups with variable-length tokens (2..12
+    per row), features[8] and id, and a server for it: (server, glob)."""
+    out = tmp_path_factory.mktemp("tok") / "ds"
+    subprocess.run([binary, "gen", "--out", str(out), "--rows", str(TOKEN_ROWS), "--files", "1",
+                    "--row-group-rows", "128", "--features", "8", "--tokens", "2:12"],
+                   check=True, capture_output=True)
+    srv = LocalServer(binary, [str(out.parent)])
+    yield srv, str(out / "*.parquet")
+    srv.stop()
+
+
 def pytest_report_header(config):
     return f"meshfeed binary: {find_binary()}; jax devices: {len(jax.devices())}"
 

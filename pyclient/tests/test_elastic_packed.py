@@ -6,7 +6,6 @@ first-fit; a ratio that would change the packed shape is refused when the
 Loader is built."""
 
 import json
-import subprocess
 
 import jax
 import numpy as np
@@ -15,21 +14,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import meshfeed
-from meshfeed._src.server import LocalServer
 
-ROWS, B, L, R = 640, 64, 64, 4  # tokens 2..12 per row: 16 (b on 4 slices) into 4 rows, 8 into 2
-
-
-@pytest.fixture(scope="module")
-def tokens(tmp_path_factory, binary):
-    """A dataset with variable-length tokens (2..12 per row) and its server."""
-    out = tmp_path_factory.mktemp("tokpack") / "ds"
-    subprocess.run([binary, "gen", "--out", str(out), "--rows", str(ROWS), "--files", "2",
-                    "--row-group-rows", "64", "--features", "2", "--tokens", "2:12"],
-                   check=True, capture_output=True)
-    srv = LocalServer(binary, [str(out.parent)])
-    yield srv, str(out / "*.parquet")
-    srv.stop()
+B, L, R = 64, 64, 4  # tokens_server: 2..12 tokens a row; 16 rows (b on 4 slices) into 4 packed rows, 8 into 2
 
 
 def _sharding(D):
@@ -68,8 +54,8 @@ def _first_fit(seqs, rows):
     return toks, segs, pos
 
 
-def test_packed_elastic_resume_4_to_8(tokens):
-    srv, glob = tokens
+def test_packed_elastic_resume_4_to_8(tokens_server):
+    srv, glob = tokens_server
     kw = _kw(srv)
     with meshfeed.Loader(glob, sharding=_sharding(4), **kw) as ld:
         spe = ld.steps_per_epoch
@@ -112,8 +98,8 @@ def test_packed_elastic_resume_4_to_8(tokens):
             np.testing.assert_array_equal(np.asarray(got["tokens_positions"])[rows], wp)
 
 
-def test_packed_elastic_shape_change_refused(tokens):
-    srv, glob = tokens
+def test_packed_elastic_shape_change_refused(tokens_server):
+    srv, glob = tokens_server
     kw = _kw(srv, ratio=6)  # 4 x ceil(16/6) = 12 packed rows, 8 x ceil(8/6) = 16
     with meshfeed.Loader(glob, sharding=_sharding(4), **kw) as ld:
         it = iter(ld)

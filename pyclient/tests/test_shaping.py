@@ -1,6 +1,5 @@
 """Per-column shaping requested through meshfeed.Column, applied by the server."""
 
-import subprocess
 import threading
 
 import jax.numpy as jnp
@@ -12,22 +11,10 @@ from jax.sharding import PartitionSpec as P
 
 import jax
 import meshfeed
-from meshfeed._src.server import LocalServer
+from conftest import TOKEN_ROWS
 from contract import expected_ids, features
 
-ROWS, B, L = 512, 64, 6
-
-
-@pytest.fixture(scope="module")
-def tokens_server(tmp_path_factory, binary):
-    """A dataset with variable-length tokens (8..12 per row) and its server."""
-    out = tmp_path_factory.mktemp("tok") / "ds"
-    subprocess.run([binary, "gen", "--out", str(out), "--rows", str(ROWS), "--files", "1",
-                    "--row-group-rows", "128", "--features", "8", "--tokens", "2:12"],
-                   check=True, capture_output=True)
-    srv = LocalServer(binary, [str(out.parent)])
-    yield srv, str(out / "*.parquet")
-    srv.stop()
+ROWS, B, L = TOKEN_ROWS, 64, 6  # tokens_server (conftest.py)
 
 
 def test_bfloat16_and_fixed_length_tokens(tokens_server):
