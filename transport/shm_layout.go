@@ -111,6 +111,7 @@ func joinLayouts(ls [][]shmBuf) []shmBuf {
 		return ls[0]
 	}
 	out := make([]shmBuf, len(ls[0]))
+	flat := make([]shmBuf, len(ls)*len(out)) // every buffer's pieces: one allocation
 	for i := range out {
 		absent, bitmap := true, false
 		for _, l := range ls {
@@ -120,7 +121,7 @@ func joinLayouts(ls [][]shmBuf) []shmBuf {
 		if absent {
 			continue // no nulls in any record: an absent validity bitmap
 		}
-		ps := make([]shmBuf, len(ls))
+		ps := flat[i*len(ls) : (i+1)*len(ls) : (i+1)*len(ls)]
 		for j, l := range ls {
 			ps[j] = l[i]
 		}

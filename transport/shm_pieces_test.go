@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -258,6 +259,66 @@ func TestShmPieces(t *testing.T) {
 			// arena's fallback: the backend's small buffers come from it.)
 			if n, step := srvMem.n.Load()-before, stepBytes/int64(len(got)); tc.name != "arena" && n >= step {
 				t.Errorf("the server allocated %d bytes for %d steps of %d bytes: the slices were joined outside the slot", n, len(got), step)
+			}
+		})
+	}
+}
+
+// BenchmarkShmFill measures the shared-memory wire's copy of one step into
+// its slot (layout and fill, no arena): B=8192 rows of id int64, label
+// int32 and features[64] float32 (268 bytes a row), D=4, handed as one
+// record per slice ("slices") or as three parts per slice, as a mixture of
+// three sources hands them ("parts", joined in the slot). Joining there is
+// the same copy: the two should cost the same per byte.
+func BenchmarkShmFill(b *testing.B) {
+	const B, D = 8192, 4
+	sch := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "label", Type: arrow.PrimitiveTypes.Int32},
+		{Name: "features", Type: arrow.FixedSizeListOfNonNullable(64, arrow.PrimitiveTypes.Float32)},
+	}, nil)
+	mem := memory.NewGoAllocator()
+	ib, lb := array.NewInt64Builder(mem), array.NewInt32Builder(mem)
+	fb := array.NewFixedSizeListBuilderWithField(mem, 64, arrow.Field{Name: "item", Type: arrow.PrimitiveTypes.Float32})
+	vb := fb.ValueBuilder().(*array.Float32Builder)
+	for r := range B {
+		ib.Append(int64(r))
+		lb.Append(int32(r))
+		fb.Append(true)
+		for k := range 64 {
+			vb.Append(float32(r + k))
+		}
+	}
+	cols := []arrow.Array{ib.NewArray(), lb.NewArray(), fb.NewArray()}
+	rec := array.NewRecordBatch(sch, cols, B)
+	defer rec.Release()
+	cut := map[string][]int64{"slices": {B / D}, "parts": {683, 683, 682}}
+	for _, name := range []string{"slices", "parts", "slices-again", "parts-again"} {
+		sizes := cut[strings.TrimSuffix(name, "-again")]
+		b.Run(name, func(b *testing.B) {
+			var m *shmMapping
+			b.SetBytes(B * 268)
+			for i := 0; i < b.N; i++ {
+				var recs []arrow.RecordBatch
+				for lo := int64(0); lo < B; {
+					for _, n := range sizes {
+						recs = append(recs, rec.NewSlice(lo, lo+n))
+						lo += n
+					}
+				}
+				it := item{slices: recs, meta: StepMeta{Slices: []int{0, 1, 2, 3}}}
+				layouts, _, err := shmItemLayout(&it)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if m == nil {
+					if m, err = newShmMapping(1, shmBytes(layouts)); err != nil {
+						b.Fatal(err)
+					}
+					defer m.close()
+				}
+				m.fill(0, layouts, nil)
+				Step{Slices: it.slices}.Release()
 			}
 		})
 	}
