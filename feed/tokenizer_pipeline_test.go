@@ -498,3 +498,51 @@ func TestTokenizedMemorySizing(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenizedNulls: a null document is a null list, which list shaping
+// reads as empty with a fill and refuses without one, as for any list.
+func TestTokenizedNulls(t *testing.T) {
+	dir := t.TempDir()
+	tok := writeTokenizer(t, dir, 0)
+	b := array.NewStringBuilder(memory.DefaultAllocator)
+	b.AppendValues([]string{"the cat", "", "on the mat", "at"}, []bool{true, false, true, true})
+	col := b.NewArray()
+	defer col.Release()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "text", Type: arrow.BinaryTypes.String, Nullable: true}}, nil)
+	if err := os.WriteFile(filepath.Join(dir, "nulls.parquet"), parquetOf(t, schema, col, 4), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	p, err := NewPipeline(context.Background(), WithAllocator(mem))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	req := &transport.Request{Version: transport.Version, Datasets: []string{filepath.Join(dir, "nulls.parquet")}, GlobalBatchSize: 4, NumSlices: 1,
+		Slices: []int{0}, LastBatch: transport.LastBatchDrop, Epochs: 1,
+		Columns: []transport.Column{{Name: "text", Tokenizer: tok, Length: 6, Overflow: "truncate", Fill: json.RawMessage("-1")}}}
+	recs := allSlices(t, p, req)
+	defer releaseAll(recs)
+	tk, _ := tokenize.Parse("t", testTokenizerJSON(0))
+	rows := fixedRows(recs[0].Column(0))
+	for i, s := range []string{"the cat", "", "on the mat", "at"} {
+		var want []int32
+		if i != 1 {
+			want, _ = tk.Encode(s, true)
+		}
+		want = append(want[:min(len(want), 6)], slices.Repeat([]int32{-1}, 6-min(len(want), 6))...)
+		if !slices.Equal(rows[i], want) {
+			t.Errorf("row %d: %v, want %v", i, rows[i], want)
+		}
+	}
+	req.Columns[0].Fill = nil
+	st, err := p.Open(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Next(context.Background()); err == nil || !strings.Contains(err.Error(), "null list") {
+		t.Errorf("Next(null document, no fill) = %v, want the null list refused", err)
+	}
+}
