@@ -28,6 +28,7 @@ type streamConfig struct {
 	epochs   int                // 0: unbounded
 	elastic  *transport.Elastic // a switch of D inside an epoch (pipeline_elastic.go)
 	filter   *filter.Predicate  // nil: every row (filter.go)
+	tokens   []tokColumn        // columns with a tokenizer (tokenizer_plan.go)
 }
 
 // policyOf maps the wire's last_batch onto batching's policy.
@@ -104,6 +105,9 @@ func configOf(req *transport.Request) (*streamConfig, error) {
 			}
 			sc.Fill = fillOf(f)
 			c.fills[col.Name] = f.Float
+		}
+		if col.Tokenizer != "" {
+			c.tokens = append(c.tokens, tokColumn{name: col.Name, uri: col.Tokenizer, addSpecial: col.AddSpecial()})
 		}
 		if col.PackRatio > 0 && packed == "" {
 			packed = col.Name

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // Version is the ticket version this package speaks. A ticket carries it in
@@ -67,7 +68,20 @@ type Column struct {
 	Fill json.RawMessage `json:"fill,omitempty"`
 	// PackRatio, when > 0, packs the list column into rows of Length tokens.
 	PackRatio float64 `json:"pack_ratio,omitempty"`
+	// Tokenizer, when set, is the path or URI of a tokenizer.json (read by
+	// the server like data, under its roots): the column, a string or
+	// large_string, arrives as each row's token ids (list<int32>) and is
+	// then shaped as a list column. Optional in ticket version 1.
+	Tokenizer string `json:"tokenizer,omitempty"`
+	// AddSpecialTokens says whether the tokenizer's post-processor adds its
+	// special tokens (as the reference's encode(add_special_tokens=...));
+	// absent means true. Only with Tokenizer.
+	AddSpecialTokens *bool `json:"add_special_tokens,omitempty"`
 }
+
+// AddSpecial returns whether the column's tokenizer adds its special
+// tokens: AddSpecialTokens, true when absent.
+func (c Column) AddSpecial() bool { return c.AddSpecialTokens == nil || *c.AddSpecialTokens }
 
 // Shuffle configures shuffling.
 type Shuffle struct {
@@ -334,8 +348,34 @@ func (r *Request) validateColumns(p *problems) map[string]bool {
 		if _, err := ParseFill(c.Fill); len(c.Fill) > 0 && err != nil {
 			p.add("columns[%d] %q: fill %s is neither a number nor one of \"nan\", \"inf\", \"-inf\"", i, c.Name, c.Fill)
 		}
+		if strings.IndexByte(c.Tokenizer, 0) >= 0 {
+			p.add("columns[%d] %q: tokenizer %q holds a NUL byte", i, c.Name, c.Tokenizer)
+		}
+		if c.AddSpecialTokens != nil && c.Tokenizer == "" {
+			p.add("columns[%d] %q: add_special_tokens is set without a tokenizer", i, c.Name)
+		}
 	}
 	return seenCol
+}
+
+// Tokenizers returns the tokenizer URIs the request names (its columns' and
+// its mixture sources' columns'), for the roots check.
+func (r *Request) Tokenizers() []string {
+	var out []string
+	add := func(cols []Column) {
+		for _, c := range cols {
+			if c.Tokenizer != "" {
+				out = append(out, c.Tokenizer)
+			}
+		}
+	}
+	add(r.Columns)
+	if r.Mixture != nil {
+		for _, s := range r.Mixture.Sources {
+			add(s.Columns)
+		}
+	}
+	return out
 }
 
 // FillKind is how a ticket's fill value was written.
