@@ -120,3 +120,106 @@ func JoinParts(mem memory.Allocator, in, out *arrow.Schema, parts []arrow.Record
 	}
 	return array.NewRecordBatch(out, cols, n), nil
 }
+
+// PartColumns hands a mixture's slices over as their parts instead of
+// joining them (JoinParts): each part, a view of its source's records,
+// extended with the columns out adds (the source column, the mask) as
+// views of constant columns made once per stream. A consumer that needs
+// one record per slice joins the parts where it copies them anyway (the
+// shared-memory wire, into its slot) or virtually (Flight), so the step
+// costs no copy of its own.
+type PartColumns struct {
+	in, out *arrow.Schema
+	src     []arrow.Array // [i]: source i's int32 values; [len-1]: padding's (-1)
+	mask    [2]arrow.Array
+	rows    int64
+}
+
+// NewPartColumns makes the constant columns of the parts of slices of rows
+// rows of a mixture of sources sources: in is the sources' schema, out
+// MixtureSliceSchema's.
+func NewPartColumns(mem memory.Allocator, in, out *arrow.Schema, sources int, rows int64) *PartColumns {
+	c := &PartColumns{in: in, out: out, rows: rows}
+	extra := out.NumFields() - in.NumFields()
+	if extra > 0 && out.Field(in.NumFields()).Type.ID() == arrow.INT32 {
+		for i := -1; i < sources; i++ {
+			bld := array.NewInt32Builder(mem)
+			bld.Reserve(int(rows))
+			for range rows {
+				bld.UnsafeAppend(int32(i))
+			}
+			c.src = append(c.src, bld.NewArray())
+			bld.Release()
+		}
+		c.src = append(c.src[1:], c.src[0]) // padding's last
+		extra--
+	}
+	if extra > 0 {
+		for k, v := range []bool{false, true} {
+			bld := array.NewBooleanBuilder(mem)
+			bld.Reserve(int(rows))
+			for range rows {
+				bld.UnsafeAppend(v)
+			}
+			c.mask[k] = bld.NewArray()
+			bld.Release()
+		}
+	}
+	return c
+}
+
+// Release releases the constant columns (parts made from them keep theirs).
+func (c *PartColumns) Release() {
+	releaseAll(c.src)
+	releaseAll(c.mask[:])
+}
+
+// Parts returns one slice of a mixture's step as records of schema out, in
+// the slice's row order, from its parts as JoinParts takes them: the real
+// rows of every part (its first real[j] rows) in part order, then the
+// padding rows of every part, each run a view of its part with the source
+// column (src[j], or -1 for padding) and the mask (true for real rows)
+// added as views of the constant columns. Joined, they are JoinParts's
+// record. The caller keeps its references to parts and owns the result.
+func (c *PartColumns) Parts(parts []arrow.RecordBatch, real []int64, src []int32) ([]arrow.RecordBatch, error) {
+	var n int64
+	for _, p := range parts {
+		n += p.NumRows()
+	}
+	if n > c.rows {
+		return nil, fmt.Errorf("batching: mixture slice of %d rows, more than the %d of a slice", n, c.rows)
+	}
+	out := make([]arrow.RecordBatch, 0, len(parts))
+	add := func(p arrow.RecordBatch, lo, hi int64, srcIdx int, valid bool) {
+		cols := make([]arrow.Array, 0, c.out.NumFields())
+		view := p
+		if lo > 0 || hi < p.NumRows() {
+			view = p.NewSlice(lo, hi)
+			defer view.Release()
+		}
+		cols = append(cols, view.Columns()...)
+		var mine []arrow.Array
+		if c.src != nil {
+			mine = append(mine, array.NewSlice(c.src[srcIdx], 0, hi-lo))
+		}
+		if m := c.mask[0]; m != nil {
+			if valid {
+				m = c.mask[1]
+			}
+			mine = append(mine, array.NewSlice(m, 0, hi-lo))
+		}
+		out = append(out, array.NewRecordBatch(c.out, append(cols, mine...), hi-lo))
+		releaseAll(mine)
+	}
+	for j, p := range parts {
+		if real[j] > 0 {
+			add(p, 0, real[j], int(src[j]), true)
+		}
+	}
+	for j, p := range parts {
+		if p.NumRows() > real[j] {
+			add(p, real[j], p.NumRows(), len(c.src)-1, false)
+		}
+	}
+	return out, nil
+}

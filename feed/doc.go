@@ -13,7 +13,8 @@
 // shared memory) is the transport's business. A request with a mixture
 // (mixture.go, mixture_stream.go) opens each source as its own dataset and
 // reads, per source and slice, that source's stream through a
-// batching.SourceCursor; each slice joins its sources' rows of the step.
+// batching.SourceCursor; each slice is handed over as its sources' rows of
+// the step (views, batching.PartColumns), which the transport joins.
 //
 // A request's filters (package filter) are applied when it is planned
 // (filter.go): the plan numbers the kept rows only, and streams take them

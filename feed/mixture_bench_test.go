@@ -24,16 +24,29 @@ import (
 // decoded row groups, read-ahead, slices and steps.
 type peakAllocator struct {
 	memory.Allocator
-	cur, peak atomic.Int64
+	cur, peak, total atomic.Int64 // total: every byte allocated
 }
 
 func (a *peakAllocator) add(n int64) {
+	if n > 0 {
+		a.total.Add(n)
+	}
 	c := a.cur.Add(n)
 	for p := a.peak.Load(); c > p && !a.peak.CompareAndSwap(p, c); p = a.peak.Load() {
 	}
 }
 
 func (a *peakAllocator) Allocate(n int) []byte { a.add(int64(n)); return a.Allocator.Allocate(n) }
+
+// AllocateUninitialized passes the decoders' uncleared allocations through,
+// as the server's pool allocator serves them.
+func (a *peakAllocator) AllocateUninitialized(n int) []byte {
+	a.add(int64(n))
+	if u, ok := a.Allocator.(arrowmem.UninitializedAllocator); ok {
+		return u.AllocateUninitialized(n)
+	}
+	return a.Allocator.Allocate(n)
+}
 func (a *peakAllocator) Reallocate(n int, b []byte) []byte {
 	a.add(int64(n - len(b)))
 	return a.Allocator.Reallocate(n, b)
@@ -97,8 +110,9 @@ func mixBenchData(b *testing.B) []string {
 // (the same rows and bytes), same B and D, each read for the same 24 steps
 // (196,608 rows) straight from the Pipeline's stream: rows/s, and the peak
 // bytes the stream held through its allocator (the sources' readers share
-// one read-ahead budget), and the process's CPU time per run (less
-// sensitive than rows/s to other work on a shared machine).
+// one read-ahead budget), the bytes it allocated per step (decoding, and any
+// copy of a step), and the process's CPU time per run (less sensitive than
+// rows/s to other work on a shared machine).
 func BenchmarkMixture(b *testing.B) {
 	dirs := mixBenchData(b)
 	const B, D, steps = 8192, 4, 24
@@ -116,10 +130,11 @@ func BenchmarkMixture(b *testing.B) {
 		req  *transport.Request
 	}{{"single", single}, {"mixture", mix}, {"single-again", single}, {"mixture-again", mix}} {
 		b.Run(v.name, func(b *testing.B) {
-			var peak int64
+			var peak, alloc int64
 			var elapsed, cpu time.Duration
+			pool := arrowmem.NewPoolAllocator() // the server's default, one for its streams
 			for i := 0; i < b.N; i++ {
-				mem := &peakAllocator{Allocator: arrowmem.NewPoolAllocator()} // the server's default
+				mem := &peakAllocator{Allocator: pool}
 				p, err := NewPipeline(context.Background(), WithAllocator(mem))
 				if err != nil {
 					b.Fatal(err)
@@ -148,10 +163,12 @@ func BenchmarkMixture(b *testing.B) {
 					b.Fatalf("%d steps, want %d", n, steps)
 				}
 				peak = max(peak, mem.peak.Load())
+				alloc += mem.total.Load()
 			}
 			b.ReportMetric(float64(b.N*steps*B)/elapsed.Seconds(), "rows/s")
 			b.ReportMetric(float64(peak), "peak-bytes")
 			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64(alloc)/float64(b.N*steps), "alloc-bytes/step")
 		})
 	}
 }

@@ -26,8 +26,9 @@ type mixStream struct {
 	cancel    context.CancelFunc
 	walk      *batching.Walker
 	counts    []int64
-	curs      [][]*mixCursor // [source][index in mp.slices]
-	budget    int64          // read-ahead per cursor
+	curs      [][]*mixCursor        // [source][index in mp.slices]
+	cols      *batching.PartColumns // the constant columns of the slices' parts
+	budget    int64                 // read-ahead per cursor
 	workers   int
 	closed    bool
 	unreserve func()
@@ -66,6 +67,7 @@ func (p *Pipeline) openMixture(ctx context.Context, req *transport.Request, mem 
 	s := &mixStream{mp: mp, mem: mem, ctx: sctx, cancel: cancel, walk: mp.mix.Composition().Walk(),
 		counts: make([]int64, len(mp.srcs)), budget: sliceShare(p.cfg.readAhead, n),
 		workers:   max(runtime.GOMAXPROCS(0)/n, 1),
+		cols:      batching.NewPartColumns(mem, mp.in, mp.schema, len(mp.srcs), int64(mp.mix.SliceRows())),
 		unreserve: func() { p.serverLimits().Memory.Unreserve(reserved) }}
 	if err := s.walk.Skip(req.Start.Step); err != nil {
 		s.Close()
@@ -167,23 +169,25 @@ func (s *mixStream) next() (transport.Step, error) {
 		return transport.Step{}, err
 	}
 	step := transport.Step{
-		Slices: make([]arrow.RecordBatch, len(s.mp.slices)),
-		Meta:   transport.StepMeta{Epoch: 0, Step: st, Slices: slices.Clone(s.mp.slices), RealRows: make([]int, len(s.mp.slices))},
+		Meta: transport.StepMeta{Epoch: 0, Step: st, Slices: slices.Clone(s.mp.slices), RealRows: make([]int, len(s.mp.slices))},
 	}
 	for k, d := range s.mp.slices {
-		rec, real, err := s.slice(st, k, d, pos)
+		recs, real, err := s.slice(st, k, d, pos)
 		if err != nil {
 			step.Release()
 			return transport.Step{}, fmt.Errorf("feed: mixture step %d slice %d: %w", st, d, err)
 		}
-		step.Slices[k], step.Meta.RealRows[k] = rec, int(real)
+		step.Slices, step.Meta.RealRows[k] = append(step.Slices, recs...), int(real)
 	}
 	return step, nil
 }
 
 // slice builds slice d (the k-th of the request) of step st: each source's
-// rows of the step, shaped, in the step's source order, joined.
-func (s *mixStream) slice(st, k, d int, pos []int64) (arrow.RecordBatch, int64, error) {
+// rows of the step, shaped, in the step's source order, as parts (views of
+// the sources' records, PartColumns.Parts), not joined: the transport joins
+// them as it sends them, where it copies the step anyway (the
+// shared-memory wire's slot) or without a copy (Flight).
+func (s *mixStream) slice(st, k, d int, pos []int64) ([]arrow.RecordBatch, int64, error) {
 	mix := s.mp.mix
 	var parts []arrow.RecordBatch
 	var reals []int64
@@ -209,8 +213,8 @@ func (s *mixStream) slice(st, k, d int, pos []int64) (arrow.RecordBatch, int64, 
 		}
 		total += real
 	}
-	rec, err := batching.JoinParts(s.mem, s.mp.in, s.mp.schema, parts, reals, srcs, s.mp.pad)
-	return rec, total, err
+	recs, err := s.cols.Parts(parts, reals, srcs)
+	return recs, total, err
 }
 
 // parts appends to parts the next real rows of mc's sequence (views of the
@@ -326,6 +330,9 @@ func (s *mixStream) Close() error {
 			}
 			mc.cur.Release()
 		}
+	}
+	if s.cols != nil {
+		s.cols.Release()
 	}
 	if s.unreserve != nil {
 		s.unreserve()

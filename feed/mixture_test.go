@@ -71,7 +71,7 @@ func readMixture(t *testing.T, p *Pipeline, req *transport.Request) [][][]mixRow
 			t.Fatal(err)
 		}
 		var sl [][]mixRow
-		for k, rec := range step.Slices {
+		for k, rec := range sliceRecords(t, step) {
 			ids := rec.Column(0).(*array.Int64)
 			src := rec.Column(2).(*array.Int32)
 			if rec.Schema().Field(1).Name != "y" || rec.Schema().Field(2).Name != "source" {
@@ -94,6 +94,7 @@ func readMixture(t *testing.T, p *Pipeline, req *transport.Request) [][][]mixRow
 				t.Fatalf("step %d slice %d: %d real rows, meta says %d", step.Meta.Step, k, real, step.Meta.RealRows[k])
 			}
 			sl = append(sl, rows)
+			rec.Release()
 		}
 		step.Release()
 		out = append(out, sl)

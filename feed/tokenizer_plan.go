@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -170,9 +171,18 @@ func rowName(ds *loader.Dataset, ref loader.RowGroupRef, row int64) string {
 // when the plan has tokenized columns (loader.WithReaderTransform): take
 // the rows filters keep, then tokenize. Read k is the plan's row group
 // groups[k] (segs[k] when reading pieces) read by refs[k].
+//
+// The reader runs up to workers of these at once (its decode slots); each
+// encodes on workers / (the number running when it starts) goroutines, so
+// that one large row group uses every core of the slice while several
+// share them, and the goroutines (each with a tokenizer scratch area and
+// word cache) stay about workers x ln(workers), not workers^2.
 func prepareRead(ds *loader.Dataset, toks []planTok, out *arrow.Schema, sels func(g int) *filter.Selection,
 	groups []int, segs []batching.Segment, refs []loader.RowGroupRef, workers int, mem memory.Allocator) loader.Transform {
+	var running atomic.Int32
 	return func(k int, ref loader.RowGroupRef, rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+		w := max(1, workers/int(running.Add(1)))
+		defer running.Add(-1)
 		piece := segs != nil
 		seg := batching.Segment{}
 		if piece {
@@ -185,7 +195,7 @@ func prepareRead(ds *loader.Dataset, toks []planTok, out *arrow.Schema, sels fun
 		if err != nil {
 			return nil, fmt.Errorf("%s row group %d: %w", ds.Files[ref.File].Object.URI, ref.Index, err)
 		}
-		return tokenizeRecord(rec, toks, out, workers, mem, func(r int) string {
+		return tokenizeRecord(rec, toks, out, w, mem, func(r int) string {
 			return rowName(ds, ref, keptRowOf(sel, seg, refs[k], piece, r))
 		})
 	}

@@ -78,12 +78,16 @@ type MixtureSourceInfo struct {
 
 // Step is one step of one client: its rows as records of the stream's schema,
 // in ascending slice order (usually one record per slice of Meta.Slices; a
-// backend may hand them already joined), and its metadata. How the records
-// travel (one Flight message, concatenated or not; a shared-memory region) is
-// the transport's business, not the backend's.
+// backend may hand them already joined, or several records per slice, such
+// as a mixture's parts, which the transport joins as it sends them: Flight
+// without a copy where the columns allow, shared memory in the slot it
+// copies into anyway), and its metadata. How the records travel (one
+// Flight message, concatenated or not; a shared-memory region) is the
+// transport's business, not the backend's.
 type Step struct {
 	// Slices are the step's records, in slice order. Their rows, back to
-	// back, are the step: b rows of each slice of Meta.Slices.
+	// back, are the step: b rows of each slice of Meta.Slices; a record may
+	// hold part of a slice or straddle two.
 	Slices []arrow.RecordBatch
 	// Meta is the step's app_metadata.
 	Meta StepMeta

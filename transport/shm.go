@@ -352,7 +352,7 @@ func (s *Server) shmStream(w *shmConn) error {
 // is free) and sends its descriptor, once the client's window allows; it
 // drops the item. done is true when the client went away.
 func (s *Server) shmSend(ctx context.Context, w *shmConn, pool *shmPool, slots int, it item) (done bool, err error) {
-	layouts, err := shmItemLayout(&it)
+	layouts, b, err := shmItemLayout(&it)
 	if err != nil {
 		s.drop(it)
 		return true, err
@@ -394,7 +394,7 @@ func (s *Server) shmSend(ctx context.Context, w *shmConn, pool *shmPool, slots i
 	reg := pool.regs[region]
 	pool.mu.Unlock()
 	bufs, inPlace := reg.fill(slot, layouts, pool.arena)
-	desc := &shmStep{StepMeta: it.meta, Region: region, Slot: slot, Rows: it.slices[0].NumRows(), Buffers: bufs}
+	desc := &shmStep{StepMeta: it.meta, Region: region, Slot: slot, Rows: b, Buffers: bufs}
 	rows, size := it.rows(), it.size
 	if inPlace > 0 {
 		// Buffers sent by reference: the records stay until the client

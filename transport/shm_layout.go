@@ -8,6 +8,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/bitutil"
 )
 
 // shmEligible reports whether every column of schema can travel as
@@ -34,57 +35,133 @@ func shmFixedType(dt arrow.DataType) bool {
 	return virtualFixedWidth(dt.ID())
 }
 
-// shmItemLayout returns the buffers of each of the item's slices (cut into
-// one record per slice first, see splitSlices).
-func shmItemLayout(it *item) ([][]shmBuf, error) {
-	if err := splitSlices(it); err != nil {
-		return nil, err
+// shmItemLayout returns the buffers of each of the item's slices and the
+// rows of each. The item's records, back to back, hold b rows of each slice
+// of it.meta.Slices: one record per slice, one for the whole step, or
+// several per slice (a mixture's parts, views of its sources' records).
+// A slice made of several records is laid out as one: each of its buffers
+// is their pieces back to back, joined as the wire copies it into the slot
+// (joinLayouts), so that the client sees one record per slice whatever the
+// backend handed over.
+func shmItemLayout(it *item) ([][]shmBuf, int64, error) {
+	starts, b, err := cutSlices(it)
+	if err != nil {
+		return nil, 0, err
 	}
-	layouts := make([][]shmBuf, len(it.slices))
-	for k, r := range it.slices {
-		var err error
-		if layouts[k], err = shmSliceLayout(r); err != nil {
-			return nil, fmt.Errorf("transport: shm: epoch %d step %d slice %d: %w", it.meta.Epoch, it.meta.Step, it.meta.Slices[min(k, len(it.meta.Slices)-1)], err)
+	layouts := make([][]shmBuf, len(starts)-1)
+	for k := range layouts {
+		pieces := it.slices[starts[k]:starts[k+1]]
+		ls := make([][]shmBuf, len(pieces))
+		for j, r := range pieces {
+			if ls[j], err = shmSliceLayout(r); err != nil {
+				return nil, 0, fmt.Errorf("transport: shm: epoch %d step %d slice %d: %w", it.meta.Epoch, it.meta.Step, it.meta.Slices[min(k, len(it.meta.Slices)-1)], err)
+			}
 		}
-		if r.NumRows() != it.slices[0].NumRows() {
-			return nil, fmt.Errorf("transport: shm: epoch %d step %d: slices of %d and %d rows", it.meta.Epoch, it.meta.Step, it.slices[0].NumRows(), r.NumRows())
-		}
+		layouts[k] = joinLayouts(ls)
 	}
-	return layouts, nil
+	return layouts, b, nil
 }
 
-// splitSlices makes it.slices one record per slice of it.meta.Slices: a
-// backend may hand a step's slices already joined (transport.Step), which
-// are cut into views here.
-func splitSlices(it *item) error {
-	n := len(it.meta.Slices)
-	if len(it.slices) == n || n == 0 {
-		return nil
+// cutSlices makes it.slices pieces that each lie in one slice, in order:
+// a record that straddles slices is cut into views (a record inside one
+// slice stays as it is), and records without rows go. It returns where
+// each slice's pieces start in it.slices (one entry per slice, then
+// len(it.slices)) and the rows b of every slice. A step whose rows are not
+// b for each slice of it.meta.Slices is an error.
+func cutSlices(it *item) ([]int, int64, error) {
+	n := int64(len(it.meta.Slices))
+	var total int64
+	for _, r := range it.slices {
+		total += r.NumRows()
 	}
-	if len(it.slices) != 1 || it.slices[0].NumRows()%int64(n) != 0 {
-		return fmt.Errorf("transport: shm: epoch %d step %d: %d records for %d slices", it.meta.Epoch, it.meta.Step, len(it.slices), n)
+	if n == 0 || total == 0 || total%n != 0 {
+		return nil, 0, fmt.Errorf("transport: shm: epoch %d step %d: %d rows in %d records for %d slices", it.meta.Epoch, it.meta.Step, total, len(it.slices), n)
 	}
-	rec, b := it.slices[0], it.slices[0].NumRows()/int64(n)
-	parts := make([]arrow.RecordBatch, n)
-	for k := range parts {
-		parts[k] = rec.NewSlice(int64(k)*b, int64(k+1)*b)
+	b := total / n
+	out := make([]arrow.RecordBatch, 0, len(it.slices))
+	starts := make([]int, 1, n+1)
+	var at int64 // rows of the current slice so far
+	for _, r := range it.slices {
+		for lo := int64(0); lo < r.NumRows(); {
+			take := min(r.NumRows()-lo, b-at)
+			if take == r.NumRows() {
+				r.Retain()
+				out = append(out, r)
+			} else {
+				out = append(out, r.NewSlice(lo, lo+take))
+			}
+			lo, at = lo+take, at+take
+			if at == b {
+				starts, at = append(starts, len(out)), 0
+			}
+		}
+		r.Release()
 	}
-	rec.Release()
-	it.slices = parts
-	return nil
+	it.slices = out
+	return starts, b, nil
+}
+
+// joinLayouts returns the layout of one slice made of the records whose
+// layouts are ls (in order; one record is its own layout): every buffer is
+// the records' buffers back to back (bitmaps bit after bit), and a
+// validity bitmap is absent only when every record's is. A record without a
+// validity bitmap where another has one contributes set bits.
+func joinLayouts(ls [][]shmBuf) []shmBuf {
+	if len(ls) == 1 {
+		return ls[0]
+	}
+	out := make([]shmBuf, len(ls[0]))
+	flat := make([]shmBuf, len(ls)*len(out)) // every buffer's pieces: one allocation
+	for i := range out {
+		absent, bitmap := true, false
+		for _, l := range ls {
+			absent = absent && l[i].b == nil
+			bitmap = bitmap || l[i].bits > 0
+		}
+		if absent {
+			continue // no nulls in any record: an absent validity bitmap
+		}
+		ps := flat[i*len(ls) : (i+1)*len(ls) : (i+1)*len(ls)]
+		for j, l := range ls {
+			ps[j] = l[i]
+		}
+		out[i] = shmBuf{pieces: ps, bitmap: bitmap}
+	}
+	return out
 }
 
 // shmBuf is one body buffer of a slice as it goes into the region: bytes
 // to copy, or (bits > 0) a bitmap of bits bits starting at bit bitOff of b
 // that is copied shifted to start at bit 0. A nil, zero shmBuf is an absent
 // validity bitmap.
+//
+// A buffer joined from several records (joinLayouts) has pieces instead:
+// theirs back to back, bit after bit when bitmap. An absent validity bitmap
+// among them stands for valid set bits.
 type shmBuf struct {
 	b      []byte
 	bitOff int
 	bits   int
+	valid  int // of an absent validity bitmap: the rows it stands for
+	pieces []shmBuf
+	bitmap bool
 }
 
 func (b shmBuf) len() int64 {
+	if b.pieces != nil {
+		var n int64
+		for _, p := range b.pieces {
+			if b.bitmap {
+				n += int64(p.bits + p.valid)
+			} else {
+				n += int64(len(p.b))
+			}
+		}
+		if b.bitmap {
+			return (n + 7) / 8
+		}
+		return n
+	}
 	if b.bits > 0 {
 		return int64(b.bits+7) / 8
 	}
@@ -116,9 +193,11 @@ func shmArrayLayout(out []shmBuf, d arrow.ArrayData) ([]shmBuf, bool) {
 		dt = ext.StorageType()
 	}
 	off, n := d.Offset(), d.Len()
-	validity := shmBuf{}
-	if d.NullN() > 0 && d.Buffers()[0] != nil {
-		validity = shmBuf{b: d.Buffers()[0].Bytes(), bitOff: off, bits: n}
+	validity := shmBuf{valid: n}
+	// A view's null count is unknown (-1) until counted: its bitmap goes
+	// unless it has no null in the view's rows.
+	if v := d.Buffers()[0]; v != nil && d.NullN() != 0 && (d.NullN() > 0 || bitutil.CountSetBits(v.Bytes(), off, n) < n) {
+		validity = shmBuf{b: v.Bytes(), bitOff: off, bits: n}
 	}
 	out = append(out, validity)
 	switch t := dt.(type) {

@@ -319,7 +319,7 @@ func newShmMapping(slots int, need int64) (*shmMapping, error) {
 }
 
 // fill copies each slice's buffers into slot, each at a 64-byte aligned
-// offset, and returns their [offset, length] in the region, per slice
+// offset (a buffer joined from several records' pieces as one), and returns their [offset, length] in the region, per slice
 // ([0, 0] for an absent validity bitmap). Every slice's rows start aligned,
 // so that each device's rows can be aliased, whatever b. A buffer that
 // already lies in arena at a 64-byte aligned address is not copied: its
@@ -347,6 +347,12 @@ func (m *shmMapping) fill(slot int, slices [][]shmBuf, arena *shmArena) (out [][
 		out[k], rows = rows[:len(bufs):len(bufs)], rows[len(bufs):]
 		for i, b := range bufs {
 			n := b.len()
+			if b.pieces != nil {
+				b.join(m.mem[at : at+n])
+				out[k][i] = entry(at, n)
+				at += alignUp(n, shmAlign)
+				continue
+			}
 			if b.b == nil {
 				out[k][i] = entry(0, 0)
 				continue
@@ -369,6 +375,29 @@ func (m *shmMapping) fill(slot int, slices [][]shmBuf, arena *shmArena) (out [][
 		}
 	}
 	return out, inPlace
+}
+
+// join copies a joined buffer's pieces into dst, back to back (len(dst)
+// is b.len()): bytes, or bits, an absent validity bitmap's as set bits.
+func (b shmBuf) join(dst []byte) {
+	if !b.bitmap {
+		at := 0
+		for _, p := range b.pieces {
+			at += copy(dst[at:], p.b)
+		}
+		return
+	}
+	dst[len(dst)-1] = 0 // the bits past the last row are zero
+	at := 0
+	for _, p := range b.pieces {
+		if p.b == nil {
+			bitutil.SetBitsTo(dst, int64(at), int64(p.valid), true)
+			at += p.valid
+			continue
+		}
+		bitutil.CopyBitmap(p.b, p.bitOff, p.bits, dst, at)
+		at += p.bits
+	}
 }
 
 func (m *shmMapping) close() {

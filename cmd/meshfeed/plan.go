@@ -150,17 +150,7 @@ func parsePlanArgs(args []string, w io.Writer) (planArgs, error) {
 		fmt.Fprint(fs.Output(), planUsage, "\nflags:\n")
 		fs.PrintDefaults()
 	}
-	fs.Func("tokenizer", "COLUMN=URI: the column is tokenized with the tokenizer.json at URI (local, gs://, s3://, az://, https://); the plan checks the column is text and reports the file's SHA-256; repeatable", func(v string) error {
-		col, uri, ok := strings.Cut(v, "=")
-		if !ok || col == "" || uri == "" {
-			return fmt.Errorf("want COLUMN=URI, got %q", v)
-		}
-		if a.tokenizers == nil {
-			a.tokenizers = map[string]string{}
-		}
-		a.tokenizers[col] = uri
-		return nil
-	})
+	fs.Func("tokenizer", "COLUMN=URI: the column is tokenized with the tokenizer.json at URI (local, gs://, s3://, az://, https://); the plan checks the column is text and reports the file's SHA-256; repeatable", tokenizerFlag(&a.tokenizers))
 	if err := fs.Parse(args); err != nil {
 		return a, err
 	}
@@ -455,6 +445,21 @@ func runPlan(ctx context.Context, args []string) error {
 		return enc.Encode(rep)
 	}
 	return printPlanTable(planStdout, rep)
+}
+
+// tokenizerFlag parses a --tokenizer COLUMN=URI into m.
+func tokenizerFlag(m *map[string]string) func(string) error {
+	return func(v string) error {
+		col, uri, ok := strings.Cut(v, "=")
+		if !ok || col == "" || uri == "" {
+			return fmt.Errorf("want COLUMN=URI, got %q", v)
+		}
+		if *m == nil {
+			*m = map[string]string{}
+		}
+		(*m)[col] = uri
+		return nil
+	}
 }
 
 // planTokenizerSums reads each column's tokenizer (checking the column is

@@ -472,3 +472,47 @@ def test_server_without_arena_copies(wide_glob):
         st = ld.stats()
         assert st["transport"] == "shm" and st["in_place_bytes"] == 0 < st["bytes"], st
         assert arena.stats()["in_place_bytes"] > 0
+
+
+@pytest.fixture(scope="module")
+def mix_globs(tmp_path_factory, binary):
+    """Three sources of different sizes and row groups."""
+    root = tmp_path_factory.mktemp("shm-mix")
+    out = []
+    for i, rows in enumerate((300, 500, 170)):
+        d = root / f"s{i}"
+        subprocess.run([binary, "gen", "--out", str(d), "--rows", str(rows), "--files", str(i + 1),
+                        "--row-group-rows", str(20 + 15 * i), "--features", "4", "--seed", str(i + 1)],
+                       check=True, capture_output=True)
+        out.append(str(d / "*.parquet"))
+    return out
+
+
+def test_mixture_over_shm(mix_globs):
+    """A mixture's slices reach the server's transport as their sources'
+    parts (several records per slice, not joined); the shared-memory wire
+    joins them in the slot, with the arena and without it (--shm-arena 0):
+    every batch equals the Flight path's (source column and mask included,
+    b = 8 rows per device, so parts and mask bits end mid-byte), with no host
+    copy on the client."""
+    import meshfeed
+    mix = meshfeed.Mixture([meshfeed.Source(g, weight=w, columns=["id", "label", "features"],
+                                            shuffle=meshfeed.Shuffle(seed=i, window=16))
+                            for i, (g, w) in enumerate(zip(mix_globs, (0.5, 0.3, 0.2)))],
+                           stop="first_exhausted", source_column="source", seed=3)
+    kw = dict(global_batch_size=64, sharding=_mesh_sharding(), last_batch="pad")
+    no_arena = meshfeed.ServerOptions(extra_args=["--shm-arena", "0"])
+    with meshfeed.Loader(mix, **kw) as arena, meshfeed.Loader(mix, server_options=no_arena, **kw) as copied, \
+            meshfeed.Loader(mix, transport="flight", **kw) as fl:
+        n = 0
+        for a, c, f in zip(arena, copied, fl):
+            assert a.keys() == f.keys() == c.keys() >= {"id", "label", "features", "source", "valid"}
+            for k in f:
+                np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(f[k]), err_msg=f"arena: step {n} column {k}")
+                np.testing.assert_array_equal(np.asarray(c[k]), np.asarray(f[k]), err_msg=f"no arena: step {n} column {k}")
+            n += 1
+        assert n == fl.steps_per_epoch > 0
+        for ld in (arena, copied):
+            st = ld.stats()
+            assert st["transport"] == "shm" and st["host_copies"] == 0, st
+        assert copied.stats()["in_place_bytes"] == 0

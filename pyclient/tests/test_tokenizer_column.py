@@ -224,3 +224,30 @@ def test_unshaped_column_is_a_list_per_row(corpus, trained):
         assert isinstance(lists, (pa.Array, pa.ChunkedArray)), type(lists)
         for i, row in zip(np.asarray(batch["id"]).tolist(), lists.to_pylist()):
             assert row == ref.encode(texts[i]).ids
+
+
+def test_mixture_sources_tokenize_and_resume_checks_the_hash(corpus, trained):
+    """Each source of a mixture tokenizes with its own tokenizer; a state
+    resumes only with the same tokenizers (the refusal names both hashes)."""
+    glob, texts = corpus
+    refs = {f: tokenizers.Tokenizer.from_file(str(trained[f])) for f in ("gpt2", "llama2")}
+
+    def mixture(second: str) -> meshfeed.Mixture:
+        srcs = [meshfeed.Source(glob, weight=1.0, filters=[("id", op, DOCS // 2)],
+                                columns={"id": meshfeed.Column(),
+                                         "text": meshfeed.Column(tokenizer=trained[f], length=L, overflow="truncate")})
+                for op, f in (("<", "gpt2"), (">=", second))]
+        return meshfeed.Mixture(srcs, stop="first_exhausted", source_column="source", seed=1)
+
+    with meshfeed.Loader(mixture("llama2"), global_batch_size=B, sharding=sharding(), last_batch="drop") as loader:
+        for step, batch in enumerate(loader):
+            ids, toks, src = (np.asarray(batch[k]) for k in ("id", "text", "source"))
+            for i, row, s in zip(ids.tolist(), toks, src.tolist()):
+                want = refs["gpt2" if s == 0 else "llama2"].encode(texts[i]).ids[:L]
+                assert row[:len(want)].tolist() == want, (i, s)
+            if step == 1:
+                saved = loader.state()
+    with pytest.raises(meshfeed.StateMismatchError) as e:
+        meshfeed.Loader(mixture("bert"), global_batch_size=B, sharding=sharding(), last_batch="drop",
+                        state=saved).close()
+    assert sha256(trained["llama2"]) in str(e.value) and sha256(trained["bert"]) in str(e.value), str(e.value)
