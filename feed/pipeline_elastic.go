@@ -6,6 +6,7 @@ package feed
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -97,8 +98,9 @@ func checkPackedSwitch(B, d, d2 int, r float64) error {
 	}
 	return fmt.Errorf("feed: %w: elastic switch from num_slices %d to %d with pack_ratio %v: the packed global batch of "+
 		"global_batch_size %d source rows has %d x ceil(%d/%v) = %d rows under num_slices %d but %d x ceil(%d/%v) = %d rows under %d, "+
-		"so a compiled training step would see another shape; elastic resume with packing needs the same packed rows on both sides: %s",
-		transport.ErrBadRequest, d, d2, r, B, d, b, r, d*p, d, d2, b2, r, d2*p2, d2, samePackedRatios(B, d, d2, r))
+		"so a compiled training step would see another shape; elastic resume with packing needs the same packed rows on both sides: %s; "+
+		"keep num_slices %d until this epoch ends (a state saved at an epoch boundary names no switch), or start the run with such a ratio",
+		transport.ErrBadRequest, d, d2, r, B, d, b, r, d*p, d, d2, b2, r, d2*p2, d2, samePackedRatios(B, d, d2, r), d)
 }
 
 // samePackedRatios says which pack ratios keep the packed global batch of B
@@ -110,8 +112,8 @@ func samePackedRatios(B, d, d2 int, r float64) string {
 	for _, iv := range packedIntervals(B, d, d2, r) {
 		near = append(near, fmt.Sprintf("[%.6g, %.6g) (%d packed rows)", iv.lo, iv.hi, iv.rows))
 	}
-	return fmt.Sprintf("ratios dividing both %d and %d (the largest is %d), or any ratio r with %d*ceil(%d/r) == %d*ceil(%d/r); nearest %v: %v",
-		b, b2, gcd(b, b2), d, b, d2, b2, r, near)
+	return fmt.Sprintf("ratios dividing both %d and %d (the largest is %d), or any ratio r with %d*ceil(%d/r) == %d*ceil(%d/r), nearest %v: %s",
+		b, b2, gcd(b, b2), d, b, d2, b2, r, strings.Join(near, " or "))
 }
 
 // ratioInterval is the ratios [lo, hi) that pack a global batch into rows
