@@ -38,6 +38,8 @@ type pipelineConfig struct {
 	readAhead int64
 	// selections caches the rows filters keep (filter.go).
 	selections filter.Store
+	// tokenizers caches parsed tokenizers by content (tokenizer.go).
+	tokenizers *TokenizerCache
 }
 
 // validate reports every problem of the configuration at once.
@@ -65,6 +67,13 @@ func (c *pipelineConfig) validate() error {
 // server's read-ahead memory is at most this times its concurrent streams.
 func WithReadAhead(bytes int64) Option {
 	return func(c *pipelineConfig) { c.readAhead = bytes }
+}
+
+// WithTokenizerCache sets the cache of parsed tokenizers (tokenizer.go), for
+// example one shared by several Pipelines. Default: a cache of
+// DefaultTokenizerCacheEntries of the Pipeline's own.
+func WithTokenizerCache(c *TokenizerCache) Option {
+	return func(cfg *pipelineConfig) { cfg.tokenizers = c }
 }
 
 // Option configures NewPipeline.
@@ -165,6 +174,9 @@ func NewPipeline(ctx context.Context, opts ...Option) (*Pipeline, error) {
 	}
 	if cfg.selections == nil {
 		cfg.selections = filter.NewMemoryStore(0)
+	}
+	if cfg.tokenizers == nil {
+		cfg.tokenizers = NewTokenizerCache(DefaultTokenizerCacheEntries)
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
