@@ -341,3 +341,59 @@ func checkConcatSteps(t *testing.T, got []concatStep, rgs []batching.RowGroup, i
 		}
 	}
 }
+
+// TestConcatBadInput: each request concatenated packing cannot serve is
+// refused when planned (InvalidArgument), naming the column and what to do.
+func TestConcatBadInput(t *testing.T) {
+	dir := writeTextDataset(t, 20, 1, 5)
+	withSep, noSep := letterTokenizer(t, true), letterTokenizer(t, false)
+	ctx := context.Background()
+	p, err := NewPipeline(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	base := func() *transport.Request {
+		return concatRequest(dir, withSep, 8, 2, 1, []int{0}, transport.LastBatchDrop, 0)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(r *transport.Request)
+		want []string
+	}{
+		{"no end-of-document token", func(r *transport.Request) { r.Columns[0].Tokenizer = noSep },
+			[]string{noSep, `column "text"`, "name one with eod_token=", "<|endoftext|>"}},
+		{"eod_token the tokenizer lacks", func(r *transport.Request) { r.Columns[0].EODToken = "<nope>" },
+			[]string{`eod_token "<nope>" is not a token of tokenizer`, withSep}},
+		{"no tokenizer", func(r *transport.Request) { r.Columns[0].Tokenizer = "" },
+			[]string{`columns[0] "text": pack "concat" needs a tokenizer`}},
+		{"no length", func(r *transport.Request) { r.Columns[0].Length = 0 },
+			[]string{`columns[0] "text": pack "concat" needs a length`}},
+		{"another column", func(r *transport.Request) { r.Columns = append(r.Columns, transport.Column{Name: "id"}) },
+			[]string{"request this column alone"}},
+		{"pack_ratio too", func(r *transport.Request) { r.Columns[0].PackRatio = 2 },
+			[]string{"pack_ratio 2 are two packings"}},
+		{"filters", func(r *transport.Request) { r.Filters = json.RawMessage(`[["id", ">", 3]]`) },
+			[]string{"with filters is not supported"}},
+		{"elastic", func(r *transport.Request) { r.NumSlices, r.GlobalBatchSize, r.Elastic = 2, 2, &transport.Elastic{FromSlices: 1, Step: 1} },
+			[]string{"elastic resume (from_slices 1 to num_slices 2) is not supported"}},
+		{"not a string column", func(r *transport.Request) { r.Columns[0].Name = "id" },
+			[]string{`column "id"`, "a tokenizer reads a string or large_string column"}},
+		{"in a mixture", func(r *transport.Request) {
+			r.Mixture = &transport.Mixture{Sources: []transport.MixtureSource{{Datasets: r.Datasets, Columns: r.Columns, Weight: 1}},
+				Stop: transport.MixtureStop{Rule: "num_steps", NumSteps: 1}}
+			r.Datasets, r.Columns, r.Shuffle, r.Epochs = nil, nil, transport.Shuffle{}, 1
+		}, []string{`pack "concat" are not supported in a mixture`}},
+	} {
+		req := base()
+		tc.edit(req)
+		_, err := p.Info(ctx, req)
+		if !errors.Is(err, transport.ErrBadRequest) {
+			t.Errorf("%s: Info = %v, want ErrBadRequest", tc.name, err)
+			continue
+		}
+		if missing := containsAll(err.Error(), tc.want...); len(missing) > 0 {
+			t.Errorf("%s: Info = %v, lacks %q", tc.name, err, missing)
+		}
+	}
+}
