@@ -375,7 +375,9 @@ func TestConcatBadInput(t *testing.T) {
 			[]string{"pack_ratio 2 are two packings"}},
 		{"filters", func(r *transport.Request) { r.Filters = json.RawMessage(`[["id", ">", 3]]`) },
 			[]string{"with filters is not supported"}},
-		{"elastic", func(r *transport.Request) { r.NumSlices, r.GlobalBatchSize, r.Elastic = 2, 2, &transport.Elastic{FromSlices: 1, Step: 1} },
+		{"elastic", func(r *transport.Request) {
+			r.NumSlices, r.GlobalBatchSize, r.Elastic = 2, 2, &transport.Elastic{FromSlices: 1, Step: 1}
+		},
 			[]string{"elastic resume (from_slices 1 to num_slices 2) is not supported"}},
 		{"not a string column", func(r *transport.Request) { r.Columns[0].Name = "id" },
 			[]string{`column "id"`, "a tokenizer reads a string or large_string column"}},
