@@ -26,7 +26,7 @@ import (
 // letterTokenizer writes a character-level WordPiece over ASCII letters
 // (each letter one token, [CLS] and [SEP] around a text); with sep, [SEP] is
 // an added special token (the end-of-document token concatenation finds).
-func letterTokenizer(t *testing.T, sep bool) string {
+func letterTokenizer(t testing.TB, sep bool) string {
 	t.Helper()
 	vocab := map[string]int{"[UNK]": 0, "[CLS]": 1, "[SEP]": 2}
 	for c := 'a'; c <= 'z'; c++ {
@@ -156,6 +156,12 @@ type concatStep struct {
 
 func readConcatStream(t *testing.T, p *Pipeline, req *transport.Request) []concatStep {
 	t.Helper()
+	return readConcatSteps(t, p, req, -1)
+}
+
+// readConcatSteps reads up to limit steps (-1: all) of req's stream.
+func readConcatSteps(t *testing.T, p *Pipeline, req *transport.Request, limit int) []concatStep {
+	t.Helper()
 	ctx := context.Background()
 	st, err := p.Open(ctx, req)
 	if err != nil {
@@ -163,7 +169,7 @@ func readConcatStream(t *testing.T, p *Pipeline, req *transport.Request) []conca
 	}
 	defer st.Close()
 	var out []concatStep
-	for {
+	for n := 0; n != limit; n++ {
 		step, err := st.Next(ctx)
 		if errors.Is(err, io.EOF) {
 			return out
@@ -185,6 +191,7 @@ func readConcatStream(t *testing.T, p *Pipeline, req *transport.Request) []conca
 		}
 		step.Release()
 	}
+	return out
 }
 
 // TestConcatStreamAgainstModel streams concatenated packing and checks every
@@ -266,6 +273,12 @@ func TestConcatStreamAgainstModel(t *testing.T) {
 			}
 			if !sameSteps(resumed, want) {
 				t.Errorf("resumed at %+v: %d slices, want the %d of the uninterrupted run from there", rq.Start, len(resumed), len(want))
+			}
+			// Unbounded (epochs 0): the same two epochs, then the third goes on.
+			rq.Start, rq.Epochs = transport.Position{}, 0
+			more := readConcatSteps(t, p, rq, 2*steps+1)
+			if len(more) != len(got)+tc.d || !sameSteps(more[:len(got)], got) || more[len(got)].epoch != 2 {
+				t.Errorf("unbounded stream: %d slices, want the %d of two epochs and %d of the third", len(more), len(got), tc.d)
 			}
 		})
 	}
