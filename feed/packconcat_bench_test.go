@@ -77,7 +77,7 @@ func BenchmarkConcatIndex(b *testing.B) {
 				tokens += c.Tokens()
 			}
 		}
-		b.ReportMetric((cpuTime() - cpu0).Seconds()/float64(b.N), "cpu-s/op")
+		b.ReportMetric((cpuTime()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
 		b.ReportMetric(float64(tokens), "tokens")
 	})
 	b.Run("epoch", func(b *testing.B) {
@@ -97,7 +97,7 @@ func BenchmarkConcatIndex(b *testing.B) {
 		for b.Loop() {
 			steps = drainStream(b, p, req)
 		}
-		b.ReportMetric((cpuTime() - cpu0).Seconds()/float64(b.N), "cpu-s/op")
+		b.ReportMetric((cpuTime()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
 		b.ReportMetric(float64(steps), "steps")
 		b.ReportMetric(float64(tokens)*float64(b.N)/time.Since(start).Seconds(), "tokens/s")
 	})
