@@ -32,14 +32,11 @@ const concatBlock = 1024
 type ConcatPlan struct {
 	cfg    Config
 	docs   *Plan     // the documents' order: the row plan with D = 1
+	rows   *Plan     // the packed rows: the row plan of R rows in one row group, W = 0
 	counts [][]int32 // tokens of each document (without its end token), per row group
 	length int64
 	block  int64 // documents per block of the prefix sums
 	t, r   int64
-	b      int64
-	steps  int
-	// lens[d] is the packed rows of stream d, starts[d] its first.
-	lens, starts []int64
 
 	mu    sync.Mutex
 	cache [2]*concatEpoch
@@ -105,60 +102,16 @@ func NewConcatPlan(rowGroups []RowGroup, counts [][]int32, cfg Config, length in
 		return nil, err
 	}
 	l := int64(length)
-	p := &ConcatPlan{cfg: cfg, docs: docs, counts: counts, length: l, t: t, r: (t + l - 1) / l,
-		b: int64(cfg.GlobalBatch / cfg.D), block: concatBlock}
+	p := &ConcatPlan{cfg: cfg, docs: docs, counts: counts, length: l, t: t, r: (t + l - 1) / l, block: concatBlock}
 	if cfg.Window > 0 {
 		p.block = cfg.Window
 	}
-	if p.steps, err = stepsOf(p.r, int64(cfg.GlobalBatch), cfg.Policy, "packed rows"); err != nil {
-		return nil, fmt.Errorf("%w (T=%d tokens in rows of L=%d)", err, t, l)
+	rowsCfg := cfg
+	rowsCfg.Window = 0
+	if p.rows, err = NewPlan([]RowGroup{{Rows: p.r}}, rowsCfg); err != nil {
+		return nil, fmt.Errorf("packed rows: %w (T=%d tokens in rows of L=%d)", err, t, l)
 	}
-	p.lens, p.starts = splitStreams(p.r, cfg.D)
 	return p, nil
-}
-
-// stepsOf returns the steps per epoch of n units (rows, packed rows) in
-// global batches of bigB under policy.
-func stepsOf(n, bigB int64, policy Policy, what string) (int, error) {
-	rem := n % bigB
-	var steps int64
-	switch policy {
-	case Drop:
-		steps = n / bigB
-		if steps == 0 {
-			return 0, fmt.Errorf("%w: N=%d %s < B=%d with policy drop; use policy pad or a smaller B", ErrNoSteps, n, what, bigB)
-		}
-	case Pad:
-		steps = (n + bigB - 1) / bigB
-	case Raise:
-		if rem != 0 {
-			return 0, fmt.Errorf("%w: N=%d %s is not a multiple of B=%d (remainder %d); use policy drop or pad, or pick a B that divides N",
-				ErrIndivisible, n, what, bigB, rem)
-		}
-		steps = n / bigB
-	default:
-		return 0, fmt.Errorf("%w: last-batch policy %v", ErrInvalidConfig, policy)
-	}
-	if steps > math.MaxInt32 {
-		return 0, fmt.Errorf("%w: %d steps per epoch, at most %d", ErrInvalidConfig, steps, math.MaxInt32)
-	}
-	return int(steps), nil
-}
-
-// splitStreams splits n units into d contiguous streams whose lengths
-// differ by at most one, the first n mod d longer.
-func splitStreams(n int64, d int) (lens, starts []int64) {
-	lens, starts = make([]int64, d), make([]int64, d)
-	dd := int64(d)
-	for i := range lens {
-		k := int64(i)
-		lens[i] = n / dd
-		if k < n%dd {
-			lens[i]++
-		}
-		starts[i] = k*(n/dd) + min(k, n%dd)
-	}
-	return lens, starts
 }
 
 // Config returns the plan's configuration.
@@ -180,84 +133,43 @@ func (p *ConcatPlan) Rows() int64 { return p.r }
 // N returns the documents of an epoch.
 func (p *ConcatPlan) N() int64 { return p.docs.N() }
 
+// RowsPlan returns the plan of the packed rows: R rows in one row group,
+// without a shuffle window, split into D streams and cut into steps under
+// the policy. Its SliceRows, StepsPerEpoch, DroppedRows, PaddedRows,
+// StreamLen, StreamStart, SliceReal, Check and Remainder are the packed
+// rows'.
+func (p *ConcatPlan) RowsPlan() *Plan { return p.rows }
+
 // SliceRows returns b = B/D, the packed rows of one slice.
-func (p *ConcatPlan) SliceRows() int { return int(p.b) }
+func (p *ConcatPlan) SliceRows() int { return p.rows.SliceRows() }
 
 // StepsPerEpoch returns floor(R/B) (Drop), ceil(R/B) (Pad) or R/B (Raise).
-func (p *ConcatPlan) StepsPerEpoch() int { return p.steps }
-
-// DroppedRows returns the packed rows per epoch Drop does not deliver.
-func (p *ConcatPlan) DroppedRows() int64 {
-	if p.cfg.Policy == Drop {
-		return p.r - int64(p.steps)*int64(p.cfg.GlobalBatch)
-	}
-	return 0
-}
-
-// PaddedRows returns the all-padding packed rows per epoch under Pad.
-func (p *ConcatPlan) PaddedRows() int64 {
-	if p.cfg.Policy == Pad {
-		return int64(p.steps)*int64(p.cfg.GlobalBatch) - p.r
-	}
-	return 0
-}
-
-// StreamLen returns the packed rows of stream d; 0 for an invalid d.
-func (p *ConcatPlan) StreamLen(d int) int64 {
-	if d < 0 || d >= p.cfg.D {
-		return 0
-	}
-	return p.lens[d]
-}
-
-// Check returns an error wrapping ErrInvalidPosition when pos (pos.Step <=
-// StepsPerEpoch) or a slice is outside the plan.
-func (p *ConcatPlan) Check(pos Position, slices ...int) error {
-	if pos.Epoch < 0 || pos.Step < 0 || pos.Step > p.steps {
-		return fmt.Errorf("%w: epoch %d step %d; epochs start at 0 and there are %d steps per epoch",
-			ErrInvalidPosition, pos.Epoch, pos.Step, p.steps)
-	}
-	for _, d := range slices {
-		if d < 0 || d >= p.cfg.D {
-			return fmt.Errorf("%w: slice %d, the plan has slices 0 to %d", ErrInvalidPosition, d, p.cfg.D-1)
-		}
-	}
-	return nil
-}
+func (p *ConcatPlan) StepsPerEpoch() int { return p.rows.StepsPerEpoch() }
 
 // SliceReal returns the packed rows of slice d of step that hold tokens;
 // the rest (at the end of the slice, under Pad) are all padding.
-func (p *ConcatPlan) SliceReal(step, d int) int {
-	if step < 0 || step >= p.steps || d < 0 || d >= p.cfg.D {
-		return 0
-	}
-	return int(max(0, min(p.b, p.lens[d]-int64(step)*p.b)))
-}
-
-// delivered returns the packed rows of stream d delivered in an epoch.
-func (p *ConcatPlan) delivered(d int) int64 {
-	return min(p.lens[d], int64(p.steps)*p.b)
-}
+func (p *ConcatPlan) SliceReal(step, d int) int { return p.rows.SliceReal(step, d) }
 
 // SliceTokens returns the tokens [lo, hi) of the epoch's sequence that slice
 // d of step holds, from its first packed row on (hi - lo < SliceRows()*L only
 // in the last row of the epoch and for padding rows).
 func (p *ConcatPlan) SliceTokens(step, d int) (lo, hi int64) {
-	if step < 0 || step >= p.steps || d < 0 || d >= p.cfg.D {
+	if step < 0 || step >= p.rows.steps || d < 0 || d >= p.cfg.D {
 		return 0, 0
 	}
-	row := p.starts[d] + int64(step)*p.b
+	row := p.rows.starts[d] + int64(step)*p.rows.b
 	return p.tokenRange(row, row+int64(p.SliceReal(step, d)))
 }
 
 // StreamTokens returns the tokens [lo, hi) that stream d delivers from step
 // pos.Step to the end of epoch pos.Epoch's delivered rows.
 func (p *ConcatPlan) StreamTokens(pos Position, d int) (lo, hi int64) {
-	if p.Check(pos, d) != nil {
+	if p.rows.Check(pos, d) != nil {
 		return 0, 0
 	}
-	from := min(int64(pos.Step)*p.b, p.delivered(d))
-	return p.tokenRange(p.starts[d]+from, p.starts[d]+p.delivered(d))
+	end := min(p.rows.lens[d], p.rows.delivered(d))
+	from := min(int64(pos.Step)*p.rows.b, end)
+	return p.tokenRange(p.rows.starts[d]+from, p.rows.starts[d]+end)
 }
 
 // tokenRange returns the tokens of packed rows [r0, r1).

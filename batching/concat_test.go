@@ -145,7 +145,7 @@ func TestConcatPlanProperties(t *testing.T) {
 		for d := 0; d < cfg.D; d++ {
 			start := int64(0)
 			for e := 0; e < d; e++ {
-				start += p.StreamLen(e)
+				start += p.RowsPlan().StreamLen(e)
 			}
 			for s := 0; s < p.StepsPerEpoch(); s++ {
 				gt, gs, gp := packSlice(p, epoch, s, d)
@@ -166,7 +166,7 @@ func TestConcatPlanProperties(t *testing.T) {
 				}
 			}
 			// Drop: the stream's undelivered tail is skipped.
-			next = min(p.Tokens(), (start+p.StreamLen(d))*int64(l))
+			next = min(p.Tokens(), (start+p.RowsPlan().StreamLen(d))*int64(l))
 		}
 		if next != p.Tokens() {
 			t.Fatalf("iter %d: the streams end at token %d of %d", iter, next, p.Tokens())
@@ -239,7 +239,7 @@ func TestConcatPlanErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Tokens() != 10 || p.Rows() != 3 || p.StepsPerEpoch() != 2 || p.PaddedRows() != 1 {
-		t.Errorf("T=%d R=%d steps=%d padded=%d, want 10 3 2 1", p.Tokens(), p.Rows(), p.StepsPerEpoch(), p.PaddedRows())
+	if p.Tokens() != 10 || p.Rows() != 3 || p.StepsPerEpoch() != 2 || p.RowsPlan().PaddedRows() != 1 {
+		t.Errorf("T=%d R=%d steps=%d padded=%d, want 10 3 2 1", p.Tokens(), p.Rows(), p.StepsPerEpoch(), p.RowsPlan().PaddedRows())
 	}
 }

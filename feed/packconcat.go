@@ -125,10 +125,10 @@ func eodToken(tok *tokenize.Tokenizer, cc concatColumn) (int32, error) {
 }
 
 // planConcat plans a request whose column is packed by concatenation: the
-// dataset, its token counts (index, cache or counted), the ConcatPlan, and a
-// plan of R rows in one row group standing for the packed rows (its
-// streams, steps and policy are the ConcatPlan's), so that the step and
-// memory checks and GetFlightInfo's answer work as for rows.
+// dataset, its token counts (index, cache or counted) and the ConcatPlan,
+// whose plan of the packed rows stands for the plan (its streams, steps and
+// policy are the packed rows'), so that the step and memory checks and
+// GetFlightInfo's answer work as for rows.
 func (p *Pipeline) planConcat(ctx context.Context, cfg *streamConfig) (*pipelinePlan, error) {
 	cc := *cfg.concat
 	ds, err := p.dataset(ctx, cfg.datasets, cfg.columns, cfg.fills, cfg.manifest)
@@ -162,15 +162,11 @@ func (p *Pipeline) planConcat(ctx context.Context, cfg *streamConfig) (*pipeline
 	if err != nil {
 		return nil, fmt.Errorf("feed: plan %s, column %q packed by concatenation: %w", strings.Join(cfg.datasets, ", "), cc.name, err)
 	}
-	rows, err := batching.NewPlan([]batching.RowGroup{{Rows: cp.Rows()}}, cfg.plan)
-	if err != nil {
-		return nil, fmt.Errorf("feed: plan %s: %w", strings.Join(cfg.datasets, ", "), err)
-	}
 	schema, err := concatSchema(cc, cfg)
 	if err != nil {
 		return nil, err
 	}
-	pl := &pipelinePlan{cfg: cfg, ds: ds, plan: rows, refs: refs, cutIn: ds.Schema, schema: schema,
+	pl := &pipelinePlan{cfg: cfg, ds: ds, plan: cp.RowsPlan(), refs: refs, cutIn: ds.Schema, schema: schema,
 		concat: &concatPlan{col: cc, plan: cp, tok: tok, eod: eod, text: text}}
 	if err := p.checkStep(pl); err != nil {
 		return nil, err
