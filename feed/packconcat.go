@@ -101,7 +101,7 @@ func (c *streamConfig) setConcat(req *transport.Request, problems []string) []st
 		}
 		cc.fill = int32(f.Int)
 	}
-	c.concat, c.shaping, c.fills = cc, nil, map[string]float64{}
+	c.concat, c.shaping, c.fills, c.tokens = cc, nil, map[string]float64{}, nil
 	return problems
 }
 

@@ -49,8 +49,8 @@ func letterTokenizer(t testing.TB, sep bool) string {
 	return path
 }
 
-// writeTextDataset writes a text dataset (columns id, text) of docs rows.
-func writeTextDataset(t *testing.T, docs int64, files int, rgRows int64) string {
+// writeConcatText writes a text dataset (columns id, text) of docs rows.
+func writeConcatText(t *testing.T, docs int64, files int, rgRows int64) string {
 	t.Helper()
 	dir := t.TempDir()
 	var sb strings.Builder
@@ -199,7 +199,7 @@ func readConcatSteps(t *testing.T, p *Pipeline, req *transport.Request, limit in
 // on every row; serving the slices from two "processes" and resuming
 // mid-epoch give the same slices.
 func TestConcatStreamAgainstModel(t *testing.T) {
-	dir := writeTextDataset(t, 57, 2, 7)
+	dir := writeConcatText(t, 57, 2, 7)
 	tokPath := letterTokenizer(t, true)
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -358,7 +358,7 @@ func checkConcatSteps(t *testing.T, got []concatStep, rgs []batching.RowGroup, i
 // TestConcatBadInput: each request concatenated packing cannot serve is
 // refused when planned (InvalidArgument), naming the column and what to do.
 func TestConcatBadInput(t *testing.T) {
-	dir := writeTextDataset(t, 20, 1, 5)
+	dir := writeConcatText(t, 20, 1, 5)
 	withSep, noSep := letterTokenizer(t, true), letterTokenizer(t, false)
 	ctx := context.Background()
 	p, err := NewPipeline(ctx)

@@ -262,6 +262,7 @@ func (p *Pipeline) Info(ctx context.Context, req *transport.Request) (*transport
 		Manifest:       pl.ds.PlanInfo().Manifest,
 		ManifestReason: pl.ds.PlanInfo().Reason,
 		PlanRequests:   pl.ds.PlanInfo().Requests,
+		Tokenizers:     tokenizerSums(pl.toks),
 	}, nil
 }
 

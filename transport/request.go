@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // Version is the ticket version this package speaks. A ticket carries it in
@@ -361,8 +362,34 @@ func (r *Request) validateColumns(p *problems) map[string]bool {
 		if _, err := ParseFill(c.Fill); len(c.Fill) > 0 && err != nil {
 			p.add("columns[%d] %q: fill %s is neither a number nor one of \"nan\", \"inf\", \"-inf\"", i, c.Name, c.Fill)
 		}
+		if strings.IndexByte(c.Tokenizer, 0) >= 0 {
+			p.add("columns[%d] %q: tokenizer %q holds a NUL byte", i, c.Name, c.Tokenizer)
+		}
+		if c.AddSpecialTokens != nil && c.Tokenizer == "" {
+			p.add("columns[%d] %q: add_special_tokens is set without a tokenizer", i, c.Name)
+		}
 	}
 	return seenCol
+}
+
+// Tokenizers returns the tokenizer URIs the request names (its columns' and
+// its mixture sources' columns'), for the roots check.
+func (r *Request) Tokenizers() []string {
+	var out []string
+	add := func(cols []Column) {
+		for _, c := range cols {
+			if c.Tokenizer != "" {
+				out = append(out, c.Tokenizer)
+			}
+		}
+	}
+	add(r.Columns)
+	if r.Mixture != nil {
+		for _, s := range r.Mixture.Sources {
+			add(s.Columns)
+		}
+	}
+	return out
 }
 
 // FillKind is how a ticket's fill value was written.
