@@ -349,3 +349,26 @@ func PackRuns(runs []DocRun, length int, ids func(DocRun) []int32, eod, fill int
 		tokens[i], segmentIDs[i], positions[i] = fill, 0, 0
 	}
 }
+
+// RemainderRows returns the packed rows (in the epoch's sequence of R rows)
+// that new slice d holds at step of an elastic switch's epoch, in order:
+// rem is RowsPlan().Remainder(sw), whose pieces name rows of the old
+// plan's streams (no window permutes packed rows). Their tokens are
+// SliceTokens' for each range; the slice's rows past them are padding.
+func (p *ConcatPlan) RemainderRows(rem *Remainder, step, d int) [][2]int64 {
+	left := int64(rem.SliceReal(step, d))
+	var out [][2]int64
+	for _, pc := range rem.Pieces(step, d) {
+		if left == 0 {
+			break
+		}
+		n := min(left, pc.Len())
+		start := rem.Old().StreamStart(pc.Stream) + pc.From
+		out = append(out, [2]int64{start, start + n})
+		left -= n
+	}
+	return out
+}
+
+// RowTokens returns the tokens [lo, hi) of packed rows [r0, r1).
+func (p *ConcatPlan) RowTokens(r0, r1 int64) (lo, hi int64) { return p.tokenRange(r0, r1) }

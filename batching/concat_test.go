@@ -243,3 +243,104 @@ func TestConcatPlanErrors(t *testing.T) {
 		t.Errorf("T=%d R=%d steps=%d padded=%d, want 10 3 2 1", p.Tokens(), p.Rows(), p.StepsPerEpoch(), p.RowsPlan().PaddedRows())
 	}
 }
+
+// TestConcatRemainderRows: after an elastic switch from D to D' at step k,
+// the packed rows each new slice holds at each step are the contract's
+// remainder (each old stream's undelivered rows in order, re-split over D'
+// streams), computed here from the old streams' lengths alone; packed, they
+// are the model's rows.
+func TestConcatRemainderRows(t *testing.T) {
+	seed := testSeed(t)
+	r := rand.New(rand.NewPCG(seed, 0xe1a5))
+	checked := 0
+	for iter := 0; iter < 300; iter++ {
+		rows := randomRows(r)
+		var n int64
+		for _, k := range rows {
+			n += k
+		}
+		if n == 0 {
+			continue
+		}
+		rgs := make([]RowGroup, len(rows))
+		for i, k := range rows {
+			rgs[i] = RowGroup{Rows: k}
+		}
+		l := []int{1, 3, 8}[r.IntN(3)]
+		cfg := randomConfig(r, n)
+		p, err := NewConcatPlan(rgs, randomCounts(r, rows, l), cfg, l)
+		if err != nil {
+			continue
+		}
+		var divs []int
+		for f := 1; f <= cfg.GlobalBatch && f <= 8; f++ {
+			if cfg.GlobalBatch%f == 0 && int64(f) <= p.Rows() {
+				divs = append(divs, f)
+			}
+		}
+		from, k, epoch := divs[r.IntN(len(divs))], r.IntN(p.StepsPerEpoch()+1), r.IntN(2)
+		rem, err := p.RowsPlan().Remainder(Switch{FromD: from, Epoch: epoch, Step: k})
+		if err != nil {
+			t.Fatalf("iter %d: Remainder: %v", iter, err)
+		}
+		// The model: the old streams' undelivered rows, in order.
+		bOld, bNew := int64(cfg.GlobalBatch/from), int64(p.SliceRows())
+		var seq []int64
+		for od := int64(0); od < int64(from); od++ {
+			length := p.Rows() / int64(from)
+			if od < p.Rows()%int64(from) {
+				length++
+			}
+			start := od*(p.Rows()/int64(from)) + min(od, p.Rows()%int64(from))
+			end := length
+			if cfg.Policy != Pad {
+				end = min(length, int64(p.StepsPerEpoch())*bOld)
+			}
+			for q := int64(k) * bOld; q < end; q++ {
+				seq = append(seq, start+q)
+			}
+		}
+		m := buildConcatModel(t, p, epoch)
+		m2 := int64(len(seq))
+		for d := 0; d < cfg.D; d++ {
+			i := int64(d)
+			lo := i*(m2/int64(cfg.D)) + min(i, m2%int64(cfg.D))
+			length := m2 / int64(cfg.D)
+			if i < m2%int64(cfg.D) {
+				length++
+			}
+			for s := k; s < p.StepsPerEpoch(); s++ {
+				var got []int64
+				for _, rr := range p.RemainderRows(rem, s, d) {
+					for g := rr[0]; g < rr[1]; g++ {
+						got = append(got, g)
+					}
+				}
+				a := min(length, int64(s-k)*bNew)
+				want := seq[lo+a : lo+min(length, a+bNew)]
+				if !slices.Equal(got, want) {
+					t.Fatalf("iter %d (cfg %+v, R=%d, from D=%d at step %d): step %d slice %d rows %v, want %v", iter, cfg, p.Rows(), from, k, s, d, got, want)
+				}
+				for _, g := range got {
+					lo, hi := p.RowTokens(g, g+1)
+					toks, segs, pos := make([]int32, l), make([]int32, l), make([]int32, l)
+					PackRuns(p.Runs(epoch, lo, hi), l, func(r DocRun) []int32 {
+						out := make([]int32, r.Tokens)
+						for j := range out {
+							out[j] = docToken(r.RowGroup, r.Row, int64(j))
+						}
+						return out
+					}, testEOD, 0, toks, segs, pos)
+					wt, ws, wp := m.slice(g, 1, int64(l))
+					if !slices.Equal(toks, wt) || !slices.Equal(segs, ws) || !slices.Equal(pos, wp) {
+						t.Fatalf("iter %d: packed row %d differs from the model", iter, g)
+					}
+				}
+				checked++
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no remainder step checked")
+	}
+}
