@@ -46,12 +46,14 @@ type concatPlan struct {
 	tok  *tokenize.Tokenizer
 	eod  int32
 	text int // index of the column in the decoded row groups
+	// rem is the remainder of an elastic switch's epoch when the request
+	// resumes in it with another num_slices; nil otherwise.
+	rem *batching.Remainder
 }
 
 // concatProblems returns what a request with concatenated packing of col
 // (columns[i]) cannot have: a tokenizer and a length are needed, the
-// column is the only one, and neither pack_ratio, filters nor an elastic
-// switch go with it.
+// column is the only one, and neither pack_ratio nor filters go with it.
 func concatProblems(req *transport.Request, i int) []string {
 	col := req.Columns[i]
 	var out []string
@@ -75,10 +77,6 @@ func concatProblems(req *transport.Request, i int) []string {
 	}
 	if len(req.Filters) > 0 {
 		bad("with filters is not supported yet: filter the dataset beforehand")
-	}
-	if req.Elastic != nil && req.Elastic.FromSlices != req.NumSlices {
-		bad("with an elastic resume (from_slices %d to num_slices %d) is not supported yet: resume with num_slices %d, or restart the epoch",
-			req.Elastic.FromSlices, req.NumSlices, req.Elastic.FromSlices)
 	}
 	return out
 }
@@ -168,6 +166,14 @@ func (p *Pipeline) planConcat(ctx context.Context, cfg *streamConfig) (*pipeline
 	}
 	pl := &pipelinePlan{cfg: cfg, ds: ds, plan: cp.RowsPlan(), refs: refs, cutIn: ds.Schema, schema: schema,
 		concat: &concatPlan{col: cc, plan: cp, tok: tok, eod: eod, text: text}}
+	if e := cfg.elastic; e != nil && e.FromSlices != cfg.plan.D && cfg.start.Epoch == e.Epoch {
+		// Packed rows are rows to the elastic contract: the remainder of
+		// the plan of the packed rows, each range's tokens packed as planned.
+		if pl.rem, err = cp.RowsPlan().Remainder(batching.Switch{FromD: e.FromSlices, Epoch: e.Epoch, Step: e.Step}); err != nil {
+			return nil, fmt.Errorf("feed: elastic switch from num_slices %d at epoch %d step %d: %w", e.FromSlices, e.Epoch, e.Step, err)
+		}
+		pl.concat.rem = pl.rem
+	}
 	if err := p.checkStep(pl); err != nil {
 		return nil, err
 	}

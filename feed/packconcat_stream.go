@@ -70,7 +70,7 @@ func (s *concatStream) openEpoch() {
 	n := len(s.pl.cfg.slices)
 	for _, d := range s.pl.cfg.slices {
 		sc := &concatSlice{d: d, starts: []int64{0}}
-		lo, hi := cp.StreamTokens(s.pos, d)
+		lo, hi := s.streamTokens(d)
 		_, _, r0, r1 := cp.DocRange(s.pos.Epoch, lo, hi)
 		sc.base = r0
 		for _, seg := range cp.ReadSegments(s.pos.Epoch, r0, r1) {
@@ -87,6 +87,50 @@ func (s *concatStream) openEpoch() {
 		}
 		s.slices = append(s.slices, sc)
 	}
+}
+
+// elastic returns the remainder of an elastic switch when the current
+// epoch is the switch's, else nil.
+func (s *concatStream) elastic() *batching.Remainder {
+	if rem := s.cp.rem; rem != nil && s.pos.Epoch == rem.Switch().Epoch {
+		return rem
+	}
+	return nil
+}
+
+// streamTokens returns the tokens slice d delivers from s.pos to the end of
+// the epoch: one range of the epoch's sequence, or in an elastic switch's
+// epoch the span from its first piece's tokens to its last's (the tokens
+// between them, which other slices delivered before the switch, are read
+// and skipped).
+func (s *concatStream) streamTokens(d int) (lo, hi int64) {
+	cp := s.cp.plan
+	rem := s.elastic()
+	if rem == nil {
+		return cp.StreamTokens(s.pos, d)
+	}
+	ps := rem.Pieces(s.pos.Step, d)
+	if len(ps) == 0 {
+		return 0, 0
+	}
+	first, last := ps[0], ps[len(ps)-1]
+	return cp.RowTokens(rem.Old().StreamStart(first.Stream)+first.From, rem.Old().StreamStart(last.Stream)+last.To)
+}
+
+// stepRows returns the packed rows (ranges of the epoch's sequence) that
+// slice d holds at step s.pos.Step, and how many they are; the slice's
+// other rows are padding.
+func (s *concatStream) stepRows(d int) ([][2]int64, int) {
+	cp := s.cp.plan
+	if rem := s.elastic(); rem != nil {
+		return cp.RemainderRows(rem, s.pos.Step, d), rem.SliceReal(s.pos.Step, d)
+	}
+	real := cp.SliceReal(s.pos.Step, d)
+	if real == 0 {
+		return nil, 0
+	}
+	row := cp.RowsPlan().StreamStart(d) + int64(s.pos.Step*cp.SliceRows())
+	return [][2]int64{{row, row + int64(real)}}, real
 }
 
 // closeEpoch stops the epoch's readers.
@@ -136,20 +180,6 @@ func (s *concatStream) next() (transport.Step, error) {
 // pack returns slice sc's packed rows of step s.pos and how many hold tokens.
 func (s *concatStream) pack(sc *concatSlice) (arrow.RecordBatch, int, error) {
 	cp := s.cp.plan
-	lo, hi := cp.SliceTokens(s.pos.Step, sc.d)
-	runs := cp.Runs(s.pos.Epoch, lo, hi)
-	if len(runs) > 0 {
-		if err := s.fill(sc, cp.WindowEnd(runs[len(runs)-1].Doc)); err != nil {
-			return nil, 0, err
-		}
-	}
-	for _, r := range runs {
-		if got := sc.docLen(r.Raw); got != r.Tokens {
-			ref := s.pl.refs[r.RowGroup]
-			return nil, 0, fmt.Errorf("%w: %s row group %d row %d: column %q has %d tokens, but the token-count index planned %d: the index is not of this tokenizer and file (rebuild it with meshfeed index)",
-				transport.ErrFailedPrecondition, s.pl.ds.Files[ref.File].Object.URI, ref.Index, r.Row, s.cp.col.name, got, r.Tokens)
-		}
-	}
 	b, l := cp.SliceRows(), cp.Length()
 	bufs := [3]*memory.Buffer{}
 	vals := [3][]int32{}
@@ -157,12 +187,50 @@ func (s *concatStream) pack(sc *concatSlice) (arrow.RecordBatch, int, error) {
 		bufs[i] = arrowmem.NewOverwriteBuffer(s.mem, 4*b*l)
 		vals[i] = unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(bufs[i].Bytes()))), b*l)
 	}
-	batching.PackRuns(runs, l, sc.doc, s.cp.eod, s.cp.col.fill, vals[0], vals[1], vals[2])
-	if len(runs) > 0 {
-		sc.drop(cp.WindowStart(runs[len(runs)-1].Doc))
+	ranges, real := s.stepRows(sc.d)
+	at, last := 0, int64(-1)
+	for _, rr := range ranges {
+		runs, err := s.runs(sc, rr)
+		if err != nil {
+			for _, buf := range bufs {
+				buf.Release()
+			}
+			return nil, 0, err
+		}
+		n := int(rr[1] - rr[0])
+		batching.PackRuns(runs, l, sc.doc, s.cp.eod, s.cp.col.fill, vals[0][at*l:(at+n)*l], vals[1][at*l:(at+n)*l], vals[2][at*l:(at+n)*l])
+		at += n
+		if len(runs) > 0 {
+			last = runs[len(runs)-1].Doc
+		}
 	}
-	real := cp.SliceReal(s.pos.Step, sc.d)
+	batching.PackRuns(nil, l, sc.doc, s.cp.eod, s.cp.col.fill, vals[0][at*l:], vals[1][at*l:], vals[2][at*l:])
+	if last >= 0 {
+		sc.drop(cp.WindowStart(last))
+	}
 	return concatRecord(s.pl.schema, bufs, b, l, real, s.mem), real, nil
+}
+
+// runs returns the document runs of packed rows rr, their documents read
+// and tokenized, each checked against the count planned.
+func (s *concatStream) runs(sc *concatSlice, rr [2]int64) ([]batching.DocRun, error) {
+	cp := s.cp.plan
+	lo, hi := cp.RowTokens(rr[0], rr[1])
+	runs := cp.Runs(s.pos.Epoch, lo, hi)
+	if len(runs) == 0 {
+		return nil, nil
+	}
+	if err := s.fill(sc, cp.WindowEnd(runs[len(runs)-1].Doc)); err != nil {
+		return nil, err
+	}
+	for _, r := range runs {
+		if got := sc.docLen(r.Raw); got != r.Tokens {
+			ref := s.pl.refs[r.RowGroup]
+			return nil, fmt.Errorf("%w: %s row group %d row %d: column %q has %d tokens, but the token-count index planned %d: the index is not of this tokenizer and file (rebuild it with meshfeed index)",
+				transport.ErrFailedPrecondition, s.pl.ds.Files[ref.File].Object.URI, ref.Index, r.Row, s.cp.col.name, got, r.Tokens)
+		}
+	}
+	return runs, nil
 }
 
 // concatRecord builds the slice's record from its three buffers of b*l

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -388,10 +390,6 @@ func TestConcatBadInput(t *testing.T) {
 			[]string{"pack_ratio 2 are two packings"}},
 		{"filters", func(r *transport.Request) { r.Filters = json.RawMessage(`[["id", ">", 3]]`) },
 			[]string{"with filters is not supported"}},
-		{"elastic", func(r *transport.Request) {
-			r.NumSlices, r.GlobalBatchSize, r.Elastic = 2, 2, &transport.Elastic{FromSlices: 1, Step: 1}
-		},
-			[]string{"elastic resume (from_slices 1 to num_slices 2) is not supported"}},
 		{"not a string column", func(r *transport.Request) { r.Columns[0].Name = "id" },
 			[]string{`column "id"`, "a tokenizer reads a string or large_string column"}},
 		{"in a mixture", func(r *transport.Request) {
@@ -409,6 +407,87 @@ func TestConcatBadInput(t *testing.T) {
 		}
 		if missing := containsAll(err.Error(), tc.want...); len(missing) > 0 {
 			t.Errorf("%s: Info = %v, lacks %q", tc.name, err, missing)
+		}
+	}
+}
+
+// rowKeys returns the real packed rows of the slices of epoch, each as a
+// key (tokens, segment ids, positions), counted.
+func rowKeys(steps []concatStep, epoch int) map[string]int {
+	out := map[string]int{}
+	for _, s := range steps {
+		if s.epoch != epoch {
+			continue
+		}
+		for i := range s.real {
+			out[fmt.Sprint(s.toks[i], s.segs[i], s.pos[i])]++
+		}
+	}
+	return out
+}
+
+// TestConcatElastic: a run that switches from 2 slices to 4 (and from 3 to
+// 1) in the middle of an epoch delivers that epoch's packed rows exactly
+// once across the switch, in the same number of steps, then the plain plan
+// with the new degree.
+func TestConcatElastic(t *testing.T) {
+	dir := writeConcatText(t, 57, 2, 7)
+	tokPath := letterTokenizer(t, true)
+	ctx := context.Background()
+	p, err := NewPipeline(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	all := func(d int) []int {
+		out := make([]int, d)
+		for i := range out {
+			out[i] = i
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		from, to, bigB int
+		policy         transport.LastBatch
+		window         int
+	}{{2, 4, 4, transport.LastBatchDrop, 5}, {3, 1, 6, transport.LastBatchPad, 0}} {
+		before := readConcatStream(t, p, concatRequest(dir, tokPath, 8, tc.bigB, tc.from, all(tc.from), tc.policy, tc.window))
+		fresh := readConcatStream(t, p, concatRequest(dir, tokPath, 8, tc.bigB, tc.to, all(tc.to), tc.policy, tc.window))
+		steps := 0
+		for _, s := range before {
+			steps = max(steps, s.step+1)
+		}
+		k := steps / 2
+		req := concatRequest(dir, tokPath, 8, tc.bigB, tc.to, all(tc.to), tc.policy, tc.window)
+		req.Start = transport.Position{Epoch: 0, Step: k}
+		req.Elastic = &transport.Elastic{FromSlices: tc.from, Epoch: 0, Step: k}
+		after := readConcatStream(t, p, req)
+		var got, next, want []concatStep
+		for _, s := range before {
+			if s.epoch == 0 && s.step < k {
+				got = append(got, s)
+			}
+		}
+		for _, s := range after {
+			switch {
+			case s.epoch == 0 && (s.step < k || s.step >= steps):
+				t.Fatalf("from %d to %d: elastic step %d outside [%d, %d)", tc.from, tc.to, s.step, k, steps)
+			case s.epoch == 0:
+				got = append(got, s)
+			default:
+				next = append(next, s)
+			}
+		}
+		if g, w := rowKeys(got, 0), rowKeys(before, 0); !maps.Equal(g, w) {
+			t.Errorf("from %d to %d at step %d: epoch 0 delivers %d distinct rows, want each of the %d of the uninterrupted run once", tc.from, tc.to, k, len(g), len(w))
+		}
+		for _, s := range fresh {
+			if s.epoch == 1 {
+				want = append(want, s)
+			}
+		}
+		if !sameSteps(next, want) {
+			t.Errorf("from %d to %d: epoch 1 after the switch differs from a fresh run with %d slices", tc.from, tc.to, tc.to)
 		}
 	}
 }
