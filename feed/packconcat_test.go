@@ -21,6 +21,7 @@ import (
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/objstore"
+	"github.com/meshfeed/meshfeed/tokcount"
 	"github.com/meshfeed/meshfeed/tokenize"
 	"github.com/meshfeed/meshfeed/transport"
 )
@@ -489,5 +490,49 @@ func TestConcatElastic(t *testing.T) {
 		if !sameSteps(next, want) {
 			t.Errorf("from %d to %d: epoch 1 after the switch differs from a fresh run with %d slices", tc.from, tc.to, tc.to)
 		}
+	}
+}
+
+// TestConcatIndexMismatch: counts that do not match the file (a stale or
+// foreign index) fail the stream at the first document that differs,
+// naming it, instead of shifting every token after it.
+func TestConcatIndexMismatch(t *testing.T) {
+	dir := writeConcatText(t, 20, 1, 5)
+	tokPath := letterTokenizer(t, true)
+	ctx := context.Background()
+	p, err := NewPipeline(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	req := concatRequest(dir, tokPath, 8, 2, 1, []int{0}, transport.LastBatchDrop, 0)
+	pl, err := p.planFor(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := pl.ds.Files[0]
+	key := tokcount.Key{Tokenizer: pl.concat.tok.Hash(), Column: "text", AddSpecial: true}.String()
+	good, _ := p.cfg.tokenCounts.Get(f.Object.CacheKey(), key)
+	bad := &tokcount.Counts{}
+	for _, rg := range good.RowGroups {
+		bad.RowGroups = append(bad.RowGroups, slices.Clone(rg))
+	}
+	bad.RowGroups[0][2]++
+	p.cfg.tokenCounts.Put(f.Object.CacheKey(), key, bad)
+	st, err := p.Open(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for {
+		step, err := st.Next(ctx)
+		if err == nil {
+			step.Release()
+			continue
+		}
+		if !errors.Is(err, transport.ErrFailedPrecondition) || len(containsAll(err.Error(), f.Object.URI, "row group 0 row 2", "token-count index planned", "meshfeed index")) > 0 {
+			t.Fatalf("Next = %v, want a FailedPrecondition naming the file, row group 0 row 2 and the index", err)
+		}
+		return
 	}
 }
