@@ -125,3 +125,46 @@ def test_concat_without_end_token_is_refused(text_data, tmp_path):
     cols = {"text": meshfeed.Column(tokenizer=tok_path, length=L, pack="concat", eod_token="<nope>")}
     with pytest.raises(ValueError, match="eod_token"):
         meshfeed.Loader(glob, global_batch_size=B, sharding=sharding, columns=cols, last_batch="drop", server=srv.address)
+
+
+def _rows(batch: dict) -> set[bytes]:
+    """The packed rows of a batch (tokens, segment ids, positions), as keys."""
+    parts = [np.asarray(batch[k]) for k in ("text", "text_segment_ids", "text_positions")]
+    return {b"".join(p[i].tobytes() for p in parts) for i in range(len(parts[0]))}
+
+
+@pytest.mark.parametrize("old,new", [(8, 2), (2, 4)])
+def test_concat_elastic_resume(text_data, old, new):
+    """A state saved under D resumes under D' (elastic=True): the epoch's
+    packed rows are delivered once each across the switch, in the model's
+    rows, and the next epoch is a fresh loader's with D'."""
+    srv, glob, tok_path, docs = text_data
+
+    def sharding(d):
+        return NamedSharding(jax.make_mesh((d, 8 // d), ("data", "model")), P("data"))
+
+    cols = {"text": meshfeed.Column(tokenizer=tok_path, length=L, pack="concat")}
+    kw = dict(global_batch_size=B, columns=cols, last_batch="drop", server=srv.address, num_epochs=2)
+    toks, seg, pos = model(docs, tok_path)
+    steps = len(toks) // B
+    want = set()
+    for s in range(steps):  # the epoch under D = old: stream d is packed rows [starts[d], ...)
+        r, b = len(toks), B // old
+        for d in range(old):
+            start = d * (r // old) + min(d, r % old) + s * b
+            for i in range(start, start + b):
+                want.add(toks[i].tobytes() + seg[i].tobytes() + pos[i].tobytes())
+    k = steps // 2
+    with meshfeed.Loader(glob, sharding=sharding(old), **kw) as ld:
+        it = iter(ld)
+        got = [_rows(next(it)) for _ in range(k)]
+        saved = json.loads(json.dumps(ld.state()))
+    with meshfeed.Loader(glob, sharding=sharding(new), state=saved, elastic=True, **kw) as ld:
+        rest = [_rows(b) for b in ld]
+    with meshfeed.Loader(glob, sharding=sharding(new), **kw) as ld:
+        fresh = [_rows(b) for b in ld]
+    assert len(rest) == 2 * steps - k
+    epoch0 = got + rest[:steps - k]
+    assert sum(len(r) for r in epoch0) == len(want) == steps * B
+    assert set().union(*epoch0) == want
+    assert rest[steps - k:] == fresh[steps:]
