@@ -80,6 +80,19 @@ func randomCounts(r *rand.Rand, rows []int64, l int) [][]int32 {
 	return out
 }
 
+// randomRowGroups draws row groups (randomRows) and returns their rows,
+// the row groups and their rows in all.
+func randomRowGroups(r *rand.Rand) ([]int64, []RowGroup, int64) {
+	rows := randomRows(r)
+	var n int64
+	rgs := make([]RowGroup, len(rows))
+	for i, k := range rows {
+		rgs[i] = RowGroup{File: i / 3, Index: i % 3, Rows: k}
+		n += k
+	}
+	return rows, rgs, n
+}
+
 // packSlice packs slice d of step through the plan's functions alone.
 func packSlice(p *ConcatPlan, epoch, step, d int) (toks, segs, pos []int32) {
 	lo, hi := p.SliceTokens(step, d)
@@ -107,17 +120,9 @@ func TestConcatPlanProperties(t *testing.T) {
 	seed := testSeed(t)
 	r := rand.New(rand.NewPCG(seed, 0xc0ca7))
 	for iter := 0; iter < 300; iter++ {
-		rows := randomRows(r)
-		var n int64
-		for _, k := range rows {
-			n += k
-		}
+		rows, rgs, n := randomRowGroups(r)
 		if n == 0 {
 			continue
-		}
-		rgs := make([]RowGroup, len(rows))
-		for i, k := range rows {
-			rgs[i] = RowGroup{File: i / 3, Index: i % 3, Rows: k}
 		}
 		l := []int{1, 2, 5, 16}[r.IntN(4)]
 		counts := randomCounts(r, rows, l)
@@ -254,17 +259,9 @@ func TestConcatRemainderRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(seed, 0xe1a5))
 	checked := 0
 	for iter := 0; iter < 300; iter++ {
-		rows := randomRows(r)
-		var n int64
-		for _, k := range rows {
-			n += k
-		}
+		rows, rgs, n := randomRowGroups(r)
 		if n == 0 {
 			continue
-		}
-		rgs := make([]RowGroup, len(rows))
-		for i, k := range rows {
-			rgs[i] = RowGroup{Rows: k}
 		}
 		l := []int{1, 3, 8}[r.IntN(3)]
 		cfg := randomConfig(r, n)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"slices"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -149,22 +148,13 @@ func (s *concatStream) Next(ctx context.Context) (transport.Step, error) {
 }
 
 func (s *concatStream) next() (transport.Step, error) {
-	pl := s.pl
-	if s.pos.Step >= pl.plan.StepsPerEpoch() {
-		s.closeEpoch()
-		s.pos = batching.Position{Epoch: s.pos.Epoch + 1}
-	}
-	if pl.cfg.epochs > 0 && s.pos.Epoch >= pl.cfg.epochs {
-		s.closeEpoch()
-		return transport.Step{}, io.EOF
+	if err := advance(s.pl, &s.pos, s.closeEpoch); err != nil {
+		return transport.Step{}, err
 	}
 	if s.slices == nil {
 		s.openEpoch()
 	}
-	step := transport.Step{
-		Slices: make([]arrow.RecordBatch, len(s.slices)),
-		Meta:   transport.StepMeta{Epoch: s.pos.Epoch, Step: s.pos.Step, Slices: slices.Clone(pl.cfg.slices), RealRows: make([]int, len(s.slices))},
-	}
+	step := newStep(s.pl, s.pos)
 	for i, sc := range s.slices {
 		rec, real, err := s.pack(sc)
 		if err != nil {

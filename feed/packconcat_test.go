@@ -204,7 +204,6 @@ func readConcatSteps(t *testing.T, p *Pipeline, req *transport.Request, limit in
 func TestConcatStreamAgainstModel(t *testing.T) {
 	dir := writeConcatText(t, 57, 2, 7)
 	tokPath := letterTokenizer(t, true)
-	ctx := context.Background()
 	for _, tc := range []struct {
 		name          string
 		l, bigB, d    int
@@ -219,11 +218,7 @@ func TestConcatStreamAgainstModel(t *testing.T) {
 		{"no special tokens, one slice", 32, 2, 1, transport.LastBatchDrop, 0, true, []int{0}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := NewPipeline(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
+			p := newConcatPipeline(t)
 			all := make([]int, tc.d)
 			for i := range all {
 				all[i] = i
@@ -364,11 +359,7 @@ func TestConcatBadInput(t *testing.T) {
 	dir := writeConcatText(t, 20, 1, 5)
 	withSep, noSep := letterTokenizer(t, true), letterTokenizer(t, false)
 	ctx := context.Background()
-	p, err := NewPipeline(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newConcatPipeline(t)
 	base := func() *transport.Request {
 		return concatRequest(dir, withSep, 8, 2, 1, []int{0}, transport.LastBatchDrop, 0)
 	}
@@ -434,12 +425,7 @@ func rowKeys(steps []concatStep, epoch int) map[string]int {
 func TestConcatElastic(t *testing.T) {
 	dir := writeConcatText(t, 57, 2, 7)
 	tokPath := letterTokenizer(t, true)
-	ctx := context.Background()
-	p, err := NewPipeline(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newConcatPipeline(t)
 	all := func(d int) []int {
 		out := make([]int, d)
 		for i := range out {
@@ -500,11 +486,7 @@ func TestConcatIndexMismatch(t *testing.T) {
 	dir := writeConcatText(t, 20, 1, 5)
 	tokPath := letterTokenizer(t, true)
 	ctx := context.Background()
-	p, err := NewPipeline(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := newConcatPipeline(t)
 	req := concatRequest(dir, tokPath, 8, 2, 1, []int{0}, transport.LastBatchDrop, 0)
 	pl, err := p.planFor(ctx, req)
 	if err != nil {
@@ -535,4 +517,15 @@ func TestConcatIndexMismatch(t *testing.T) {
 		}
 		return
 	}
+}
+
+// newConcatPipeline returns a Pipeline closed when the test ends.
+func newConcatPipeline(t *testing.T) *Pipeline {
+	t.Helper()
+	p, err := NewPipeline(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }
