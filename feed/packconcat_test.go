@@ -26,27 +26,11 @@ import (
 	"github.com/meshfeed/meshfeed/transport"
 )
 
-// letterTokenizer writes a character-level WordPiece over ASCII letters
-// (each letter one token, [CLS] and [SEP] around a text); with sep, [SEP] is
-// an added special token (the end-of-document token concatenation finds).
+// letterTokenizer writes datagen.LetterTokenizer(sep) to a file.
 func letterTokenizer(t testing.TB, sep bool) string {
 	t.Helper()
-	vocab := map[string]int{"[UNK]": 0, "[CLS]": 1, "[SEP]": 2}
-	for c := 'a'; c <= 'z'; c++ {
-		vocab[string(c)] = len(vocab)
-		vocab["##"+string(c)] = len(vocab)
-	}
-	model, _ := json.Marshal(map[string]any{"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
-		"max_input_chars_per_word": 100, "vocab": vocab})
-	added := "[]"
-	if sep {
-		added = `[{"id": 2, "content": "[SEP]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}]`
-	}
-	doc := `{"version": "1.0", "truncation": null, "padding": null, "added_tokens": ` + added + `, "normalizer": {"type": "Lowercase"},
-		"pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": {"type": "BertProcessing", "sep": ["[SEP]", 2], "cls": ["[CLS]", 1]},
-		"decoder": null, "model": ` + string(model) + `}`
 	path := filepath.Join(t.TempDir(), "tokenizer.json")
-	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+	if err := os.WriteFile(path, datagen.LetterTokenizer(sep), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path
