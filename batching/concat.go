@@ -204,6 +204,17 @@ func (p *ConcatPlan) epochCum(epoch int) []int64 {
 	return cum
 }
 
+// cachedBlock returns blockDocs(epoch, k), from cur when it holds them.
+func (p *ConcatPlan) cachedBlock(cur *ConcatCursor, epoch int, k int64) []DocRun {
+	if cur == nil {
+		return p.blockDocs(epoch, k)
+	}
+	if cur.docs == nil || cur.epoch != epoch || cur.k != k {
+		cur.epoch, cur.k, cur.docs = epoch, k, p.blockDocs(epoch, k)
+	}
+	return cur.docs
+}
+
 // blockDocs returns the documents of block k of epoch, in epoch order.
 func (p *ConcatPlan) blockDocs(epoch int, k int64) []DocRun {
 	lo := k * p.block
@@ -232,7 +243,21 @@ func (p *ConcatPlan) blockDocs(epoch int, k int64) []DocRun {
 
 // Runs returns the document runs that hold tokens [lo, hi) of epoch's
 // sequence, in order (clamped to [0, T)).
-func (p *ConcatPlan) Runs(epoch int, lo, hi int64) []DocRun {
+func (p *ConcatPlan) Runs(epoch int, lo, hi int64) []DocRun { return p.RunsAt(nil, epoch, lo, hi) }
+
+// ConcatCursor keeps the last block of documents a caller's Runs went
+// through (a block is a shuffle window, or 1024 documents), so that a
+// stream asking for consecutive token ranges builds each block (its window
+// permutation) once, not once per step. The zero value is ready; one
+// cursor serves one goroutine.
+type ConcatCursor struct {
+	epoch int
+	k     int64
+	docs  []DocRun
+}
+
+// RunsAt is Runs through cur (nil: none).
+func (p *ConcatPlan) RunsAt(cur *ConcatCursor, epoch int, lo, hi int64) []DocRun {
 	lo, hi = max(lo, 0), min(hi, p.t)
 	if epoch < 0 || lo >= hi {
 		return nil
@@ -242,7 +267,7 @@ func (p *ConcatPlan) Runs(epoch int, lo, hi int64) []DocRun {
 	at := cum[k] // tokens before the current document
 	var out []DocRun
 	for ; at < hi; k++ {
-		for _, doc := range p.blockDocs(epoch, k) {
+		for _, doc := range p.cachedBlock(cur, epoch, k) {
 			size := doc.Tokens + 1
 			if at+size > lo {
 				doc.Off = max(0, lo-at)

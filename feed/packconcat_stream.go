@@ -49,6 +49,7 @@ type concatSlice struct {
 	base   int64
 	ids    []int32
 	starts []int64
+	cur    batching.ConcatCursor // the block of documents the last runs went through
 }
 
 // openConcat opens the stream of a concatenated plan at its start position.
@@ -206,7 +207,7 @@ func (s *concatStream) pack(sc *concatSlice) (arrow.RecordBatch, int, error) {
 func (s *concatStream) runs(sc *concatSlice, rr [2]int64) ([]batching.DocRun, error) {
 	cp := s.cp.plan
 	lo, hi := cp.RowTokens(rr[0], rr[1])
-	runs := cp.Runs(s.pos.Epoch, lo, hi)
+	runs := cp.RunsAt(&sc.cur, s.pos.Epoch, lo, hi)
 	if len(runs) == 0 {
 		return nil, nil
 	}
