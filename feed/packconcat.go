@@ -10,6 +10,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/meshfeed/meshfeed/batching"
+	"github.com/meshfeed/meshfeed/filter"
 	"github.com/meshfeed/meshfeed/tokcount"
 	"github.com/meshfeed/meshfeed/tokenize"
 	"github.com/meshfeed/meshfeed/transport"
@@ -53,7 +54,7 @@ type concatPlan struct {
 
 // concatProblems returns what a request with concatenated packing of col
 // (columns[i]) cannot have: a tokenizer and a length are needed, the
-// column is the only one, and neither pack_ratio nor filters go with it.
+// column is the only one, and pack_ratio does not go with it.
 func concatProblems(req *transport.Request, i int) []string {
 	col := req.Columns[i]
 	var out []string
@@ -74,9 +75,6 @@ func concatProblems(req *transport.Request, i int) []string {
 	}
 	if len(req.Columns) > 1 {
 		bad("makes rows of tokens from several documents, so no other column can follow them: request this column alone")
-	}
-	if len(req.Filters) > 0 {
-		bad("with filters is not supported yet: filter the dataset beforehand")
 	}
 	return out
 }
@@ -150,11 +148,23 @@ func (p *Pipeline) planConcat(ctx context.Context, cfg *streamConfig) (*pipeline
 		return nil, err
 	}
 	refs := ds.RowGroups()
+	var sels []*filter.Selection
+	if cfg.filter != nil { // the documents are the kept rows (filter.go)
+		if refs, sels, err = p.selectRowGroups(ctx, cfg.filter, ds); err != nil {
+			return nil, err
+		}
+	}
 	rgs := make([]batching.RowGroup, len(refs))
 	perRG := make([][]int32, len(refs))
 	for i, r := range refs {
 		rgs[i] = batching.RowGroup{File: r.File, Index: r.Index, Rows: r.Rows, Bytes: r.Bytes}
 		perRG[i] = counts[r.File].RowGroups[r.Index]
+		if sels != nil && sels[i] != nil {
+			rgs[i].Rows, perRG[i] = sels[i].Count(), nil
+			for _, run := range sels[i].Runs() {
+				perRG[i] = append(perRG[i], counts[r.File].RowGroups[r.Index][run.Lo:run.Hi]...)
+			}
+		}
 	}
 	cp, err := batching.NewConcatPlan(rgs, perRG, cfg.plan, cc.length)
 	if err != nil {
@@ -164,7 +174,7 @@ func (p *Pipeline) planConcat(ctx context.Context, cfg *streamConfig) (*pipeline
 	if err != nil {
 		return nil, err
 	}
-	pl := &pipelinePlan{cfg: cfg, ds: ds, plan: cp.RowsPlan(), refs: refs, cutIn: ds.Schema, schema: schema,
+	pl := &pipelinePlan{cfg: cfg, ds: ds, plan: cp.RowsPlan(), refs: refs, cutIn: ds.Schema, schema: schema, sels: sels,
 		concat: &concatPlan{col: cc, plan: cp, tok: tok, eod: eod, text: text}}
 	if e := cfg.elastic; e != nil && e.FromSlices != cfg.plan.D && cfg.start.Epoch == e.Epoch {
 		// Packed rows are rows to the elastic contract: the remainder of

@@ -45,6 +45,7 @@ type concatSlice struct {
 	d      int
 	rd     *loader.RowGroupReader // nil: the slice reads nothing
 	refs   []loader.RowGroupRef   // what rd reads, in order
+	segs   []batching.Segment     // per ref, the plan's rows it holds (the kept rows' numbering under filters)
 	got    int
 	base   int64
 	ids    []int32
@@ -75,10 +76,14 @@ func (s *concatStream) openEpoch() {
 		sc.base = r0
 		for _, seg := range cp.ReadSegments(s.pos.Epoch, r0, r1) {
 			ref := s.pl.refs[seg.RowGroup]
-			if seg.Start != 0 || seg.End != ref.Rows {
-				ref.Start, ref.End = seg.Start, seg.End
+			lo, hi := seg.Start, seg.End
+			if sel := s.pl.selection(seg.RowGroup); sel != nil {
+				lo, hi = sel.Physical(lo, hi) // the physical rows holding the kept ones
 			}
-			sc.refs = append(sc.refs, ref)
+			if lo != 0 || hi != ref.Rows {
+				ref.Start, ref.End = lo, hi
+			}
+			sc.refs, sc.segs = append(sc.refs, ref), append(sc.segs, seg)
 		}
 		if len(sc.refs) > 0 {
 			sc.rd = s.pl.ds.NewReader(s.ctx, sc.refs, s.mem,
@@ -281,8 +286,14 @@ func (s *concatStream) fill(sc *concatSlice, need int64) error {
 			}
 			return err
 		}
-		want := sc.refs[sc.got]
+		want, seg := sc.refs[sc.got], sc.segs[sc.got]
 		sc.got++
+		if sel := s.pl.selection(seg.RowGroup); sel != nil {
+			if rec, err = takeKept(rec, sel, seg, want, true, s.mem); err != nil {
+				return textErrorAt(s.pl.ds, ref, s.cp.col.name, err)
+			}
+			want = loader.RowGroupRef{} // rec now holds exactly the segment's rows
+		}
 		col := rec.Column(s.cp.text)
 		sliced := want.End > want.Start && rec.NumRows() != want.End-want.Start
 		if sliced {

@@ -61,6 +61,12 @@ func concatRequest(dir, tok string, l, bigB, d int, slices []int, policy transpo
 // modelDocs returns every row's ids under tok, per row group of the
 // dataset (in loader.Dataset.RowGroups order), with tokenize.Encode.
 func modelDocs(t *testing.T, dir, tokPath string, addSpecial bool) ([]batching.RowGroup, [][][]int32) {
+	return modelKeptDocs(t, dir, tokPath, addSpecial, nil)
+}
+
+// modelKeptDocs is modelDocs of the rows whose id keep keeps (nil: all),
+// without the row groups that keep none (as filters plan them).
+func modelKeptDocs(t *testing.T, dir, tokPath string, addSpecial bool, keep func(id int64) bool) ([]batching.RowGroup, [][][]int32) {
 	t.Helper()
 	ctx := context.Background()
 	tok, err := tokenize.Load(tokPath)
@@ -72,7 +78,7 @@ func modelDocs(t *testing.T, dir, tokPath string, addSpecial bool) ([]batching.R
 		t.Fatal(err)
 	}
 	defer store.Close()
-	ds, err := loader.Open(ctx, store, []string{dir + "/*.parquet"}, loader.WithColumns("text"))
+	ds, err := loader.Open(ctx, store, []string{dir + "/*.parquet"}, loader.WithColumns("id", "text"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,9 +89,12 @@ func modelDocs(t *testing.T, dir, tokPath string, addSpecial bool) ([]batching.R
 		if err != nil {
 			t.Fatal(err)
 		}
-		col := rec.Column(0).(*array.String)
+		col, idCol := rec.Column(1).(*array.String), rec.Column(0).(*array.Int64)
 		var rows [][]int32
 		for i := range col.Len() {
+			if keep != nil && !keep(idCol.Value(i)) {
+				continue
+			}
 			e, err := tok.Encode(col.Value(i), addSpecial)
 			if err != nil {
 				t.Fatal(err)
@@ -93,8 +102,10 @@ func modelDocs(t *testing.T, dir, tokPath string, addSpecial bool) ([]batching.R
 			rows = append(rows, e)
 		}
 		rec.Release()
-		rgs = append(rgs, batching.RowGroup{File: r.File, Index: r.Index, Rows: r.Rows})
-		ids = append(ids, rows)
+		if len(rows) > 0 {
+			rgs = append(rgs, batching.RowGroup{File: r.File, Index: r.Index, Rows: int64(len(rows))})
+			ids = append(ids, rows)
+		}
 	}
 	return rgs, ids
 }
@@ -364,8 +375,6 @@ func TestConcatBadInput(t *testing.T) {
 			[]string{"request this column alone"}},
 		{"pack_ratio too", func(r *transport.Request) { r.Columns[0].PackRatio = 2 },
 			[]string{"pack_ratio 2 are two packings"}},
-		{"filters", func(r *transport.Request) { r.Filters = json.RawMessage(`[["id", ">", 3]]`) },
-			[]string{"with filters is not supported"}},
 		{"not a string column", func(r *transport.Request) { r.Columns[0].Name = "id" },
 			[]string{`column "id"`, "a tokenizer reads a string or large_string column"}},
 		{"in a mixture", func(r *transport.Request) {
@@ -512,4 +521,30 @@ func newConcatPipeline(t *testing.T) *Pipeline {
 	}
 	t.Cleanup(func() { p.Close() })
 	return p
+}
+
+// TestConcatFilters: with filters, the documents are the kept rows: the
+// stream equals the model of the kept rows alone (row groups that keep
+// none left out), and resuming mid-epoch gives the same slices.
+func TestConcatFilters(t *testing.T) {
+	dir := writeConcatText(t, 57, 2, 7)
+	tokPath := letterTokenizer(t, true)
+	p := newConcatPipeline(t)
+	keep := func(id int64) bool { return id >= 5 && (id < 14 || id > 29) && id != 40 }
+	req := concatRequest(dir, tokPath, 8, 4, 2, []int{0, 1}, transport.LastBatchPad, 3)
+	req.Filters = json.RawMessage(`[["id", ">=", 5], ["id", "not in", [14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 40]]]`)
+	got := readConcatStream(t, p, req)
+	rgs, ids := modelKeptDocs(t, dir, tokPath, true, keep)
+	cfg := batching.Config{GlobalBatch: 4, D: 2, Seed: 11, ShuffleRowGroups: true, Window: 3, Policy: batching.Pad}
+	checkConcatSteps(t, got, rgs, ids, cfg, 8)
+	req.Start = transport.Position{Epoch: 1, Step: 3}
+	var want []concatStep
+	for _, s := range got {
+		if s.epoch == 1 && s.step >= 3 {
+			want = append(want, s)
+		}
+	}
+	if resumed := readConcatStream(t, p, req); !sameSteps(resumed, want) {
+		t.Errorf("resumed at epoch 1 step 3: %d slices, want the %d of the uninterrupted run", len(resumed), len(want))
+	}
 }
