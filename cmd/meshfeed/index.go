@@ -42,13 +42,9 @@ func runIndex(ctx context.Context, args []string) error {
 		fs.Usage()
 		return fmt.Errorf("index: --tokenizer, --column and at least one dataset URI are required")
 	}
-	uri := *out
-	if uri == "" {
-		def, err := loader.DefaultManifestURI(fs.Args())
-		if err != nil {
-			return fmt.Errorf("%w; give --out", err)
-		}
-		uri = def
+	uri, err := manifestOut(*out, fs.Args())
+	if err != nil {
+		return err
 	}
 	store, err := objstore.NewStore(ctx)
 	if err != nil {
