@@ -26,9 +26,15 @@
 // (filter.go): the plan numbers the kept rows only, and streams take them
 // from each decoded row group or piece before cutting (filter_take.go).
 //
+// A column with a tokenizer (tokenizer*.go) is read as token ids: its
+// tokenizer is read and checked when the request is planned, and each
+// slice's reader tokenizes the records it decodes (after taking the kept
+// rows) before they are cut and shaped as list<int32>.
+//
 // It imports loader, batching, filter, tokcount, tokenize, shape and
 // transport (for the Backend interface it implements and the wire's request
-// type); nothing below it imports feed. Its errors keep the sentinels of the package that found them;
+// type); nothing below it imports feed. Its errors keep the sentinels of the
+// package that found them;
 // ErrorCodes is the one table from those sentinels to status codes.
 //
 // # Caveats

@@ -175,7 +175,9 @@ func (p *Pipeline) planConcat(ctx context.Context, cfg *streamConfig) (*pipeline
 		return nil, err
 	}
 	pl := &pipelinePlan{cfg: cfg, ds: ds, plan: cp.RowsPlan(), refs: refs, cutIn: ds.Schema, schema: schema, sels: sels,
-		concat: &concatPlan{col: cc, plan: cp, tok: tok, eod: eod, text: text}}
+		concat: &concatPlan{col: cc, plan: cp, tok: tok, eod: eod, text: text},
+		// Its tokenizer, for GetFlightInfo's tokenizers and the memory account.
+		toks: []planTok{{tokColumn: tokColumn{name: cc.name, uri: cc.tokenizer, addSpecial: cc.addSpecial}, col: text, sum: hash, tok: tok}}}
 	if e := cfg.elastic; e != nil && e.FromSlices != cfg.plan.D && cfg.start.Epoch == e.Epoch {
 		// Packed rows are rows to the elastic contract: the remainder of
 		// the plan of the packed rows, each range's tokens packed as planned.

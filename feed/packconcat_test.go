@@ -548,3 +548,24 @@ func TestConcatFilters(t *testing.T) {
 		t.Errorf("resumed at epoch 1 step 3: %d slices, want the %d of the uninterrupted run", len(resumed), len(want))
 	}
 }
+
+// GetFlightInfo's answer for a concatenated column: R packed rows, the
+// steps from them, and the tokenizer's SHA-256 (the client's state names
+// it).
+func TestConcatInfo(t *testing.T) {
+	dir := writeConcatText(t, 20, 1, 5)
+	tokPath := letterTokenizer(t, true)
+	p := newConcatPipeline(t)
+	info, err := p.Info(context.Background(), concatRequest(dir, tokPath, 8, 2, 1, []int{0}, transport.LastBatchDrop, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenize.Load(tokPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Tokenizers["text"] != tok.Hash() || info.StepsPerEpoch != info.NumRows/2 || info.DroppedRows != info.NumRows%2 {
+		t.Errorf("Info = rows %d, steps %d, dropped %d, tokenizers %v; want steps R/2, R mod 2 dropped, text: %s",
+			info.NumRows, info.StepsPerEpoch, info.DroppedRows, info.Tokenizers, tok.Hash())
+	}
+}

@@ -1,6 +1,7 @@
 package feed
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"google.golang.org/grpc/codes"
 
 	"github.com/meshfeed/meshfeed/internal/datagen"
@@ -49,6 +52,48 @@ func writeTextDataset(t *testing.T) string {
 	writeTokenizer(t, dir, 0)
 	writeTokenizer(t, dir, 1)
 	return dir
+}
+
+// writeIndexedText writes textSpec's documents again under dir/indexed
+// with a page index and pages of 256 bytes in row groups of 30 rows, so
+// that a small read-ahead reads them in pieces, and returns the directory.
+func writeIndexedText(t *testing.T, dir string) string {
+	t.Helper()
+	out := filepath.Join(dir, "indexed")
+	if err := os.Mkdir(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec, src := textSpec(), textSource()
+	for f := range int64(2) {
+		ids := array.NewInt64Builder(memory.DefaultAllocator)
+		texts := array.NewStringBuilder(memory.DefaultAllocator)
+		for id := f * 60; id < (f+1)*60; id++ {
+			ids.Append(id)
+			texts.Append(src.TextDoc(spec, id))
+		}
+		ia, ta := ids.NewArray(), texts.NewArray()
+		rec := array.NewRecordBatch(datagen.TextSchema(), []arrow.Array{ia, ta}, 60)
+		var buf bytes.Buffer
+		props := parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(30), parquet.WithPageIndexEnabled(true),
+			parquet.WithDataPageSize(256), parquet.WithDictionaryDefault(false))
+		w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, pqarrow.DefaultWriterProps())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Write(rec); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+		ia.Release()
+		ta.Release()
+		if err := os.WriteFile(filepath.Join(out, fmt.Sprintf("part-%05d.parquet", f)), buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
 }
 
 // allSlices reads every step of req from p (Open, Next until EOF) and
@@ -112,11 +157,13 @@ func TestTokenizedColumnMatchesEncode(t *testing.T) {
 		col       transport.Column
 		filters   string
 		window    int
+		elastic   bool // resume at step 1 of a run with 4 slices (whole row groups read)
 	}{
-		{"truncate", 0, transport.Column{Name: "text", Length: L, Overflow: "truncate", Fill: json.RawMessage("-1")}, "", 0},
-		{"no specials, shuffled", 0, transport.Column{Name: "text", Length: L, Overflow: "truncate", AddSpecialTokens: &no}, "", 16},
-		{"pieces, filtered", 12 << 10, transport.Column{Name: "text", Length: L, Overflow: "truncate"}, `[["id", "<", 70], ["id", "!=", 5]]`, 0},
-		{"unshaped", 1 << 20, transport.Column{Name: "text"}, `[["id", ">=", 30]]`, 8},
+		{"truncate", 0, transport.Column{Name: "text", Length: L, Overflow: "truncate", Fill: json.RawMessage("-1")}, "", 0, false},
+		{"no specials, shuffled", 0, transport.Column{Name: "text", Length: L, Overflow: "truncate", AddSpecialTokens: &no}, "", 16, false},
+		{"pieces, filtered", 12 << 10, transport.Column{Name: "text", Length: L, Overflow: "truncate"}, `[["id", "<", 70], ["id", "!=", 5]]`, 0, false},
+		{"unshaped", 1 << 20, transport.Column{Name: "text"}, `[["id", ">=", 30]]`, 8, false},
+		{"elastic, filtered", 1 << 20, transport.Column{Name: "text", Length: L, Overflow: "truncate"}, `[["id", ">=", 20]]`, 4, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -129,7 +176,11 @@ func TestTokenizedColumnMatchesEncode(t *testing.T) {
 			defer p.Close()
 			col := c.col
 			col.Tokenizer = filepath.Join(dir, "tokenizer.json")
-			req := &transport.Request{Version: transport.Version, Datasets: []string{dir + "/*.parquet"}, GlobalBatchSize: 8, NumSlices: 2,
+			data := dir
+			if c.readAhead == 12<<10 {
+				data = writeIndexedText(t, t.TempDir())
+			}
+			req := &transport.Request{Version: transport.Version, Datasets: []string{data + "/*.parquet"}, GlobalBatchSize: 8, NumSlices: 2,
 				Slices: []int{0, 1}, LastBatch: transport.LastBatchDrop, Epochs: 1, Seed: 4,
 				Columns: []transport.Column{{Name: "id"}, col}}
 			if c.window > 0 {
@@ -138,9 +189,16 @@ func TestTokenizedColumnMatchesEncode(t *testing.T) {
 			if c.filters != "" {
 				req.Filters = json.RawMessage(c.filters)
 			}
+			if c.elastic {
+				req.Elastic = &transport.Elastic{FromSlices: 4, Epoch: 0, Step: 1}
+				req.Start = transport.Position{Step: 1}
+			}
 			info, err := p.Info(context.Background(), req)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if pl, err := p.planFor(context.Background(), req); err != nil || (c.readAhead == 12<<10) != (pl.pieces.pieceRows > 0) {
+				t.Fatalf("plan: %v; pieces of %d rows, want pieces only in the pieces case", err, pl.pieces.pieceRows)
 			}
 			if info.Tokenizers["text"] != tk.Hash() || len(info.Tokenizers) != 1 {
 				t.Errorf("Info tokenizers = %v, want text: %s", info.Tokenizers, tk.Hash())
@@ -176,7 +234,8 @@ func TestTokenizedColumnMatchesEncode(t *testing.T) {
 				}
 			}
 			for id := range int64(spec.Docs) {
-				kept := c.filters == "" || (strings.Contains(c.filters, "70") && id < 70 && id != 5) || (strings.Contains(c.filters, ">=") && id >= 30)
+				kept := c.filters == "" || (strings.Contains(c.filters, "70") && id < 70 && id != 5) ||
+					(strings.Contains(c.filters, `">=", 30`) && id >= 30) || (strings.Contains(c.filters, `">=", 20`) && id >= 20)
 				if k := seen[id]; kept && k > 1 || !kept && k > 0 {
 					t.Errorf("id %d delivered %d times (kept by the filter: %v)", id, k, kept)
 				}
@@ -437,5 +496,53 @@ func TestTokenizedMemorySizing(t *testing.T) {
 		if bound := g[0] * 4 * (varRow + 2 + 1); g[1] > bound {
 			t.Errorf("file %d row group %d: %.0f bytes of ids, over the bound of %.0f", k[0], k[1], g[1], bound)
 		}
+	}
+}
+
+// TestTokenizedNulls: a null document is a null list, which list shaping
+// reads as empty with a fill and refuses without one, as for any list.
+func TestTokenizedNulls(t *testing.T) {
+	dir := t.TempDir()
+	tok := writeTokenizer(t, dir, 0)
+	b := array.NewStringBuilder(memory.DefaultAllocator)
+	b.AppendValues([]string{"the cat", "", "on the mat", "at"}, []bool{true, false, true, true})
+	col := b.NewArray()
+	defer col.Release()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "text", Type: arrow.BinaryTypes.String, Nullable: true}}, nil)
+	if err := os.WriteFile(filepath.Join(dir, "nulls.parquet"), parquetOf(t, schema, col, 4), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	p, err := NewPipeline(context.Background(), WithAllocator(mem))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	req := &transport.Request{Version: transport.Version, Datasets: []string{filepath.Join(dir, "nulls.parquet")}, GlobalBatchSize: 4, NumSlices: 1,
+		Slices: []int{0}, LastBatch: transport.LastBatchDrop, Epochs: 1,
+		Columns: []transport.Column{{Name: "text", Tokenizer: tok, Length: 6, Overflow: "truncate", Fill: json.RawMessage("-1")}}}
+	recs := allSlices(t, p, req)
+	defer releaseAll(recs)
+	tk, _ := tokenize.Parse("t", testTokenizerJSON(0))
+	rows := fixedRows(recs[0].Column(0))
+	for i, s := range []string{"the cat", "", "on the mat", "at"} {
+		var want []int32
+		if i != 1 {
+			want, _ = tk.Encode(s, true)
+		}
+		want = append(want[:min(len(want), 6)], slices.Repeat([]int32{-1}, 6-min(len(want), 6))...)
+		if !slices.Equal(rows[i], want) {
+			t.Errorf("row %d: %v, want %v", i, rows[i], want)
+		}
+	}
+	req.Columns[0].Fill = nil
+	st, err := p.Open(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Next(context.Background()); err == nil || !strings.Contains(err.Error(), "null list") {
+		t.Errorf("Next(null document, no fill) = %v, want the null list refused", err)
 	}
 }

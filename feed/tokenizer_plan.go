@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -60,25 +61,35 @@ func (p *Pipeline) planTokenizers(ctx context.Context, cols []tokColumn, ds *loa
 	fields := ds.Schema.Fields()
 	var out []planTok
 	for _, c := range cols {
-		j := ds.Schema.FieldIndices(c.name)
-		if len(j) == 0 {
-			return nil, nil, fmt.Errorf("feed: %w: column %q: no such column to tokenize", loader.ErrColumnNotFound, c.name)
-		}
-		f := fields[j[0]]
-		if f.Type.ID() != arrow.STRING && f.Type.ID() != arrow.LARGE_STRING {
-			return nil, nil, fmt.Errorf("feed: %w: column %q of %s is %s, not a string or large_string: a tokenizer needs text (remove tokenizer from this column, or name a text column)",
-				transport.ErrBadRequest, c.name, firstFile(ds), f.Type)
+		j, err := TextColumn(ds, c.name)
+		if err != nil {
+			return nil, nil, err
 		}
 		tok, sum, err := p.tokenizer(ctx, c.uri)
 		if err != nil {
 			return nil, nil, fmt.Errorf("feed: column %q: %w", c.name, err)
 		}
 		pre, suf := tok.Affixes()
-		out = append(out, planTok{tokColumn: c, col: j[0], sum: sum, tok: tok, specials: len(pre) + len(suf)})
-		fields[j[0]].Type = TokenType
+		out = append(out, planTok{tokColumn: c, col: j, sum: sum, tok: tok, specials: len(pre) + len(suf)})
+		fields[j].Type = TokenType
 	}
 	md := ds.Schema.Metadata()
 	return out, arrow.NewSchema(fields, &md), nil
+}
+
+// TextColumn returns the index in ds's schema of the column name that a
+// tokenizer reads, or an error naming the file, the column and its type
+// when it is not a string or large_string (or ds has no such column).
+func TextColumn(ds *loader.Dataset, name string) (int, error) {
+	j := ds.Schema.FieldIndices(name)
+	if len(j) == 0 {
+		return 0, fmt.Errorf("feed: %w: column %q: no such column to tokenize", loader.ErrColumnNotFound, name)
+	}
+	if t := ds.Schema.Field(j[0]).Type; t.ID() != arrow.STRING && t.ID() != arrow.LARGE_STRING {
+		return 0, fmt.Errorf("feed: %w: column %q of %s is %s, not a string or large_string: a tokenizer needs text (remove tokenizer from this column, or name a text column)",
+			transport.ErrBadRequest, name, firstFile(ds), t)
+	}
+	return j[0], nil
 }
 
 // firstFile names ds's first file, for errors about its schema (every file
@@ -160,9 +171,18 @@ func rowName(ds *loader.Dataset, ref loader.RowGroupRef, row int64) string {
 // when the plan has tokenized columns (loader.WithReaderTransform): take
 // the rows filters keep, then tokenize. Read k is the plan's row group
 // groups[k] (segs[k] when reading pieces) read by refs[k].
+//
+// The reader runs up to workers of these at once (its decode slots); each
+// encodes on workers / (the number running when it starts) goroutines, so
+// that one large row group uses every core of the slice while several
+// share them, and the goroutines (each with a tokenizer scratch area and
+// word cache) stay about workers x ln(workers), not workers^2.
 func prepareRead(ds *loader.Dataset, toks []planTok, out *arrow.Schema, sels func(g int) *filter.Selection,
 	groups []int, segs []batching.Segment, refs []loader.RowGroupRef, workers int, mem memory.Allocator) loader.Transform {
+	var running atomic.Int32
 	return func(k int, ref loader.RowGroupRef, rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+		w := max(1, workers/int(running.Add(1)))
+		defer running.Add(-1)
 		piece := segs != nil
 		seg := batching.Segment{}
 		if piece {
@@ -175,7 +195,7 @@ func prepareRead(ds *loader.Dataset, toks []planTok, out *arrow.Schema, sels fun
 		if err != nil {
 			return nil, fmt.Errorf("%s row group %d: %w", ds.Files[ref.File].Object.URI, ref.Index, err)
 		}
-		return tokenizeRecord(rec, toks, out, workers, mem, func(r int) string {
+		return tokenizeRecord(rec, toks, out, w, mem, func(r int) string {
 			return rowName(ds, ref, keptRowOf(sel, seg, refs[k], piece, r))
 		})
 	}

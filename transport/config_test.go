@@ -8,15 +8,7 @@ import (
 )
 
 func TestRoots(t *testing.T) {
-	roots := []string{"/data", "gs://bucket/train", "gs://whole"}
-	var locs []location
-	for _, r := range roots {
-		l, err := parseRoot(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		locs = append(locs, l)
-	}
+	locs := mustParseRoots(t, "/data", "gs://bucket/train", "gs://whole")
 	cases := []struct {
 		uri string
 		ok  bool

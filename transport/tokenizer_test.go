@@ -53,15 +53,22 @@ func TestTokenizerColumnTicket(t *testing.T) {
 	}
 }
 
-func TestTokenizerOutsideRoots(t *testing.T) {
+// mustParseRoots parses roots as a server's --allow.
+func mustParseRoots(t *testing.T, roots ...string) []location {
+	t.Helper()
 	var locs []location
-	for _, r := range []string{"/data", "gs://models/tok"} {
+	for _, r := range roots {
 		l, err := parseRoot(r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		locs = append(locs, l)
 	}
+	return locs
+}
+
+func TestTokenizerOutsideRoots(t *testing.T) {
+	locs := mustParseRoots(t, "/data", "gs://models/tok")
 	cases := []struct {
 		uri string
 		ok  bool

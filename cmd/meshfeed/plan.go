@@ -7,8 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -38,8 +40,9 @@ type planArgs struct {
 	topology    string // "" unless --topology was given
 	cfg         batching.Config
 	epoch       int
-	manifest    string // --manifest: "auto", "off" or a URI
-	filters     string // --filters: the ticket's JSON form; "" keeps every row
+	manifest    string            // --manifest: "auto", "off" or a URI
+	filters     string            // --filters: the ticket's JSON form; "" keeps every row
+	tokenizers  map[string]string // --tokenizer COLUMN=URI
 }
 
 // planProcess is one process of the report.
@@ -90,13 +93,16 @@ type planReport struct {
 	PlanRequests   int64  `json:"plan_requests"`
 	// Filters are the --filters given (NumRows counts the rows they keep),
 	// FilterRowGroups how the row groups were decided.
-	Filters         json.RawMessage    `json:"filters,omitempty"`
+	Filters json.RawMessage `json:"filters,omitempty"`
+	// Tokenizers maps each --tokenizer column to its tokenizer.json's
+	// SHA-256, as GetFlightInfo reports it.
+	Tokenizers      map[string]string  `json:"tokenizers,omitempty"`
 	FilterRowGroups *feed.FilterCounts `json:"filter_row_groups,omitempty"`
 }
 
 const planUsage = `usage: meshfeed plan --data URI --global-batch-size B --mesh data=4,model=2 --batch-axes data
        [--processes P | --topology 4x4 --chips-per-host 4] [--last-batch drop|pad|raise]
-       [--seed S [--shuffle-window W]] [--columns a,b] [--epoch E] [--filters JSON] [--json]
+       [--seed S [--shuffle-window W]] [--columns a,b] [--epoch E] [--filters JSON] [--tokenizer COLUMN=URI] [--json]
 
 Prints the epoch plan of a dataset for a JAX mesh from the footers alone (no data
 page is read): rows, steps per epoch, dropped or padded rows, B, D and b = B/D, and
@@ -144,6 +150,7 @@ func parsePlanArgs(args []string, w io.Writer) (planArgs, error) {
 		fmt.Fprint(fs.Output(), planUsage, "\nflags:\n")
 		fs.PrintDefaults()
 	}
+	fs.Func("tokenizer", "COLUMN=URI: the column is tokenized with the tokenizer.json at URI (local, gs://, s3://, az://, https://); the plan checks the column is text and reports the file's SHA-256; repeatable", tokenizerFlag(&a.tokenizers))
 	if err := fs.Parse(args); err != nil {
 		return a, err
 	}
@@ -416,6 +423,9 @@ func runPlan(ctx context.Context, args []string) error {
 		PaddedRows:       plan.PaddedRows(),
 	}
 	rep.Manifest, rep.ManifestReason, rep.PlanRequests = pi.Manifest, pi.Reason, pi.Requests
+	if rep.Tokenizers, err = planTokenizerSums(ctx, store, ds, a.tokenizers); err != nil {
+		return err
+	}
 	if len(rep.Columns) == 0 {
 		rep.Columns = []string{}
 		for _, f := range ds.Schema.Fields() {
@@ -435,6 +445,42 @@ func runPlan(ctx context.Context, args []string) error {
 		return enc.Encode(rep)
 	}
 	return printPlanTable(planStdout, rep)
+}
+
+// tokenizerFlag parses a --tokenizer COLUMN=URI into m.
+func tokenizerFlag(m *map[string]string) func(string) error {
+	return func(v string) error {
+		col, uri, ok := strings.Cut(v, "=")
+		if !ok || col == "" || uri == "" {
+			return fmt.Errorf("want COLUMN=URI, got %q", v)
+		}
+		if *m == nil {
+			*m = map[string]string{}
+		}
+		(*m)[col] = uri
+		return nil
+	}
+}
+
+// planTokenizerSums reads each column's tokenizer (checking the column is
+// text) and returns their SHA-256s, as GetFlightInfo reports them.
+func planTokenizerSums(ctx context.Context, store objstore.Store, ds *loader.Dataset, toks map[string]string) (map[string]string, error) {
+	if len(toks) == 0 {
+		return nil, nil
+	}
+	cache := feed.NewTokenizerCache(len(toks))
+	out := map[string]string{}
+	for col, uri := range toks {
+		if _, err := feed.TextColumn(ds, col); err != nil {
+			return nil, err
+		}
+		_, sum, err := cache.Get(ctx, store, uri)
+		if err != nil {
+			return nil, fmt.Errorf("column %q: %w", col, err)
+		}
+		out[col] = sum
+	}
+	return out, nil
 }
 
 // planRowGroups returns the plan's view of the dataset's row groups and
@@ -491,6 +537,9 @@ func printPlanTable(out io.Writer, rep planReport) error {
 		planned += " (" + rep.ManifestReason + ")"
 	}
 	fmt.Fprintf(w, "planned from\t%s, %d store requests\n", planned, rep.PlanRequests)
+	for _, col := range slices.Sorted(maps.Keys(rep.Tokenizers)) {
+		fmt.Fprintf(w, "tokenizer\tcolumn %q: sha256 %s\n", col, rep.Tokenizers[col])
+	}
 	mesh := rep.Mesh
 	if rep.Topology != "" {
 		mesh += ", topology " + rep.Topology

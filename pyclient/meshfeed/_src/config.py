@@ -74,10 +74,17 @@ class Column:
         mask: True adds a boolean key ``<name>_valid``, False where the column
             holds a null; the nulls become ``fill`` (zero when None). The
             client fills them (a host copy of the column).
-        tokenizer: path or URI of a tokenizer.json: the server tokenizes the
-            string column (docs/DESIGN.md, "Tokenization").
+        tokenizer: path or URI (``gs://``, ``s3://``, ``az://``, ``https://``)
+            of a ``tokenizer.json`` (the Hugging Face ``tokenizers`` format):
+            the column, a string or large_string, arrives as each row's token
+            ids (int32), exactly ``tokenizers.Tokenizer.from_file(f).encode(text).ids``,
+            and ``length``, ``overflow``, ``fill`` and ``pack_ratio`` shape them
+            as a list column. The server reads the file (under its roots).
+            The file's SHA-256 is part of the Loader's state: a state resumes
+            only with the same tokenizer.
         add_special_tokens: whether the tokenizer's post-processor adds its
-            special tokens; None is True. Only with ``tokenizer``.
+            special tokens (BOS, ``[CLS]`` ... ``[SEP]``), as ``encode``'s
+            ``add_special_tokens``; only with ``tokenizer``.
         pack: ``"concat"`` joins the column's documents, each followed by the
             end-of-document token, and cuts them into rows of exactly
             ``length`` tokens (adds ``<name>_segment_ids`` and
@@ -94,8 +101,8 @@ class Column:
     overflow: str | None = None
     pack_ratio: float = 0
     mask: bool = False
-    tokenizer: str | None = None
-    add_special_tokens: bool | None = None
+    tokenizer: str | os.PathLike[str] | None = None
+    add_special_tokens: bool = True
     pack: str | None = None
     eod_token: str | None = None
 
@@ -122,12 +129,20 @@ class Column:
             bad("pack_ratio", "want a finite number")
         if not isinstance(self.mask, bool):
             bad("mask", "want True or False")
-        for f in ("tokenizer", "pack", "eod_token"):
+        if self.tokenizer is not None:
+            uri, problem = _normalize_uri(self.tokenizer)
+            if problem or uri is None:
+                bad("tokenizer", "want the path or URI of a tokenizer.json, or None")
+            else:
+                object.__setattr__(self, "tokenizer", uri)
+        if not isinstance(self.add_special_tokens, bool):
+            bad("add_special_tokens", "want True or False")
+        elif not self.add_special_tokens and self.tokenizer is None:
+            bad("add_special_tokens", "only with a tokenizer")
+        for f in ("pack", "eod_token"):
             v = getattr(self, f)
             if v is not None and (not isinstance(v, str) or not v):
                 bad(f, "want a non-empty string or None")
-        if self.add_special_tokens is not None and not isinstance(self.add_special_tokens, bool):
-            bad("add_special_tokens", "want True, False or None")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -146,8 +161,8 @@ class Column:
             out["pack_ratio"] = self.pack_ratio
         if self.tokenizer is not None:
             out["tokenizer"] = self.tokenizer
-        if self.add_special_tokens is not None:
-            out["add_special_tokens"] = self.add_special_tokens
+            if not self.add_special_tokens:
+                out["add_special_tokens"] = False
         if self.pack is not None:
             out["pack"] = self.pack
         if self.eod_token is not None:
@@ -174,6 +189,45 @@ TRANSPORTS: tuple[str, ...] = get_args(Transport)
 # request is the stream's identity (LoaderConfig.fingerprint).
 _NOT_IDENTITY = ("version", "slices", "start", "epochs", "manifest")  # a manifest plans the same steps
 WIRE_VERSION = 1
+
+
+def _tokenizer_identity(fp: dict[str, Any], plan: Mapping[str, Any]) -> None:
+    """In a fingerprint, each tokenized column names its tokenizer by the
+    file's SHA-256 as the server read it (GetFlightInfo's ``tokenizers``),
+    not by path: the same file moved resumes, another file is refused."""
+    def rename(cols: list[dict[str, Any]], sums: Mapping[str, str]) -> list[dict[str, Any]]:
+        out = []
+        for c in cols:
+            c = dict(c)
+            if c.pop("tokenizer", None) is not None:
+                c["tokenizer_sha256"] = sums.get(c["name"], "")
+            out.append(c)
+        return out
+
+    if "columns" in fp:
+        fp["columns"] = rename(fp["columns"], plan.get("tokenizers") or {})
+    mix = fp.get("mixture")
+    if mix is not None:
+        infos = (plan.get("mixture") or {}).get("sources") or []
+        mix = dict(mix)
+        mix["sources"] = [dict(s, columns=rename(s["columns"], (infos[i] if i < len(infos) else {}).get("tokenizers") or {}))
+                          if "columns" in s else s for i, s in enumerate(mix["sources"])]
+        fp["mixture"] = mix
+
+
+def tokenizer_mismatch(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> str | None:
+    """A message naming both hashes when a state's fingerprint and this
+    loader's differ in a column's tokenizer, else None."""
+    lines = []
+    for a, b in zip(theirs.get("columns") or [], mine.get("columns") or []):
+        if isinstance(a, Mapping) and isinstance(b, Mapping) and a.get("name") == b.get("name") \
+                and a.get("tokenizer_sha256") != b.get("tokenizer_sha256"):
+            lines.append(f"column {b.get('name')!r}: the state was saved with tokenizer sha256 "
+                         f"{a.get('tokenizer_sha256')}, this loader's tokenizer has sha256 {b.get('tokenizer_sha256')}")
+    if not lines:
+        return None
+    return ("state comes from another tokenizer:\n  " + "\n  ".join(lines) +
+            "\nresume with the tokenizer.json the state was saved with (its ids differ from this one's)")
 
 
 def _problems(owner: str, problems: list[str]) -> str:
@@ -484,6 +538,15 @@ class LoaderConfig:
             req["filters"] = [[dict(t) for t in conj] for conj in self.wire_filters]
         return req
 
+    def tokenizers(self) -> list[str]:
+        """The tokenizer paths and URIs of the columns (a local server must
+        be allowed to read them)."""
+        req = self.request(1, [0])
+        cols = list(req.get("columns") or [])
+        for s in (req.get("mixture") or {}).get("sources", []):
+            cols.extend(s.get("columns") or [])
+        return [c["tokenizer"] for c in cols if isinstance(c, Mapping) and "tokenizer" in c]
+
     def fingerprint(self, num_slices: int, plan: Mapping[str, Any]) -> dict[str, Any]:
         """What a state must agree on to resume: the request's fields that
         define the stream (all but version, slices, start and epochs), and the
@@ -491,4 +554,5 @@ class LoaderConfig:
         req = self.request(num_slices, ())
         out = {k: v for k, v in req.items() if k not in _NOT_IDENTITY}
         out.update(num_rows=int(plan["num_rows"]), steps_per_epoch=int(plan["steps_per_epoch"]))
+        _tokenizer_identity(out, plan)
         return out

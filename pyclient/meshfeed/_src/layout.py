@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import warnings
 from typing import Any, Mapping, Sequence
 
@@ -78,6 +79,19 @@ def layout_of(sharding: jax.sharding.Sharding, B: int) -> Layout:
     slices = tuple(sorted({d for _, d in local}))
     pos = {d: k for k, d in enumerate(slices)}
     return Layout(B=B, b=b, D=D, slices=slices, devices=tuple((dev, pos[d]) for dev, d in local))
+
+
+def packed_layout(layout: Layout, columns: Sequence[Mapping[str, Any]] | None) -> Layout:
+    """The layout of the rows a step delivers: ``layout``, or with a packed
+    column (``pack_ratio`` >= 1) slices of ``ceil(b / pack_ratio)`` packed
+    rows each (the server's shape.PackedRows), so a step's arrays have
+    ``D * ceil(b / pack_ratio)`` rows laid out by the same sharding."""
+    for c in columns or ():
+        r = c.get("pack_ratio") or 0
+        if r >= 1 and math.isfinite(r):
+            p = math.ceil(layout.b / r)
+            return dataclasses.replace(layout, B=p * layout.D, b=p)
+    return layout
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,11 +21,11 @@ import jax
 import numpy as np
 
 from .arrowtypes import masked_columns
-from .config import Column, LastBatch, LoaderConfig, ServerOptions, Shuffle, Transport
+from .config import Column, LastBatch, LoaderConfig, ServerOptions, Shuffle, Transport, tokenizer_mismatch
 from .serverstats import cache_stats
 from .elastic import resolve_switch
 from .errors import InvalidRequestError, MeshfeedError, PlanError, StateMismatchError, recoverable
-from .layout import Materializer, layout_of, narrowed_columns
+from .layout import Materializer, layout_of, narrowed_columns, packed_layout
 from .mixture import Positions, check_fingerprints, resume_config
 from .plan import steps_per_epoch
 from .prefetch import END, TOTALS, Failure, Prefetcher
@@ -347,7 +347,8 @@ class Loader:
             raise PlanError(f"server plans {self._spe} steps per epoch for N={N} rows, B={B}, "
                             f"last_batch={cfg.last_batch}; the client computes {mine}")
         self._schema = schema
-        self._mat = Materializer(schema, cfg.sharding, self._layout, cfg.pad_mask, masks=masked_columns(cfg.columns))
+        self._rows = packed_layout(self._layout, cfg.wire_columns)  # packed columns deliver fewer rows
+        self._mat = Materializer(schema, cfg.sharding, self._rows, cfg.pad_mask, masks=masked_columns(cfg.columns))
         self._pos = (0, 0)
         if state is not None:
             self._pos = self._check_state(state)
@@ -371,6 +372,8 @@ class Loader:
         theirs = _upgrade_fingerprint(theirs)
         # Compare through JSON so a state that went through json.dump/load matches.
         mine_j = json.loads(json.dumps(mine))
+        if (msg := tokenizer_mismatch(mine_j, theirs)) is not None:
+            raise StateMismatchError(msg)
         if self._cfg.mixture is not None:
             mine_j, theirs = check_fingerprints(mine_j, theirs, self._reweight)
         try:
@@ -478,7 +481,7 @@ class Loader:
                 slots += tf.inflight  # the steps in the transform stage hold their slots too
             pf = self._box[0] = Prefetcher(lambda t: session.open_stream(t, slots),
                                            json.dumps(self._request(self._pos)).encode(), self._mat,
-                                           self._layout, self._pos, self._spe, self._cfg.prefetch, tf)
+                                           self._rows, self._pos, self._spe, self._cfg.prefetch, tf)
             if self._t0 is None:
                 self._t0 = time.perf_counter()
         t = time.perf_counter()

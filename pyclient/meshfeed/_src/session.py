@@ -46,7 +46,7 @@ class Session:
         if self._server_fn is not None:
             self.address = connect.resolve(self._server_fn)
         elif cfg.server is None:
-            self._roots = [allowed_root(u) for u in cfg.datasets]
+            self._roots = [allowed_root(u) for u in [*cfg.datasets, *cfg.tokenizers()]]
             self._binary = find_binary(cfg.local_server.binary)
             self.server = self._start()
             self.address = self.server.address

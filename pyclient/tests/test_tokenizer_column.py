@@ -1,0 +1,253 @@
+"""A string column requested with ``Column(tokenizer=...)`` arrives as the ids
+the reference ``tokenizers`` library gives, then shaped as a list column.
+
+A text dataset is generated with ``meshfeed gen-text`` from the Python
+standard library (mixed with other scripts, emoji and odd whitespace); the
+tokenizer files are trained here with the library's own trainers
+(testdata/tokenizer_families.py). Every delivered row is compared with
+``tokenizers.Tokenizer.from_file(f).encode(text).ids``: per document
+(truncated and padded to a length), without special tokens, and packed.
+Resuming a state with another tokenizer is refused naming both hashes; bad
+input fails with errors naming the file and column.
+
+The corpus seed is MESHFEED_TEST_SEED (printed) or random.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import os
+import pathlib
+import random
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jax
+import meshfeed
+from meshfeed._src.server import LocalServer
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "testdata"))
+
+import tokenizer_families as families  # noqa: E402
+
+tokenizers = pytest.importorskip("tokenizers")
+
+DOCS, B, L = 96, 16, 48
+
+
+@pytest.fixture(scope="module")
+def seed() -> int:
+    s = int(os.environ.get("MESHFEED_TEST_SEED", random.randrange(1 << 32)))
+    print(f"MESHFEED_TEST_SEED={s}")
+    return s
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, binary, seed) -> tuple[str, list[str]]:
+    """The text dataset (glob) and its documents by id."""
+    out = tmp_path_factory.mktemp("text") / "ds"
+    stdlib = sysconfig.get_paths()["stdlib"]
+    subprocess.run([binary, "gen-text", "--out", str(out), "--source", stdlib, "--docs", str(DOCS), "--files", "2",
+                    "--row-group-rows", "16", "--min-chars", "20", "--max-chars", "1500", "--seed", str(seed)],
+                   check=True, capture_output=True)
+    t = pq.read_table(out)
+    texts = dict(zip(t.column("id").to_pylist(), t.column("text").to_pylist()))
+    return str(out / "*.parquet"), [texts[i] for i in range(DOCS)]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, corpus) -> dict[str, pathlib.Path]:
+    """Tokenizer files trained on the corpus: byte-level BPE (GPT-2, no
+    specials added), WordPiece (BERT: [CLS] ... [SEP]) and Llama 2's
+    byte-fallback BPE (BOS)."""
+    _, texts = corpus
+    d = tmp_path_factory.mktemp("tokenizers")
+    files = {}
+    for name in ("gpt2", "bert", "llama2"):
+        path = d / f"{name}.json"
+        path.write_text(getattr(families, name)(texts), encoding="utf-8")
+        files[name] = path
+    return files
+
+
+def sharding() -> NamedSharding:
+    return NamedSharding(jax.make_mesh((8,), ("data",)), P("data"))
+
+
+def sha256(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("special", [True, False], ids=["special", "no_special"])
+@pytest.mark.parametrize("family", ["gpt2", "bert", "llama2"])
+def test_every_row_matches_tokenizers(family, special, corpus, trained):
+    glob, texts = corpus
+    ref = tokenizers.Tokenizer.from_file(str(trained[family]))
+    want = {i: e.ids for i, e in enumerate(ref.encode_batch(texts, add_special_tokens=special))}
+    cols = {"id": meshfeed.Column(),
+            "text": meshfeed.Column(tokenizer=trained[family], add_special_tokens=special, length=L,
+                                    overflow="truncate", fill=-1)}
+    seen = collections.Counter()
+    with meshfeed.Loader(glob, global_batch_size=B, sharding=sharding(), columns=cols, last_batch="drop",
+                         num_epochs=1, shuffle=meshfeed.Shuffle(seed=3, window=8)) as loader:
+        for batch in loader:
+            assert batch["text"].shape == (B, L) and batch["text"].dtype == np.int32
+            ids, toks, lens = (np.asarray(batch[k]) for k in ("id", "text", "text_length"))
+            for i, row, n in zip(ids.tolist(), toks, lens.tolist()):
+                w = want[i][:L]
+                assert n == len(w), (i, n, len(w))
+                assert row[:n].tolist() == w, f"{family} id {i}: {row[:n].tolist()} != {w}"
+                assert (row[n:] == -1).all()
+                seen[i] += 1
+    assert sorted(seen) == list(range(DOCS)) and set(seen.values()) == {1}
+    assert any(len(w) > L for w in want.values()) and any(len(w) < L for w in want.values())
+
+
+def test_packed_rows_match_tokenizers(corpus, trained):
+    """Packed rows hold, over an epoch, each document's ids (truncated to the
+    length) once, segments numbered from 1 and positions from 0 (two devices:
+    slices of 16 documents packed into 8 rows, room for the longest)."""
+    glob, texts = corpus
+    ref = tokenizers.Tokenizer.from_file(str(trained["bert"]))
+    PL, PB = 1024, 32
+    want = sorted(tuple(e.ids[:PL]) for e in ref.encode_batch(texts))
+    got = []
+    two = NamedSharding(jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",)), P("data"))
+    cols = {"text": meshfeed.Column(tokenizer=trained["bert"], length=PL, overflow="truncate", pack_ratio=2)}
+    with meshfeed.Loader(glob, global_batch_size=PB, sharding=two, columns=cols, last_batch="drop",
+                         num_epochs=1) as loader:
+        for batch in loader:
+            toks, segs, pos = (np.asarray(batch[k]) for k in ("text", "text_segment_ids", "text_positions"))
+            assert toks.shape == (PB // 2, PL)
+            for row, seg, p in zip(toks, segs, pos):
+                for s in np.unique(seg[seg > 0]):
+                    at = np.nonzero(seg == s)[0]
+                    assert (p[at] == np.arange(len(at))).all()
+                    got.append(tuple(row[at].tolist()))
+    assert sorted(got) == want
+
+
+def test_resume_with_another_tokenizer_is_refused(corpus, trained, tmp_path):
+    glob, _ = corpus
+
+    def loader(tok, state=None):
+        cols = {"text": meshfeed.Column(tokenizer=tok, length=L, overflow="truncate")}
+        return meshfeed.Loader(glob, global_batch_size=B, sharding=sharding(), columns=cols, last_batch="drop",
+                               state=state)
+
+    with loader(trained["gpt2"]) as a:
+        next(iter(a))
+        saved = a.state()
+        first = np.asarray(next(iter(a))["text"])
+    # The same file elsewhere resumes: the hash is the identity, not the path.
+    moved = tmp_path / "moved.json"
+    shutil.copy(trained["gpt2"], moved)
+    with loader(moved, state=saved) as b:
+        np.testing.assert_array_equal(np.asarray(next(iter(b))["text"]), first)
+    with pytest.raises(meshfeed.StateMismatchError) as e:
+        loader(trained["bert"], state=saved).close()
+    msg = str(e.value)
+    assert sha256(trained["gpt2"]) in msg and sha256(trained["bert"]) in msg and "'text'" in msg, msg
+
+
+def test_bad_input(corpus, trained, tmp_path, binary):
+    glob, _ = corpus
+    bad = tmp_path / "malformed.json"
+    bad.write_text('{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [["a", "zz"]]}}')
+    unsupported = tmp_path / "unsupported.json"
+    doc = trained["gpt2"].read_text(encoding="utf-8").replace('"normalizer":null', '"normalizer":{"type":"Precompiled"}', 1)
+    assert '"Precompiled"' in doc
+    unsupported.write_text(doc, encoding="utf-8")
+
+    def open_with(column: str, tok) -> None:
+        meshfeed.Loader(glob, global_batch_size=B, sharding=sharding(), last_batch="drop",
+                        columns={column: meshfeed.Column(tokenizer=tok, length=L, overflow="truncate")}).close()
+
+    with pytest.raises(meshfeed.InvalidRequestError, match=r'(?s)column "text".*malformed\.json.*model\.merges\[0\]'):
+        open_with("text", bad)
+    with pytest.raises(meshfeed.InvalidRequestError, match=r'(?s)column "text".*unsupported\.json.*normalizer.*Precompiled'):
+        open_with("text", unsupported)
+    with pytest.raises(meshfeed.InvalidRequestError, match=r'(?s)column "id" of .*part-00000\.parquet is int64, not a string'):
+        open_with("id", trained["gpt2"])
+    with pytest.raises(meshfeed.NotFoundError, match=r"(?s)missing\.json"):
+        open_with("text", tmp_path / "missing.json")
+    with pytest.raises(ValueError, match="add_special_tokens"):
+        meshfeed.Column(add_special_tokens=False)
+    # A server that is not allowed the tokenizer's directory refuses it.
+    srv = LocalServer(binary, [str(pathlib.Path(glob).parent)])
+    try:
+        with pytest.raises(meshfeed.PermissionDeniedError, match=r"(?s)tokenizer .*gpt2\.json.* not under an allowed root"):
+            meshfeed.Loader(glob, global_batch_size=B, sharding=sharding(), last_batch="drop", server=srv.address,
+                            columns={"text": meshfeed.Column(tokenizer=trained["gpt2"], length=L)}).close()
+    finally:
+        srv.stop()
+
+
+def test_invalid_utf8_names_file_row_and_byte(trained, tmp_path):
+    """The reference cannot take invalid UTF-8 (pyarrow's to_pylist raises);
+    meshfeed refuses the row, naming file, row group, row and byte."""
+    docs = [f"document {i}".encode() for i in range(24)]
+    docs[19] = b"caf\xc3 au lait"
+    arr = pa.array(docs, pa.binary()).view(pa.string())
+    with pytest.raises(UnicodeDecodeError):
+        arr.to_pylist()
+    path = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"text": arr}), path, row_group_size=8)
+    cols = {"text": meshfeed.Column(tokenizer=trained["gpt2"], length=L, overflow="truncate")}
+    with meshfeed.Loader(str(path), global_batch_size=8, sharding=sharding(), columns=cols, last_batch="drop") as loader:
+        with pytest.raises(meshfeed.PlanError, match=r"(?s)bad\.parquet row group 2 row 3 \(row 19 of the file\).*column \"text\" byte 3.*not valid UTF-8"):
+            for _ in loader:
+                pass
+
+
+def test_unshaped_column_is_a_list_per_row(corpus, trained):
+    """Without a length the ids arrive as a variable-length list per row (a
+    pyarrow array in the batch)."""
+    glob, texts = corpus
+    ref = tokenizers.Tokenizer.from_file(str(trained["llama2"]))
+    cols = {"id": meshfeed.Column(), "text": meshfeed.Column(tokenizer=trained["llama2"])}
+    with meshfeed.Loader(glob, global_batch_size=B, sharding=sharding(), columns=cols, last_batch="drop",
+                         num_epochs=1, transport="flight") as loader:
+        batch = next(iter(loader))
+        lists = batch["text"]
+        assert isinstance(lists, (pa.Array, pa.ChunkedArray)), type(lists)
+        for i, row in zip(np.asarray(batch["id"]).tolist(), lists.to_pylist()):
+            assert row == ref.encode(texts[i]).ids
+
+
+def test_mixture_sources_tokenize_and_resume_checks_the_hash(corpus, trained):
+    """Each source of a mixture tokenizes with its own tokenizer; a state
+    resumes only with the same tokenizers (the refusal names both hashes)."""
+    glob, texts = corpus
+    refs = {f: tokenizers.Tokenizer.from_file(str(trained[f])) for f in ("gpt2", "llama2")}
+
+    def mixture(second: str) -> meshfeed.Mixture:
+        srcs = [meshfeed.Source(glob, weight=1.0, filters=[("id", op, DOCS // 2)],
+                                columns={"id": meshfeed.Column(),
+                                         "text": meshfeed.Column(tokenizer=trained[f], length=L, overflow="truncate")})
+                for op, f in (("<", "gpt2"), (">=", second))]
+        return meshfeed.Mixture(srcs, stop="first_exhausted", source_column="source", seed=1)
+
+    with meshfeed.Loader(mixture("llama2"), global_batch_size=B, sharding=sharding(), last_batch="drop") as loader:
+        for step, batch in enumerate(loader):
+            ids, toks, src = (np.asarray(batch[k]) for k in ("id", "text", "source"))
+            for i, row, s in zip(ids.tolist(), toks, src.tolist()):
+                want = refs["gpt2" if s == 0 else "llama2"].encode(texts[i]).ids[:L]
+                assert row[:len(want)].tolist() == want, (i, s)
+            if step == 1:
+                saved = loader.state()
+    with pytest.raises(meshfeed.StateMismatchError) as e:
+        meshfeed.Loader(mixture("bert"), global_batch_size=B, sharding=sharding(), last_batch="drop",
+                        state=saved).close()
+    assert sha256(trained["llama2"]) in str(e.value) and sha256(trained["bert"]) in str(e.value), str(e.value)
