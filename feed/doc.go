@@ -16,6 +16,13 @@
 // batching.SourceCursor; each slice is handed over as its sources' rows of
 // the step (views, batching.PartColumns), which the transport joins.
 //
+// A column with pack "concat" (packconcat.go) is planned from every
+// document's token count (package tokcount: the manifest's fact, the
+// Pipeline's store, or counted once when planned, tokcount.go) with a
+// batching.ConcatPlan, and streamed per slice from the documents holding
+// its tokens, tokenized as they are read and packed into rows of exactly
+// its length.
+//
 // A request's filters (package filter) are applied when it is planned
 // (filter.go): the plan numbers the kept rows only, and streams take them
 // from each decoded row group or piece before cutting (filter_take.go).
@@ -25,9 +32,10 @@
 // slice's reader tokenizes the records it decodes (after taking the kept
 // rows) before they are cut and shaped as list<int32>.
 //
-// It imports loader, batching, filter, tokenize, shape and transport (for
-// the Backend interface it implements and the wire's request type); nothing below it
-// imports feed. Its errors keep the sentinels of the package that found them;
+// It imports loader, batching, filter, tokcount, tokenize, shape and
+// transport (for the Backend interface it implements and the wire's request
+// type); nothing below it imports feed. Its errors keep the sentinels of the
+// package that found them;
 // ErrorCodes is the one table from those sentinels to status codes.
 //
 // # Caveats

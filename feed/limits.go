@@ -120,6 +120,9 @@ func (p *Pipeline) sizeOf(pl *pipelinePlan) planSize {
 	if w := pl.cfg.plan.Window; w > 0 {
 		streamRows := float64(pl.plan.N())/float64(pl.cfg.plan.D) + 1
 		sz.window = n * min(float64(w), streamRows) * varRow
+		if c := pl.concat; c != nil { // every slice holds windows of the one document sequence, tokenized
+			sz.window = n * min(float64(w), float64(c.plan.N())) * (4*float64(c.plan.Tokens())/float64(c.plan.N()) + 8)
+		}
 	}
 	sz.overhead = n * sliceOverhead
 	sz.reserve = sz.readAhead + sz.tokens + sz.window + sz.overhead + 2*sz.step

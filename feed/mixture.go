@@ -85,8 +85,8 @@ func (p *Pipeline) planMixture(ctx context.Context, req *transport.Request) (*mi
 		if err != nil {
 			return nil, fmt.Errorf("feed: mixture %s: %w", name, err)
 		}
-		if cfg.packed {
-			return nil, fmt.Errorf("feed: %w: mixture %s: pack_ratio is not supported in a mixture (packing changes the row counts the composition is made of)", transport.ErrBadRequest, name)
+		if cfg.packed || cfg.concat != nil {
+			return nil, fmt.Errorf("feed: %w: mixture %s: pack_ratio and pack \"concat\" are not supported in a mixture (packing changes the row counts the composition is made of)", transport.ErrBadRequest, name)
 		}
 		ds, err := p.dataset(ctx, s.Datasets, cfg.columns, cfg.fills, cfg.manifest)
 		if err != nil {

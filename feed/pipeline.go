@@ -16,6 +16,7 @@ import (
 	"github.com/meshfeed/meshfeed/internal/arrowmem"
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/objstore"
+	"github.com/meshfeed/meshfeed/tokcount"
 	"github.com/meshfeed/meshfeed/transport"
 )
 
@@ -40,6 +41,8 @@ type pipelineConfig struct {
 	selections filter.Store
 	// tokenizers caches parsed tokenizers by content (tokenizer.go).
 	tokenizers *TokenizerCache
+	// tokenCounts caches files' token counts (tokcount.go).
+	tokenCounts tokcount.Store
 }
 
 // validate reports every problem of the configuration at once.
@@ -152,7 +155,8 @@ type Pipeline struct {
 	roots  []string         // set by UseRoots (pipeline_roots.go)
 	limits transport.Limits // set by UseLimits (limits.go)
 
-	filterStats FilterStats // filter.go
+	filterStats FilterStats     // filter.go
+	tokenStats  TokenCountStats // tokcount.go
 }
 
 // cachedDataset is an opened dataset and when it stops being reused.
@@ -177,6 +181,9 @@ func NewPipeline(ctx context.Context, opts ...Option) (*Pipeline, error) {
 	}
 	if cfg.tokenizers == nil {
 		cfg.tokenizers = NewTokenizerCache(DefaultTokenizerCacheEntries)
+	}
+	if cfg.tokenCounts == nil {
+		cfg.tokenCounts = tokcount.NewMemoryStore(0)
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -284,6 +291,9 @@ func (p *Pipeline) OpenWith(ctx context.Context, req *transport.Request, mem mem
 	reserved, err := p.reserve(ctx, pl)
 	if err != nil {
 		return nil, err
+	}
+	if pl.concat != nil {
+		return p.openConcat(ctx, pl, mem, func() { p.serverLimits().Memory.Unreserve(reserved) })
 	}
 	// The readers outlive Open: they stop when a Next's context is done or
 	// at Close, not when Open's context ends.

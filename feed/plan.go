@@ -28,6 +28,9 @@ type pipelinePlan struct {
 	// sels are the rows filters keep of each of refs (nil: no filter, or
 	// an entry nil: every row; filter.go).
 	sels []*filter.Selection
+	// concat is the plan of a column packed by concatenation (packconcat.go);
+	// plan then stands for its packed rows.
+	concat *concatPlan
 	// toks are the tokenized columns (tokenizer_plan.go); cutIn is then
 	// the schema of the records once tokenized.
 	toks []planTok
@@ -39,6 +42,9 @@ func (p *Pipeline) planFor(ctx context.Context, req *transport.Request) (*pipeli
 	cfg, err := configOf(req)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.concat != nil {
+		return p.planConcat(ctx, cfg)
 	}
 	ds, err := p.dataset(ctx, cfg.datasets, cfg.columns, cfg.fills, cfg.manifest)
 	if err != nil {

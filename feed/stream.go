@@ -204,25 +204,40 @@ func nextUnder(ctx context.Context, closed bool, cancel func(), next func() (tra
 	return step, nil
 }
 
-func (s *pipelineStream) next() (transport.Step, error) {
-	pl := s.pl
-	if s.pos.Step >= pl.plan.StepsPerEpoch() {
-		s.closeEpoch()
-		s.pos = batching.Position{Epoch: s.pos.Epoch + 1}
+// advance moves pos past the end of its epoch (closing that epoch's
+// slices) and is io.EOF past pl's last epoch.
+func advance(pl *pipelinePlan, pos *batching.Position, closeEpoch func()) error {
+	if pos.Step >= pl.plan.StepsPerEpoch() {
+		closeEpoch()
+		*pos = batching.Position{Epoch: pos.Epoch + 1}
 	}
-	if pl.cfg.epochs > 0 && s.pos.Epoch >= pl.cfg.epochs {
-		s.closeEpoch()
-		return transport.Step{}, io.EOF
+	if pl.cfg.epochs > 0 && pos.Epoch >= pl.cfg.epochs {
+		closeEpoch()
+		return io.EOF
+	}
+	return nil
+}
+
+// newStep returns the step at pos with room for pl's slices and their real
+// rows, to be cut.
+func newStep(pl *pipelinePlan, pos batching.Position) transport.Step {
+	n := len(pl.cfg.slices)
+	return transport.Step{
+		Slices: make([]arrow.RecordBatch, n),
+		Meta:   transport.StepMeta{Epoch: pos.Epoch, Step: pos.Step, Slices: slices.Clone(pl.cfg.slices), RealRows: make([]int, n)},
+	}
+}
+
+func (s *pipelineStream) next() (transport.Step, error) {
+	if err := advance(s.pl, &s.pos, s.closeEpoch); err != nil {
+		return transport.Step{}, err
 	}
 	if s.slices == nil {
 		if err := s.openEpoch(); err != nil {
 			return transport.Step{}, err
 		}
 	}
-	step := transport.Step{
-		Slices: make([]arrow.RecordBatch, len(s.slices)),
-		Meta:   transport.StepMeta{Epoch: s.pos.Epoch, Step: s.pos.Step, Slices: slices.Clone(pl.cfg.slices), RealRows: make([]int, len(s.slices))},
-	}
+	step := newStep(s.pl, s.pos)
 	if err := s.cutStep(step.Slices, step.Meta.RealRows); err != nil {
 		step.Release()
 		return transport.Step{}, err

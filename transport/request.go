@@ -77,6 +77,14 @@ type Column struct {
 	// special tokens (as the reference's encode(add_special_tokens=...));
 	// absent means true. Only with Tokenizer.
 	AddSpecialTokens *bool `json:"add_special_tokens,omitempty"`
+	// Pack "concat" packs the column's documents by concatenation (each
+	// followed by the end-of-document token, the sequence cut into rows of
+	// exactly Length tokens; needs a tokenizer); empty: no such packing.
+	Pack string `json:"pack,omitempty"`
+	// EODToken names the end-of-document token of Pack "concat" (a token of
+	// the tokenizer); empty: the first of its special tokens that is a usual
+	// one (<|endoftext|>, <|end_of_text|>, </s>, <eos>, [SEP]).
+	EODToken string `json:"eod_token,omitempty"`
 }
 
 // AddSpecial returns whether the column's tokenizer adds its special
@@ -344,6 +352,12 @@ func (r *Request) validateColumns(p *problems) map[string]bool {
 			p.add("columns[%d] %q: pack_ratio %v is negative", i, c.Name, c.PackRatio)
 		} else if c.PackRatio > MaxPackRatio {
 			p.add("columns[%d] %q: pack_ratio %v is over the limit of %d", i, c.Name, c.PackRatio, MaxPackRatio)
+		}
+		if c.Pack != "" && c.Pack != "concat" {
+			p.add("columns[%d] %q: pack %q is unknown (want \"concat\", or none)", i, c.Name, c.Pack)
+		}
+		if c.EODToken != "" && c.Pack != "concat" {
+			p.add("columns[%d] %q: eod_token goes with pack \"concat\" only", i, c.Name)
 		}
 		if _, err := ParseFill(c.Fill); len(c.Fill) > 0 && err != nil {
 			p.add("columns[%d] %q: fill %s is neither a number nor one of \"nan\", \"inf\", \"-inf\"", i, c.Name, c.Fill)

@@ -58,16 +58,12 @@ func runManifest(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	uri := *out
-	if uri == "" {
-		def, err := loader.DefaultManifestURI(fs.Args())
-		if err != nil {
-			return fmt.Errorf("%w; give --out", err)
-		}
-		uri = def
-		if of > 0 {
-			uri = strings.TrimSuffix(def, ".parquet") + fmt.Sprintf(".part-%d-of-%d.parquet", shard, of)
-		}
+	uri, err := manifestOut(*out, fs.Args())
+	if err != nil {
+		return err
+	}
+	if *out == "" && of > 0 {
+		uri = strings.TrimSuffix(uri, ".parquet") + fmt.Sprintf(".part-%d-of-%d.parquet", shard, of)
 	}
 	store, err := objstore.NewStore(ctx)
 	if err != nil {
@@ -123,6 +119,19 @@ func runManifestMerge(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("wrote %s: %d files, %d schemas, from %d parts\n", *out, len(m.Files), len(m.Schemas), len(parts))
 	return nil
+}
+
+// manifestOut returns out, or when it is empty the manifest's default
+// place beside the dataset the URIs name.
+func manifestOut(out string, uris []string) (string, error) {
+	if out != "" {
+		return out, nil
+	}
+	def, err := loader.DefaultManifestURI(uris)
+	if err != nil {
+		return "", fmt.Errorf("%w; give --out", err)
+	}
+	return def, nil
 }
 
 // parseShard parses "i/n".

@@ -17,18 +17,8 @@ import (
 
 // A character-level WordPiece over ASCII letters: each letter is one token.
 func letterTokenizer(t *testing.T) string {
-	vocab := map[string]int{"[UNK]": 0, "[CLS]": 1, "[SEP]": 2}
-	for c := 'a'; c <= 'z'; c++ {
-		vocab[string(c)] = len(vocab)
-		vocab["##"+string(c)] = len(vocab)
-	}
-	model, _ := json.Marshal(map[string]any{"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
-		"max_input_chars_per_word": 100, "vocab": vocab})
-	doc := `{"version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": {"type": "Lowercase"},
-		"pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": {"type": "BertProcessing", "sep": ["[SEP]", 2], "cls": ["[CLS]", 1]},
-		"decoder": null, "model": ` + string(model) + `}`
 	path := filepath.Join(t.TempDir(), "tokenizer.json")
-	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+	if err := os.WriteFile(path, datagen.LetterTokenizer(false), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -85,6 +85,14 @@ class Column:
         add_special_tokens: whether the tokenizer's post-processor adds its
             special tokens (BOS, ``[CLS]`` ... ``[SEP]``), as ``encode``'s
             ``add_special_tokens``; only with ``tokenizer``.
+        pack: ``"concat"`` joins the column's documents, each followed by the
+            end-of-document token, and cuts them into rows of exactly
+            ``length`` tokens (adds ``<name>_segment_ids`` and
+            ``<name>_positions``; docs/DESIGN.md, "Concatenated packing").
+            Needs ``tokenizer`` and ``length``; the column is then the only one.
+        eod_token: with ``pack="concat"``, the end-of-document token as the
+            tokenizer spells it; None takes the first of ``<|endoftext|>``,
+            ``<|end_of_text|>``, ``</s>``, ``<eos>``, ``[SEP]`` it has.
     """
 
     dtype: str | None = None
@@ -95,6 +103,8 @@ class Column:
     mask: bool = False
     tokenizer: str | os.PathLike[str] | None = None
     add_special_tokens: bool = True
+    pack: str | None = None
+    eod_token: str | None = None
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -129,6 +139,10 @@ class Column:
             bad("add_special_tokens", "want True or False")
         elif not self.add_special_tokens and self.tokenizer is None:
             bad("add_special_tokens", "only with a tokenizer")
+        for f in ("pack", "eod_token"):
+            v = getattr(self, f)
+            if v is not None and (not isinstance(v, str) or not v):
+                bad(f, "want a non-empty string or None")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -149,6 +163,10 @@ class Column:
             out["tokenizer"] = self.tokenizer
             if not self.add_special_tokens:
                 out["add_special_tokens"] = False
+        if self.pack is not None:
+            out["pack"] = self.pack
+        if self.eod_token is not None:
+            out["eod_token"] = self.eod_token
         return out
 
 
