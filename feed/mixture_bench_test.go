@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshfeed/meshfeed/internal/arrowmem"
 	"github.com/meshfeed/meshfeed/internal/datagen"
+	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/transport"
 )
 
@@ -111,26 +112,21 @@ func mixBenchData(b *testing.B) []string {
 // (196,608 rows) straight from the Pipeline's stream: rows/s, and the peak
 // bytes the stream held through its allocator (the sources' readers share
 // one read-ahead budget), the bytes it allocated per step (decoding, and any
-// copy of a step), and the process's CPU time per run (less sensitive than
-// rows/s to other work on a shared machine).
+// copy of a step), the process's CPU time per run (less sensitive than
+// rows/s to other work on a shared machine), and the mappings of the files
+// the readers made per step and the bytes they mapped (each piece maps the
+// pages of its rows, with the pages cutting its edges: mapping, populating
+// and unmapping them is most of the readers' CPU time).
 func BenchmarkMixture(b *testing.B) {
 	dirs := mixBenchData(b)
 	const B, D, steps = 8192, 4, 24
-	all := []int{0, 1, 2, 3}
-	single := &transport.Request{Version: transport.Version, GlobalBatchSize: B, NumSlices: D, Slices: all,
-		LastBatch: transport.LastBatchDrop, Epochs: 1}
-	mix := &transport.Request{Version: transport.Version, GlobalBatchSize: B, NumSlices: D, Slices: all,
-		LastBatch: transport.LastBatchDrop, Mixture: &transport.Mixture{Stop: transport.MixtureStop{Rule: "num_steps", NumSteps: steps}}}
-	for _, d := range dirs {
-		single.Datasets = append(single.Datasets, d+"/*.parquet")
-		mix.Mixture.Sources = append(mix.Mixture.Sources, transport.MixtureSource{Datasets: []string{d + "/*.parquet"}, Weight: 1})
-	}
+	single, mix := mixtureAndOne(dirs, B, D, steps)
 	for _, v := range []struct {
 		name string
 		req  *transport.Request
 	}{{"single", single}, {"mixture", mix}, {"single-again", single}, {"mixture-again", mix}} {
 		b.Run(v.name, func(b *testing.B) {
-			var peak, alloc int64
+			var peak, alloc, maps, mapped int64
 			var elapsed, cpu time.Duration
 			pool := arrowmem.NewPoolAllocator() // the server's default, one for its streams
 			for i := 0; i < b.N; i++ {
@@ -158,6 +154,10 @@ func BenchmarkMixture(b *testing.B) {
 				elapsed += time.Since(t0)
 				cpu += cpuTime() - c0
 				st.Close()
+				if sr, ok := p.cfg.store.(objstore.StatsReporter); ok {
+					maps += sr.Stats().Maps.Load()
+					mapped += sr.Stats().BytesMapped.Load()
+				}
 				p.Close()
 				if n != steps {
 					b.Fatalf("%d steps, want %d", n, steps)
@@ -169,6 +169,8 @@ func BenchmarkMixture(b *testing.B) {
 			b.ReportMetric(float64(peak), "peak-bytes")
 			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
 			b.ReportMetric(float64(alloc)/float64(b.N*steps), "alloc-bytes/step")
+			b.ReportMetric(float64(maps)/float64(b.N*steps), "maps/step")
+			b.ReportMetric(float64(mapped)/float64(b.N*steps), "mapped-bytes/step")
 		})
 	}
 }
