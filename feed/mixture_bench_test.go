@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/meshfeed/meshfeed/internal/arrowmem"
 	"github.com/meshfeed/meshfeed/internal/datagen"
+	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/transport"
 )
 
@@ -111,64 +113,103 @@ func mixBenchData(b *testing.B) []string {
 // (196,608 rows) straight from the Pipeline's stream: rows/s, and the peak
 // bytes the stream held through its allocator (the sources' readers share
 // one read-ahead budget), the bytes it allocated per step (decoding, and any
-// copy of a step), and the process's CPU time per run (less sensitive than
-// rows/s to other work on a shared machine).
+// copy of a step), the process's CPU time per run (less sensitive than
+// rows/s to other work on a shared machine), and the mappings of the files
+// the readers made per step and the bytes they mapped (each piece maps the
+// pages of its rows, with the pages cutting its edges: mapping, populating
+// and unmapping them is most of the readers' CPU time).
 func BenchmarkMixture(b *testing.B) {
 	dirs := mixBenchData(b)
 	const B, D, steps = 8192, 4, 24
-	all := []int{0, 1, 2, 3}
-	single := &transport.Request{Version: transport.Version, GlobalBatchSize: B, NumSlices: D, Slices: all,
-		LastBatch: transport.LastBatchDrop, Epochs: 1}
-	mix := &transport.Request{Version: transport.Version, GlobalBatchSize: B, NumSlices: D, Slices: all,
-		LastBatch: transport.LastBatchDrop, Mixture: &transport.Mixture{Stop: transport.MixtureStop{Rule: "num_steps", NumSteps: steps}}}
-	for _, d := range dirs {
-		single.Datasets = append(single.Datasets, d+"/*.parquet")
-		mix.Mixture.Sources = append(mix.Mixture.Sources, transport.MixtureSource{Datasets: []string{d + "/*.parquet"}, Weight: 1})
-	}
+	single, mix := mixtureAndOne(dirs, B, D, steps)
+	got := map[string]mixBenchResult{}
 	for _, v := range []struct {
 		name string
 		req  *transport.Request
 	}{{"single", single}, {"mixture", mix}, {"single-again", single}, {"mixture-again", mix}} {
 		b.Run(v.name, func(b *testing.B) {
-			var peak, alloc int64
-			var elapsed, cpu time.Duration
 			pool := arrowmem.NewPoolAllocator() // the server's default, one for its streams
+			var r mixBenchResult
 			for i := 0; i < b.N; i++ {
-				mem := &peakAllocator{Allocator: pool}
-				p, err := NewPipeline(context.Background(), WithAllocator(mem))
-				if err != nil {
-					b.Fatal(err)
-				}
-				t0, c0 := time.Now(), cpuTime()
-				st, err := p.Open(context.Background(), v.req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				n := 0
-				for ; n < steps; n++ {
-					step, err := st.Next(context.Background())
-					if errors.Is(err, io.EOF) {
-						break
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-					step.Release()
-				}
-				elapsed += time.Since(t0)
-				cpu += cpuTime() - c0
-				st.Close()
-				p.Close()
-				if n != steps {
-					b.Fatalf("%d steps, want %d", n, steps)
-				}
-				peak = max(peak, mem.peak.Load())
-				alloc += mem.total.Load()
+				r.add(mixBenchRun(b, v.req, pool, steps))
 			}
-			b.ReportMetric(float64(b.N*steps*B)/elapsed.Seconds(), "rows/s")
-			b.ReportMetric(float64(peak), "peak-bytes")
-			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
-			b.ReportMetric(float64(alloc)/float64(b.N*steps), "alloc-bytes/step")
+			n := float64(b.N)
+			b.ReportMetric(n*steps*B/r.elapsed.Seconds(), "rows/s")
+			b.ReportMetric(float64(r.peak), "peak-bytes")
+			b.ReportMetric(float64(r.cpu.Milliseconds())/n, "cpu-ms/op")
+			b.ReportMetric(float64(r.alloc)/(n*steps), "alloc-bytes/step")
+			b.ReportMetric(float64(r.maps)/(n*steps), "maps/step")
+			b.ReportMetric(float64(r.mapped)/(n*steps), "mapped-bytes/step")
+			base := strings.TrimSuffix(v.name, "-again")
+			sum := got[base]
+			sum.add(r)
+			got[base] = sum
+			if one := got["single"]; v.req == mix && one.runs > 0 {
+				logMixBench(b, one, sum)
+			}
 		})
 	}
+}
+
+// logMixBench logs how the mixture's runs so far in this invocation compare
+// with the single dataset's: the last line logged covers every run of both
+// (CPU time and rows/s over all runs, the most bytes held in any).
+func logMixBench(b *testing.B, one, m mixBenchResult) {
+	pct := func(a, b float64) float64 { return 100 * (b - a) / a }
+	b.Logf("mixture against single, %d and %d runs: CPU per run %+.1f%%, rows/s %+.1f%%, peak bytes %+.1f%% (targets: rows/s within 5%%, peak within 10%%), bytes mapped %+.1f%%",
+		m.runs, one.runs, pct(one.cpu.Seconds()/float64(one.runs), m.cpu.Seconds()/float64(m.runs)),
+		pct(float64(one.runs)/one.elapsed.Seconds(), float64(m.runs)/m.elapsed.Seconds()),
+		pct(float64(one.peak), float64(m.peak)), pct(float64(one.mapped)/float64(one.runs), float64(m.mapped)/float64(m.runs)))
+}
+
+// mixBenchResult is what BenchmarkMixture measures of one run or the sum of
+// several (the most bytes held at once for peak).
+type mixBenchResult struct {
+	runs                      int
+	peak, alloc, maps, mapped int64
+	elapsed, cpu              time.Duration
+}
+
+func (r *mixBenchResult) add(o mixBenchResult) {
+	r.runs += o.runs
+	r.peak = max(r.peak, o.peak)
+	r.alloc, r.maps, r.mapped = r.alloc+o.alloc, r.maps+o.maps, r.mapped+o.mapped
+	r.elapsed, r.cpu = r.elapsed+o.elapsed, r.cpu+o.cpu
+}
+
+// mixBenchRun reads steps steps of req on a new Pipeline allocating from
+// pool, timing them from Open.
+func mixBenchRun(b *testing.B, req *transport.Request, pool memory.Allocator, steps int) mixBenchResult {
+	mem := &peakAllocator{Allocator: pool}
+	p, err := NewPipeline(context.Background(), WithAllocator(mem))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	t0, c0 := time.Now(), cpuTime()
+	st, err := p.Open(context.Background(), req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	for ; n < steps; n++ {
+		step, err := st.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		step.Release()
+	}
+	r := mixBenchResult{runs: 1, elapsed: time.Since(t0), cpu: cpuTime() - c0}
+	st.Close()
+	if n != steps {
+		b.Fatalf("%d steps, want %d", n, steps)
+	}
+	if sr, ok := p.cfg.store.(objstore.StatsReporter); ok {
+		r.maps, r.mapped = sr.Stats().Maps.Load(), sr.Stats().BytesMapped.Load()
+	}
+	r.peak, r.alloc = mem.peak.Load(), mem.total.Load()
+	return r
 }

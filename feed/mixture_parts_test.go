@@ -89,26 +89,11 @@ func TestMixtureCopies(t *testing.T) {
 		dirs = append(dirs, writeDataset(t, s))
 	}
 	const B, D, steps = 512, 4, 24
-	all := []int{0, 1, 2, 3}
-	single := &transport.Request{Version: transport.Version, GlobalBatchSize: B, NumSlices: D, Slices: all,
-		LastBatch: transport.LastBatchDrop, Epochs: 1}
-	mix := &transport.Request{Version: transport.Version, GlobalBatchSize: B, NumSlices: D, Slices: all,
-		LastBatch: transport.LastBatchDrop, Mixture: &transport.Mixture{Stop: transport.MixtureStop{Rule: "num_steps", NumSteps: steps}}}
-	for _, d := range dirs {
-		single.Datasets = append(single.Datasets, d+"/*.parquet")
-		mix.Mixture.Sources = append(mix.Mixture.Sources, transport.MixtureSource{Datasets: []string{d + "/*.parquet"}, Weight: 1})
-	}
+	single, mix := mixtureAndOne(dirs, B, D, steps)
 	run := func(req *transport.Request) (alloc, stepBytes int64) {
 		mem := &allocCounter{Allocator: memory.NewGoAllocator()}
-		p, err := NewPipeline(context.Background(), WithAllocator(mem))
-		if err != nil {
-			t.Fatal(err)
-		}
+		p, st := openOne(t, req, WithAllocator(mem))
 		defer p.Close()
-		st, err := p.Open(context.Background(), req)
-		if err != nil {
-			t.Fatal(err)
-		}
 		defer st.Close()
 		for n := 0; ; n++ {
 			step, err := st.Next(context.Background())

@@ -115,7 +115,8 @@ func (p *Pipeline) reserveMixture(ctx context.Context, mp *mixturePlan) (int64, 
 }
 
 // startReader gives mc a reader of what its cursor's current epoch reads
-// from where it stands, in pieces that fit its share of the budget.
+// from where it stands, in pieces that fit its share of the budget
+// (mixturePieces).
 func (s *mixStream) startReader(mc *mixCursor) {
 	if mc.rd != nil {
 		mc.rd.Close()
@@ -123,9 +124,10 @@ func (s *mixStream) startReader(mc *mixCursor) {
 	}
 	mc.epoch, mc.got = mc.cur.Phase(), 0
 	var pieceRows int64
+	budget := s.budget
 	if s.budget > 0 {
 		if perRow, whole := mc.src.ds.StreamedRowBytes(); perRow > 0 {
-			pieceRows = max(int64(float64(s.budget-whole)/perRow/4), 1)
+			pieceRows, budget = mixturePieces(s.budget, perRow, whole)
 		}
 	}
 	mc.segs = mc.cur.Cutter().Reads(pieceRows)
@@ -137,7 +139,6 @@ func (s *mixStream) startReader(mc *mixCursor) {
 		refs[i] = keptRef(mc.src.refs[g.RowGroup], mc.src.selection(g.RowGroup), g)
 	}
 	mc.refs = refs
-	budget := s.budget
 	if mc.src.window > 0 {
 		_, whole := mc.src.ds.StreamedRowBytes()
 		budget = max(budget, windowCost(mc.src.ds, mc.src.window, whole))
@@ -148,6 +149,26 @@ func (s *mixStream) startReader(mc *mixCursor) {
 		opts = append(opts, loader.WithReaderTransform(prepareRead(src.ds, src.toks, src.cutIn, src.selection, nil, mc.segs, refs, s.workers, s.mem)))
 	}
 	mc.rd = mc.src.ds.NewReader(s.ctx, refs, s.mem, opts...)
+}
+
+// mixturePieces returns the rows per piece of a mixture cursor's reader and
+// that reader's budget in flight, for a cursor's share of the stream's
+// read-ahead (compressed plus decoded bytes), its source's streamed bytes
+// per row and bytes of columns decoded whole per row group
+// (loader.Dataset.StreamedRowBytes). Of the share, the columns decoded
+// whole come first; of the rest, half is the piece size (at least one row),
+// the cutter holds two pieces (the one being cut and the one before it,
+// which the steps in flight still view), and the reader has one in flight:
+// at most one and a half shares, as with pieces of a quarter and the whole
+// share in flight. A cursor reads a third of a slice's rows of a three-source
+// mixture: pieces of a quarter of its third of a slice's share made three
+// times the single dataset's pieces per step, each with its own mappings
+// and edge pages; pieces of half make half as many (BENCHMARKS.md).
+func mixturePieces(share int64, perRow float64, whole int64) (rows, budget int64) {
+	avail := float64(share - whole)
+	rows = max(int64(avail/perRow/2), 1)
+	piece := int64(float64(rows)*perRow + 0.5)
+	return rows, max(int64(avail)-2*piece, piece) + whole
 }
 
 // Schema implements transport.Stream.

@@ -1,0 +1,133 @@
+package feed
+
+import (
+	"context"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/meshfeed/meshfeed/internal/datagen"
+	"github.com/meshfeed/meshfeed/objstore"
+	"github.com/meshfeed/meshfeed/transport"
+)
+
+// mixtureAndOne returns a request for one dataset of dirs' files and one for
+// the mixture of dirs as sources of weight 1 stopping after steps steps,
+// both of global batch B over D slices, all of them, last batch dropped.
+func mixtureAndOne(dirs []string, B, D, steps int) (single, mix *transport.Request) {
+	var all []int
+	for d := range D {
+		all = append(all, d)
+	}
+	single = &transport.Request{Version: transport.Version, GlobalBatchSize: B, NumSlices: D, Slices: all,
+		LastBatch: transport.LastBatchDrop, Epochs: 1}
+	mix = &transport.Request{Version: transport.Version, GlobalBatchSize: B, NumSlices: D, Slices: all,
+		LastBatch: transport.LastBatchDrop, Mixture: &transport.Mixture{Stop: transport.MixtureStop{Rule: "num_steps", NumSteps: steps}}}
+	for _, d := range dirs {
+		single.Datasets = append(single.Datasets, d+"/*.parquet")
+		mix.Mixture.Sources = append(mix.Mixture.Sources, transport.MixtureSource{Datasets: []string{d + "/*.parquet"}, Weight: 1})
+	}
+	return single, mix
+}
+
+// openOne opens req's stream on a new Pipeline with opts; the caller
+// closes both.
+func openOne(t *testing.T, req *transport.Request, opts ...Option) (*Pipeline, transport.Stream) {
+	t.Helper()
+	p, err := NewPipeline(context.Background(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.Open(context.Background(), req)
+	if err != nil {
+		p.Close()
+		t.Fatal(err)
+	}
+	return p, st
+}
+
+// TestMixturePiecesBound holds mixturePieces to its memory bound: a
+// cursor's reader in flight plus the two pieces its cutter holds stay
+// within one and a half shares (what pieces of a quarter of the share with
+// the whole share in flight held), and a piece has at least one row.
+func TestMixturePiecesBound(t *testing.T) {
+	for _, c := range []struct {
+		share, whole int64
+		perRow       float64
+	}{
+		{22369621, 0, 536}, {1 << 20, 0, 152}, {1 << 20, 1 << 18, 152}, {1 << 20, 0, 3 << 20}, {1 << 20, 2 << 20, 100},
+	} {
+		rows, budget := mixturePieces(c.share, c.perRow, c.whole)
+		piece := int64(float64(rows)*c.perRow + 0.5)
+		if rows < 1 {
+			t.Errorf("%+v: pieces of %d rows", c, rows)
+		}
+		avail := c.share - c.whole
+		if bound := c.share + avail/2; avail >= 2*piece && budget+2*piece > bound+2 {
+			t.Errorf("%+v: %d rows a piece (%d bytes), %d in flight: %d bytes held, over one and a half shares (%d)",
+				c, rows, piece, budget, budget+2*piece, bound)
+		}
+		if budget < piece {
+			t.Errorf("%+v: reader budget %d under one piece (%d bytes)", c, budget, piece)
+		}
+	}
+}
+
+// TestMixtureMapsLikeOneDataset reads three sources as a mixture (1:1:1)
+// and as one dataset of the same files, B and D, under a read-ahead where
+// each of the mixture's 12 cursors reads half a row group (as in
+// BenchmarkMixture, at a smaller scale): each piece maps the pages of its
+// rows and the pages cutting its edges, so the bytes mapped count the
+// pieces. Pieces of half a cursor's share map 9.5% more than the single
+// dataset here (the mixture's 12 readers have 12 ranges' edges, the single
+// dataset's 4 have 4 and its row groups'); pieces of a quarter mapped 30%
+// more. (Peak memory is BenchmarkMixture's: at this scale it is a few
+// pieces, and which of them are held at once depends on timing.)
+func TestMixtureMapsLikeOneDataset(t *testing.T) {
+	var dirs []string
+	for i := range 3 {
+		s := datagen.DefaultSpec()
+		s.Rows, s.Files, s.RowGroupRows, s.Features, s.Seed = 8192, 1, 4096, 16, uint64(i+1)
+		s.Compression, s.Dictionary, s.PageBytes = datagen.CompressionNone, false, 32<<10 // 8 pages of features a row group
+		dirs = append(dirs, writeDataset(t, s))
+	}
+	const B, D, steps = 512, 4, 48
+	single, mix := mixtureAndOne(dirs, B, D, steps)
+	run := func(req *transport.Request) (mapped, peak int64) {
+		mem := &peakAllocator{Allocator: memory.NewGoAllocator()}
+		p, st := openOne(t, req, WithAllocator(mem), WithReadAhead(12<<20))
+		defer p.Close()
+		for n := 0; ; n++ {
+			step, err := st.Next(context.Background())
+			if errors.Is(err, io.EOF) {
+				if n != steps {
+					t.Fatalf("%d steps, want %d", n, steps)
+				}
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			step.Release()
+		}
+		st.Close()
+		sr, ok := p.cfg.store.(objstore.StatsReporter)
+		if !ok {
+			t.Fatal("the pipeline's store reports no stats")
+		}
+		if sr.Stats().Maps.Load() == 0 {
+			t.Fatal("nothing was mapped: the test measures nothing (mmap off?)")
+		}
+		return sr.Stats().BytesMapped.Load(), mem.peak.Load()
+	}
+	oneMapped, onePeak := run(single)
+	mixMapped, mixPeak := run(mix)
+	t.Logf("bytes mapped: single dataset %d, mixture %d (%+.1f%%); peak bytes held: %d, %d (%+.1f%%)",
+		oneMapped, mixMapped, 100*float64(mixMapped-oneMapped)/float64(oneMapped),
+		onePeak, mixPeak, 100*float64(mixPeak-onePeak)/float64(onePeak))
+	if float64(mixMapped) > 1.15*float64(oneMapped) {
+		t.Errorf("the mixture mapped %d bytes, the single dataset %d: its cursors read in more, smaller pieces than their share allows", mixMapped, oneMapped)
+	}
+}
