@@ -308,11 +308,13 @@ class Loader:
             cfg = resume_config(cfg, state, self._reweight)  # mixture.py: the saved weight history
         self._cfg = cfg
         self._layout = layout_of(cfg.sharding, cfg.global_batch_size)
+        self._rows = packed_layout(self._layout, cfg.wire_columns)  # packed columns deliver fewer rows
         self._finalizer = weakref.finalize(self, _close_all, self._box, self._sbox, self._tbox)
         try:
             if cfg.transform is not None:  # workers start first: they load while the server plans
+                # the rows a step delivers (packed: ceil(b / pack_ratio) a slice)
                 self._tbox[0] = Transformer(cfg.transform, cfg.transform_workers, cfg.seed_of_transform,
-                                            self._layout, cfg.sharding, cfg.pad_mask)
+                                            self._rows, cfg.sharding, cfg.pad_mask)
             self._session = self._sbox[0] = Session(cfg)
             self._session.connect()
             self._plan(state)
@@ -357,7 +359,6 @@ class Loader:
             raise PlanError(f"server plans {self._spe} steps per epoch for N={N} rows, B={B}, "
                             f"last_batch={cfg.last_batch}; the client computes {mine}")
         self._schema = schema
-        self._rows = packed_layout(self._layout, cfg.wire_columns)  # packed columns deliver fewer rows
         self._mat = Materializer(schema, cfg.sharding, self._rows, cfg.pad_mask, masks=masked_columns(cfg.columns))
         self._pos = (0, 0)
         if state is not None:
