@@ -251,3 +251,65 @@ def test_mixture_sources_tokenize_and_resume_checks_the_hash(corpus, trained):
         meshfeed.Loader(mixture("bert"), global_batch_size=B, sharding=sharding(), last_batch="drop",
                         state=saved).close()
     assert sha256(trained["llama2"]) in str(e.value) and sha256(trained["bert"]) in str(e.value), str(e.value)
+
+
+def _two_sources(glob: str, toks: tuple, weights: tuple = (1.0, 1.0)) -> meshfeed.Mixture:
+    """Two halves of the corpus, each its text tokenized with its own file."""
+    srcs = [meshfeed.Source(glob, weight=w, filters=[("id", op, DOCS // 2)],
+                            columns={"id": meshfeed.Column(),
+                                     "text": meshfeed.Column(tokenizer=t, length=L, overflow="truncate")})
+            for op, t, w in zip(("<", ">="), toks, weights)]
+    return meshfeed.Mixture(srcs, stop="first_exhausted", source_column="source", seed=1)
+
+
+@pytest.mark.parametrize("reweight", [False, True], ids=["plain", "reweight"])
+def test_mixture_resumes_with_the_tokenizers_moved(corpus, trained, tmp_path, reweight):
+    """A mixture's source is the same source with its tokenizer.json moved
+    (the hash is its identity, as for a plain loader): the resumed run
+    continues the saved one step for step, reweighted (same weights) too."""
+    glob, _ = corpus
+    toks = (trained["gpt2"], trained["llama2"])
+    with meshfeed.Loader(_two_sources(glob, toks), global_batch_size=B, sharding=sharding(),
+                         last_batch="drop") as a:
+        it = iter(a)
+        next(it)
+        saved = a.state()
+        rest = [{k: np.asarray(v) for k, v in b.items()} for b in it]
+    moved = []
+    for t in toks:
+        moved.append(tmp_path / f"moved-{t.name}")
+        shutil.copy(t, moved[-1])
+    with meshfeed.Loader(_two_sources(glob, tuple(moved)), global_batch_size=B, sharding=sharding(),
+                         last_batch="drop", state=saved, reweight=reweight) as b:
+        again = [{k: np.asarray(v) for k, v in x.items()} for x in b]
+    assert len(again) == len(rest) > 0
+    for s, (x, y) in enumerate(zip(again, rest)):
+        for k in y:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=f"step {s} key {k}")
+
+
+def test_mixture_reweight_with_another_tokenizer_is_another_source(corpus, trained):
+    """With reweight=True, a source whose tokenizer has another hash is not
+    the saved source (a new one, weight 0 before): with every source's
+    tokenizer changed none is, which is refused; with one changed, it
+    resumes, that source's rows tokenized by its new tokenizer."""
+    glob, texts = corpus
+    toks = (trained["gpt2"], trained["llama2"])
+    with meshfeed.Loader(_two_sources(glob, toks), global_batch_size=B, sharding=sharding(),
+                         last_batch="drop") as a:
+        it = iter(a)
+        next(it)
+        saved = a.state()
+    with pytest.raises(meshfeed.StateMismatchError, match="none of this mixture's sources"):
+        meshfeed.Loader(_two_sources(glob, (trained["bert"], trained["bert"])), global_batch_size=B,
+                        sharding=sharding(), last_batch="drop", state=saved, reweight=True).close()
+    # Only source 1 changed: its rows are another source's (tokenized by bert).
+    ref = tokenizers.Tokenizer.from_file(str(trained["bert"]))
+    with meshfeed.Loader(_two_sources(glob, (trained["gpt2"], trained["bert"])), global_batch_size=B,
+                         sharding=sharding(), last_batch="drop", state=saved, reweight=True) as b:
+        got = {k: np.asarray(v) for k, v in next(iter(b)).items()}
+    assert (got["source"] == 1).any()
+    for i, row, s in zip(got["id"].tolist(), got["text"], got["source"].tolist()):
+        if s == 1:
+            want = ref.encode(texts[i]).ids[:L]
+            assert row[:len(want)].tolist() == want, i

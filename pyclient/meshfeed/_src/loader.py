@@ -304,8 +304,12 @@ class Loader:
         self._reweight = bool(reweight)
         if reweight and cfg.mixture is None:
             raise InvalidRequestError("reweight=True: only for a loader of a meshfeed.Mixture")
+        # A tokenized source's identity is its tokenizer's hash, which the
+        # server's plan gives: such a mixture is reweighted once planned (_plan).
+        self._reweight_planned = self._reweight and state is not None and bool(cfg.tokenizers())
         if cfg.mixture is not None and state is not None:
-            cfg = resume_config(cfg, state, self._reweight)  # mixture.py: the saved weight history
+            # mixture.py: the saved weight history
+            cfg = resume_config(cfg, state, self._reweight and not self._reweight_planned)
         self._cfg = cfg
         self._layout = layout_of(cfg.sharding, cfg.global_batch_size)
         self._rows = packed_layout(self._layout, cfg.wire_columns)  # packed columns deliver fewer rows
@@ -351,6 +355,10 @@ class Loader:
             schema, again = self._session.plan(self._request((0, 0)))
             if (again["num_rows"], again["steps_per_epoch"]) != (plan["num_rows"], plan["steps_per_epoch"]):
                 raise PlanError(f"the server plans {again} with 64-bit columns narrowed, {plan} without")
+        if self._reweight_planned and state is not None:
+            sums = [s.get("tokenizers") or {} for s in (plan.get("mixture") or {}).get("sources") or []]
+            self._cfg = cfg = resume_config(cfg, state, True, sums)
+            schema, plan = self._session.plan(self._request((0, 0)))
         self._plan_info = plan
         self._num_rows, self._spe = plan["num_rows"], plan["steps_per_epoch"]
         N, B = self._num_rows, cfg.global_batch_size
