@@ -313,3 +313,18 @@ def test_mixture_reweight_with_another_tokenizer_is_another_source(corpus, train
         if s == 1:
             want = ref.encode(texts[i]).ids[:L]
             assert row[:len(want)].tolist() == want, i
+
+
+
+def test_mixture_of_packed_tokenized_sources_is_refused_at_plan(corpus, trained):
+    """Packing changes the rows a source gives a step, which a mixture's
+    composition counts: a packed source (here a tokenized one) is refused
+    when the Loader plans, naming the source and pack_ratio."""
+    glob, _ = corpus
+    srcs = [meshfeed.Source(glob, weight=1.0, filters=[("id", op, DOCS // 2)],
+                            columns={"text": meshfeed.Column(tokenizer=trained["gpt2"], length=L,
+                                                             overflow="truncate", pack_ratio=2)})
+            for op in ("<", ">=")]
+    with pytest.raises(meshfeed.InvalidRequestError, match=r"mixture source 0 \(.*\): pack_ratio is not supported"):
+        meshfeed.Loader(meshfeed.Mixture(srcs, stop="first_exhausted", seed=1), global_batch_size=B,
+                        sharding=sharding(), last_batch="drop").close()
