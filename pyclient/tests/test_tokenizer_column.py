@@ -250,7 +250,11 @@ def test_mixture_sources_tokenize_and_resume_checks_the_hash(corpus, trained):
     with pytest.raises(meshfeed.StateMismatchError) as e:
         meshfeed.Loader(mixture("bert"), global_batch_size=B, sharding=sharding(), last_batch="drop",
                         state=saved).close()
-    assert sha256(trained["llama2"]) in str(e.value) and sha256(trained["bert"]) in str(e.value), str(e.value)
+    msg = str(e.value)
+    assert sha256(trained["llama2"]) in msg and sha256(trained["bert"]) in msg, msg
+    # It says what differs: that source's column's tokenizer (not a dump of its columns).
+    assert "another tokenizer" in msg and "source 1 column 'text'" in msg and "reweight=True" in msg, msg
+    assert sha256(trained["gpt2"]) not in msg, msg
 
 
 def _two_sources(glob: str, toks: tuple, weights: tuple = (1.0, 1.0)) -> meshfeed.Mixture:

@@ -287,6 +287,8 @@ def check_fingerprints(mine: dict[str, Any], theirs: Mapping[str, Any], reweight
     it, the mixture (and so the steps and rows) may differ. Returns both
     without the keys left to the general comparison."""
     if theirs.get("mixture") != mine.get("mixture") and not reweight:
+        if (msg := _tokenizer_diffs(mine.get("mixture") or {}, theirs.get("mixture") or {})) is not None:
+            raise StateMismatchError(msg)
         lines = mixture_diffs(mine.get("mixture") or {}, theirs.get("mixture") or {})
         raise StateMismatchError(
             "state comes from another mixture:\n  " + "\n  ".join(lines) +
@@ -294,6 +296,30 @@ def check_fingerprints(mine: dict[str, Any], theirs: Mapping[str, Any], reweight
             "saved position and the new weights apply from the saved step on")
     skip = {"mixture", "steps_per_epoch", "num_rows"} if reweight else set()
     return ({k: v for k, v in mine.items() if k not in skip}, {k: v for k, v in theirs.items() if k not in skip})
+
+
+def _without_hashes(mix: Mapping[str, Any]) -> Any:
+    return [[{k: v for k, v in c.items() if k != "tokenizer_sha256"} for c in s.get("columns") or []]
+            + [{k: v for k, v in s.items() if k != "columns"}] for s in mix.get("sources") or []]
+
+
+def _tokenizer_diffs(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> str | None:
+    """When two mixtures differ only in tokenizers (fingerprints name them
+    by SHA-256): a message naming each changed column with both hashes."""
+    rest = ("stop", "source_column", "history", "weights_from")
+    if _without_hashes(mine) != _without_hashes(theirs) or any(mine.get(k) != theirs.get(k) for k in rest):
+        return None
+    lines = []
+    for i, (a, b) in enumerate(zip(theirs.get("sources") or [], mine.get("sources") or [])):
+        for ca, cb in zip(a.get("columns") or [], b.get("columns") or []):
+            if ca.get("tokenizer_sha256") != cb.get("tokenizer_sha256"):
+                lines.append(f"source {i} column {cb.get('name')!r}: the state was saved with tokenizer sha256 "
+                             f"{ca.get('tokenizer_sha256')}, this loader's has sha256 {cb.get('tokenizer_sha256')}")
+    if not lines:
+        return None
+    return ("state comes from another tokenizer:\n  " + "\n  ".join(lines) +
+            "\nresume with the tokenizer.json files the state was saved with (their ids differ), or pass "
+            "reweight=True to read such a source as a new one (from its start, weight 0 before)")
 
 
 def mixture_from_spec(spec: Mapping[str, Any]) -> Mixture:
