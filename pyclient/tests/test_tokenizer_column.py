@@ -16,6 +16,7 @@ The corpus seed is MESHFEED_TEST_SEED (printed) or random.
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import os
 import pathlib
@@ -40,6 +41,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "testdata"))
 
 import tokenizer_families as families  # noqa: E402
+import transform_fns  # noqa: E402  (worker processes import it: NumPy only)
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -136,6 +138,31 @@ def test_packed_rows_match_tokenizers(corpus, trained):
                     assert (p[at] == np.arange(len(at))).all()
                     got.append(tuple(row[at].tolist()))
     assert sorted(got) == want
+
+
+@pytest.mark.parametrize("workers", [0, 2], ids=["threads", "processes"])
+def test_packed_rows_through_a_transform(corpus, trained, workers):
+    """A transform of a packed tokenized column gets the packed rows (8 a
+    slice for 16 documents) and its outputs are placed as them: the packed
+    step without a transform, plus one."""
+    glob, _ = corpus
+    PL, PB = 1024, 32
+    two = NamedSharding(jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",)), P("data"))
+    cols = {"text": meshfeed.Column(tokenizer=trained["bert"], length=PL, overflow="truncate", pack_ratio=2)}
+
+    def steps(**kw):
+        with meshfeed.Loader(glob, global_batch_size=PB, sharding=two, columns=cols, last_batch="drop",
+                             num_epochs=1, **kw) as loader:
+            return [{k: np.asarray(v) for k, v in b.items()} for b in loader]
+
+    plain = steps()
+    got = steps(transform=functools.partial(transform_fns.packed_tokens, key="text"), transform_workers=workers)
+    assert len(got) == len(plain) > 0
+    for s, (g, p) in enumerate(zip(got, plain)):
+        assert g["text"].shape == p["text"].shape == (PB // 2, PL)
+        np.testing.assert_array_equal(g["text"], p["text"] + 1, err_msg=f"step {s}")
+        np.testing.assert_array_equal(g["text_segment_ids"], p["text_segment_ids"], err_msg=f"step {s}")
+        np.testing.assert_array_equal(g["text_count"], (p["text_segment_ids"] > 0).sum(axis=1))
 
 
 def test_resume_with_another_tokenizer_is_refused(corpus, trained, tmp_path):

@@ -73,9 +73,9 @@ def shout(batch, rng):
             .to_numpy(zero_copy_only=False).astype("int32")}
 
 
-def packed_tokens(batch, rng):
-    """A packed column's step: ``tokens`` plus 1, its segment ids as they
-    came (an input returned unchanged), and ``tokens_count``, the tokens per
+def packed_tokens(batch, rng, key="tokens"):
+    """A packed column's step: ``key`` plus 1, its segment ids as they
+    came (an input returned unchanged), and ``<key>_count``, the tokens per
     packed row (each from its own row)."""
-    toks, seg = batch["tokens"], batch["tokens_segment_ids"]
-    return {"tokens": toks + 1, "tokens_segment_ids": seg, "tokens_count": (seg > 0).sum(axis=1).astype(np.int32)}
+    toks, seg = batch[key], batch[key + "_segment_ids"]
+    return {key: toks + 1, key + "_segment_ids": seg, key + "_count": (seg > 0).sum(axis=1).astype(np.int32)}
