@@ -155,6 +155,8 @@ class Loader:
             although its mixture had other weights, or sources this one adds or
             drops: each source continues from its saved position and these
             weights apply from the saved step on (the steps are recomputed).
+            Sources match by URIs, columns, rename, shuffle and filters; a
+            tokenized column by its tokenizer's SHA-256, not its path.
             Without it a changed mixture is a StateMismatchError naming what
             changed.
         prefetch: steps staged on device ahead of the consumer (>= 1).
@@ -226,7 +228,8 @@ class Loader:
             before it is placed, in the prefetch pipeline and in step order.
             ``batch`` holds this process's rows of the step (``P*b`` rows: its
             ``P`` distinct slices of ``b = B/D`` rows, concatenated in
-            ascending slice order), numeric and boolean columns as read-only
+            ascending slice order; with a packed column ``b`` is its packed
+            rows, ``ceil(B/D / pack_ratio)``), numeric and boolean columns as read-only
             NumPy arrays, the others as pyarrow arrays, the pad mask
             (``mask_key``) included; ``rng`` is a ``numpy.random.Generator``
             seeded by ``numpy.random.SeedSequence([transform_seed, epoch,
