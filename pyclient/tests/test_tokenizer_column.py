@@ -16,6 +16,7 @@ The corpus seed is MESHFEED_TEST_SEED (printed) or random.
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import os
 import pathlib
@@ -40,6 +41,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "testdata"))
 
 import tokenizer_families as families  # noqa: E402
+import transform_fns  # noqa: E402  (worker processes import it: NumPy only)
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -136,6 +138,31 @@ def test_packed_rows_match_tokenizers(corpus, trained):
                     assert (p[at] == np.arange(len(at))).all()
                     got.append(tuple(row[at].tolist()))
     assert sorted(got) == want
+
+
+@pytest.mark.parametrize("workers", [0, 2], ids=["threads", "processes"])
+def test_packed_rows_through_a_transform(corpus, trained, workers):
+    """A transform of a packed tokenized column gets the packed rows (8 a
+    slice for 16 documents) and its outputs are placed as them: the packed
+    step without a transform, plus one."""
+    glob, _ = corpus
+    PL, PB = 1024, 32
+    two = NamedSharding(jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",)), P("data"))
+    cols = {"text": meshfeed.Column(tokenizer=trained["bert"], length=PL, overflow="truncate", pack_ratio=2)}
+
+    def steps(**kw):
+        with meshfeed.Loader(glob, global_batch_size=PB, sharding=two, columns=cols, last_batch="drop",
+                             num_epochs=1, **kw) as loader:
+            return [{k: np.asarray(v) for k, v in b.items()} for b in loader]
+
+    plain = steps()
+    got = steps(transform=functools.partial(transform_fns.packed_tokens, key="text"), transform_workers=workers)
+    assert len(got) == len(plain) > 0
+    for s, (g, p) in enumerate(zip(got, plain)):
+        assert g["text"].shape == p["text"].shape == (PB // 2, PL)
+        np.testing.assert_array_equal(g["text"], p["text"] + 1, err_msg=f"step {s}")
+        np.testing.assert_array_equal(g["text_segment_ids"], p["text_segment_ids"], err_msg=f"step {s}")
+        np.testing.assert_array_equal(g["text_count"], (p["text_segment_ids"] > 0).sum(axis=1))
 
 
 def test_resume_with_another_tokenizer_is_refused(corpus, trained, tmp_path):
@@ -250,4 +277,85 @@ def test_mixture_sources_tokenize_and_resume_checks_the_hash(corpus, trained):
     with pytest.raises(meshfeed.StateMismatchError) as e:
         meshfeed.Loader(mixture("bert"), global_batch_size=B, sharding=sharding(), last_batch="drop",
                         state=saved).close()
-    assert sha256(trained["llama2"]) in str(e.value) and sha256(trained["bert"]) in str(e.value), str(e.value)
+    msg = str(e.value)
+    assert sha256(trained["llama2"]) in msg and sha256(trained["bert"]) in msg, msg
+    # It says what differs: that source's column's tokenizer (not a dump of its columns).
+    assert "another tokenizer" in msg and "source 1 column 'text'" in msg and "reweight=True" in msg, msg
+    assert sha256(trained["gpt2"]) not in msg, msg
+
+
+def _two_sources(glob: str, toks: tuple, weights: tuple = (1.0, 1.0)) -> meshfeed.Mixture:
+    """Two halves of the corpus, each its text tokenized with its own file."""
+    srcs = [meshfeed.Source(glob, weight=w, filters=[("id", op, DOCS // 2)],
+                            columns={"id": meshfeed.Column(),
+                                     "text": meshfeed.Column(tokenizer=t, length=L, overflow="truncate")})
+            for op, t, w in zip(("<", ">="), toks, weights)]
+    return meshfeed.Mixture(srcs, stop="first_exhausted", source_column="source", seed=1)
+
+
+@pytest.mark.parametrize("reweight", [False, True], ids=["plain", "reweight"])
+def test_mixture_resumes_with_the_tokenizers_moved(corpus, trained, tmp_path, reweight):
+    """A mixture's source is the same source with its tokenizer.json moved
+    (the hash is its identity, as for a plain loader): the resumed run
+    continues the saved one step for step, reweighted (same weights) too."""
+    glob, _ = corpus
+    toks = (trained["gpt2"], trained["llama2"])
+    with meshfeed.Loader(_two_sources(glob, toks), global_batch_size=B, sharding=sharding(),
+                         last_batch="drop") as a:
+        it = iter(a)
+        next(it)
+        saved = a.state()
+        rest = [{k: np.asarray(v) for k, v in b.items()} for b in it]
+    moved = []
+    for t in toks:
+        moved.append(tmp_path / f"moved-{t.name}")
+        shutil.copy(t, moved[-1])
+    with meshfeed.Loader(_two_sources(glob, tuple(moved)), global_batch_size=B, sharding=sharding(),
+                         last_batch="drop", state=saved, reweight=reweight) as b:
+        again = [{k: np.asarray(v) for k, v in x.items()} for x in b]
+    assert len(again) == len(rest) > 0
+    for s, (x, y) in enumerate(zip(again, rest)):
+        for k in y:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=f"step {s} key {k}")
+
+
+def test_mixture_reweight_with_another_tokenizer_is_another_source(corpus, trained):
+    """With reweight=True, a source whose tokenizer has another hash is not
+    the saved source (a new one, weight 0 before): with every source's
+    tokenizer changed none is, which is refused; with one changed, it
+    resumes, that source's rows tokenized by its new tokenizer."""
+    glob, texts = corpus
+    toks = (trained["gpt2"], trained["llama2"])
+    with meshfeed.Loader(_two_sources(glob, toks), global_batch_size=B, sharding=sharding(),
+                         last_batch="drop") as a:
+        it = iter(a)
+        next(it)
+        saved = a.state()
+    with pytest.raises(meshfeed.StateMismatchError, match="none of this mixture's sources"):
+        meshfeed.Loader(_two_sources(glob, (trained["bert"], trained["bert"])), global_batch_size=B,
+                        sharding=sharding(), last_batch="drop", state=saved, reweight=True).close()
+    # Only source 1 changed: its rows are another source's (tokenized by bert).
+    ref = tokenizers.Tokenizer.from_file(str(trained["bert"]))
+    with meshfeed.Loader(_two_sources(glob, (trained["gpt2"], trained["bert"])), global_batch_size=B,
+                         sharding=sharding(), last_batch="drop", state=saved, reweight=True) as b:
+        got = {k: np.asarray(v) for k, v in next(iter(b)).items()}
+    assert (got["source"] == 1).any()
+    for i, row, s in zip(got["id"].tolist(), got["text"], got["source"].tolist()):
+        if s == 1:
+            want = ref.encode(texts[i]).ids[:L]
+            assert row[:len(want)].tolist() == want, i
+
+
+
+def test_mixture_of_packed_tokenized_sources_is_refused_at_plan(corpus, trained):
+    """Packing changes the rows a source gives a step, which a mixture's
+    composition counts: a packed source (here a tokenized one) is refused
+    when the Loader plans, naming the source and pack_ratio."""
+    glob, _ = corpus
+    srcs = [meshfeed.Source(glob, weight=1.0, filters=[("id", op, DOCS // 2)],
+                            columns={"text": meshfeed.Column(tokenizer=trained["gpt2"], length=L,
+                                                             overflow="truncate", pack_ratio=2)})
+            for op in ("<", ">=")]
+    with pytest.raises(meshfeed.InvalidRequestError, match=r"mixture source 0 \(.*\): pack_ratio is not supported"):
+        meshfeed.Loader(meshfeed.Mixture(srcs, stop="first_exhausted", seed=1), global_batch_size=B,
+                        sharding=sharding(), last_batch="drop").close()

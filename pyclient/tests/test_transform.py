@@ -427,3 +427,37 @@ def test_a_function_of_the_main_script_runs_in_workers(tmp_path, binary, glob):
     assert r.returncode == 0, r.stderr
     id3, in_worker, _ = r.stdout.split()
     assert int(id3) == 3 * int(expected_ids(ROWS, 64, 8, 0)[0][5]) and in_worker == "True", r.stdout
+
+
+@pytest.mark.parametrize("workers", MODES)
+@pytest.mark.parametrize("transport", ["shm", "flight"])
+def test_packed_column_steps_have_the_packed_rows(tmp_path, workers, transport):
+    """A packed column (Column(length=L, pack_ratio=r)) delivers ceil(b / r)
+    rows per slice: the function gets those rows and its outputs are
+    checked against and placed as them, equal to the packed step without a
+    transform (list<int32> of random lengths, 8 slices of 8 documents packed
+    into 4 rows each)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    rng = np.random.default_rng(SEED)
+    n, L, B = 512, 16, 64
+    docs = [rng.integers(0, 1000, rng.integers(1, 7)).astype(np.int32).tolist() for _ in range(n)]
+    pq.write_table(pa.table({"tokens": pa.array(docs, pa.list_(pa.int32()))}), tmp_path / "t.parquet",
+                   row_group_size=128)
+    cols = {"tokens": meshfeed.Column(length=L, pack_ratio=2)}
+
+    def loader(**kw):
+        return meshfeed.Loader(str(tmp_path / "t.parquet"), global_batch_size=B, sharding=sharding(), columns=cols,
+                               transport=transport, num_epochs=1, **kw)
+
+    with loader() as ld:
+        plain = [{k: np.asarray(v) for k, v in b.items()} for b in ld]
+    with loader(transform=F.packed_tokens, transform_workers=workers) as ld:
+        got = list(ld)
+    assert len(got) == len(plain) == n // B
+    for s, (g, p) in enumerate(zip(got, plain)):
+        assert p["tokens"].shape == (B // 2, L)
+        assert g["tokens"].shape == (B // 2, L) and g["tokens"].sharding == sharding()
+        np.testing.assert_array_equal(np.asarray(g["tokens"]), p["tokens"] + 1, err_msg=f"step {s}")
+        np.testing.assert_array_equal(np.asarray(g["tokens_segment_ids"]), p["tokens_segment_ids"])
+        np.testing.assert_array_equal(np.asarray(g["tokens_count"]), (p["tokens_segment_ids"] > 0).sum(axis=1))

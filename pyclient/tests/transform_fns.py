@@ -71,3 +71,11 @@ def shout(batch, rng):
     import pyarrow.compute as pc
     return {"id": batch["id"], "name": pc.utf8_upper(batch["name"]), "name_len": pc.utf8_length(batch["name"])
             .to_numpy(zero_copy_only=False).astype("int32")}
+
+
+def packed_tokens(batch, rng, key="tokens"):
+    """A packed column's step: ``key`` plus 1, its segment ids as they
+    came (an input returned unchanged), and ``<key>_count``, the tokens per
+    packed row (each from its own row)."""
+    toks, seg = batch[key], batch[key + "_segment_ids"]
+    return {key: toks + 1, key + "_segment_ids": seg, key + "_count": (seg > 0).sum(axis=1).astype(np.int32)}

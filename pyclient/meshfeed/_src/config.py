@@ -191,19 +191,24 @@ _NOT_IDENTITY = ("version", "slices", "start", "epochs", "manifest")  # a manife
 WIRE_VERSION = 1
 
 
+def hashed_columns(cols: Sequence[Mapping[str, Any]], sums: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Wire columns with each tokenizer named by its SHA-256 (``sums``:
+    column name to hash, as GetFlightInfo reports them) instead of its path:
+    a column's identity in a fingerprint or a mixture source's."""
+    out = []
+    for c in cols:
+        c = dict(c)
+        if c.pop("tokenizer", None) is not None:
+            c["tokenizer_sha256"] = sums.get(c["name"], "")
+        out.append(c)
+    return out
+
+
 def _tokenizer_identity(fp: dict[str, Any], plan: Mapping[str, Any]) -> None:
     """In a fingerprint, each tokenized column names its tokenizer by the
     file's SHA-256 as the server read it (GetFlightInfo's ``tokenizers``),
     not by path: the same file moved resumes, another file is refused."""
-    def rename(cols: list[dict[str, Any]], sums: Mapping[str, str]) -> list[dict[str, Any]]:
-        out = []
-        for c in cols:
-            c = dict(c)
-            if c.pop("tokenizer", None) is not None:
-                c["tokenizer_sha256"] = sums.get(c["name"], "")
-            out.append(c)
-        return out
-
+    rename = hashed_columns
     if "columns" in fp:
         fp["columns"] = rename(fp["columns"], plan.get("tokenizers") or {})
     mix = fp.get("mixture")

@@ -159,6 +159,8 @@ class Loader:
             although its mixture had other weights, or sources this one adds or
             drops: each source continues from its saved position and these
             weights apply from the saved step on (the steps are recomputed).
+            Sources match by URIs, columns, rename, shuffle and filters; a
+            tokenized column by its tokenizer's SHA-256, not its path.
             Without it a changed mixture is a StateMismatchError naming what
             changed.
         prefetch: steps staged on device ahead of the consumer (>= 1).
@@ -230,7 +232,8 @@ class Loader:
             before it is placed, in the prefetch pipeline and in step order.
             ``batch`` holds this process's rows of the step (``P*b`` rows: its
             ``P`` distinct slices of ``b = B/D`` rows, concatenated in
-            ascending slice order), numeric and boolean columns as read-only
+            ascending slice order; with a packed column ``b`` is its packed
+            rows, ``ceil(B/D / pack_ratio)``), numeric and boolean columns as read-only
             NumPy arrays, the others as pyarrow arrays, the pad mask
             (``mask_key``) included; ``rng`` is a ``numpy.random.Generator``
             seeded by ``numpy.random.SeedSequence([transform_seed, epoch,
@@ -308,15 +311,21 @@ class Loader:
         self._reweight = bool(reweight)
         if reweight and cfg.mixture is None:
             raise InvalidRequestError("reweight=True: only for a loader of a meshfeed.Mixture")
+        # A tokenized source's identity is its tokenizer's hash, which the
+        # server's plan gives: such a mixture is reweighted once planned (_plan).
+        self._reweight_planned = self._reweight and state is not None and bool(cfg.tokenizers())
         if cfg.mixture is not None and state is not None:
-            cfg = resume_config(cfg, state, self._reweight)  # mixture.py: the saved weight history
+            # mixture.py: the saved weight history
+            cfg = resume_config(cfg, state, self._reweight and not self._reweight_planned)
         self._cfg = cfg
         self._layout = layout_of(cfg.sharding, cfg.global_batch_size)
+        self._rows = packed_layout(self._layout, cfg.wire_columns)  # packed columns deliver fewer rows
         self._finalizer = weakref.finalize(self, _close_all, self._box, self._sbox, self._tbox)
         try:
             if cfg.transform is not None:  # workers start first: they load while the server plans
+                # the rows a step delivers (packed: ceil(b / pack_ratio) a slice)
                 self._tbox[0] = Transformer(cfg.transform, cfg.transform_workers, cfg.seed_of_transform,
-                                            self._layout, cfg.sharding, cfg.pad_mask)
+                                            self._rows, cfg.sharding, cfg.pad_mask)
             self._session = self._sbox[0] = Session(cfg)
             self._session.connect()
             self._plan(state)
@@ -353,6 +362,10 @@ class Loader:
             schema, again = self._session.plan(self._request((0, 0)))
             if (again["num_rows"], again["steps_per_epoch"]) != (plan["num_rows"], plan["steps_per_epoch"]):
                 raise PlanError(f"the server plans {again} with 64-bit columns narrowed, {plan} without")
+        if self._reweight_planned and state is not None:
+            sums = [s.get("tokenizers") or {} for s in (plan.get("mixture") or {}).get("sources") or []]
+            self._cfg = cfg = resume_config(cfg, state, True, sums)
+            schema, plan = self._session.plan(self._request((0, 0)))
         self._plan_info = plan
         self._num_rows, self._spe = plan["num_rows"], plan["steps_per_epoch"]
         N, B = self._num_rows, cfg.global_batch_size
@@ -361,7 +374,6 @@ class Loader:
             raise PlanError(f"server plans {self._spe} steps per epoch for N={N} rows, B={B}, "
                             f"last_batch={cfg.last_batch}; the client computes {mine}")
         self._schema = schema
-        self._rows = packed_layout(self._layout, cfg.wire_columns)  # packed columns deliver fewer rows
         self._mat = Materializer(schema, cfg.sharding, self._rows, cfg.pad_mask, masks=masked_columns(cfg.columns))
         self._pos = (0, 0)
         if state is not None:

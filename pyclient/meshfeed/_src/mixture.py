@@ -199,18 +199,25 @@ class Mixture:
             out["weights_from"] = self.weights_from
         return out
 
-    def reweighted(self, saved: Mapping[str, Any], step: int) -> "Mixture":
+    def reweighted(self, saved: Mapping[str, Any], step: int,
+                   tokenizers: Sequence[Mapping[str, str]] | None = None) -> "Mixture":
         """This mixture resuming a run whose ticket's mixture was ``saved``
         (from a state's fingerprint) at ``step``: the saved weight history,
         mapped onto these sources by identity (a source added now had weight
-        0 before, a removed one is gone), then these weights from ``step``."""
+        0 before, a removed one is gone), then these weights from ``step``.
+        ``tokenizers`` (per source, column name to SHA-256, as the server
+        plans them) name a tokenized column's tokenizer by content, as the
+        fingerprint does: a tokenizer.json moved is the same source, another
+        one another source."""
         try:
             old_ids = [_identity_of(s) for s in saved["sources"]]
             old_spans = [(int(h["from_step"]), [float(w) for w in h["weights"]]) for h in saved.get("history", [])]
             old_spans.append((int(saved.get("weights_from", 0)), [float(s["weight"]) for s in saved["sources"]]))
         except (KeyError, TypeError, ValueError) as e:
             raise StateMismatchError(f"state's mixture {saved!r} is malformed: {e}") from e
-        mine = [_identity_of(s.identity()) for s in self.sources]
+        sums = list(tokenizers or [])
+        mine = [_identity_of(_hashed(s.identity(), sums[i] if i < len(sums) else {}))
+                for i, s in enumerate(self.sources)]
         spans: list[_Span] = []
         for frm, ws in old_spans:
             if frm >= step:
@@ -223,6 +230,14 @@ class Mixture:
             raise StateMismatchError("reweight: none of this mixture's sources was in the saved mixture; "
                                      "start a new run instead of resuming this state")
         return dataclasses.replace(self, history=tuple(spans), weights_from=step)
+
+
+def _hashed(identity: dict[str, Any], sums: Mapping[str, str]) -> dict[str, Any]:
+    """A source's identity with its tokenizers named by hash (config.hashed_columns)."""
+    if "columns" not in identity:
+        return identity
+    from .config import hashed_columns
+    return dict(identity, columns=hashed_columns(identity["columns"], sums))
 
 
 def _identity_of(wire_source: Mapping[str, Any]) -> str:
@@ -246,11 +261,13 @@ def mixture_diffs(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[st
     return out
 
 
-def resume_config(cfg: Any, state: Mapping[str, Any], reweight: bool) -> Any:
+def resume_config(cfg: Any, state: Mapping[str, Any], reweight: bool,
+                  tokenizers: Sequence[Mapping[str, str]] | None = None) -> Any:
     """The LoaderConfig a mixture loader resumes ``state`` with: ``cfg``
     itself, or with ``reweight`` the mixture carrying the saved weight
-    history (:meth:`Mixture.reweighted`). The fingerprints are compared
-    afterwards (:func:`check_fingerprints`)."""
+    history (:meth:`Mixture.reweighted`, given the sources' ``tokenizers``
+    hashes). The fingerprints are compared afterwards
+    (:func:`check_fingerprints`)."""
     fp = state.get("fingerprint") if isinstance(state, Mapping) else None
     saved = fp.get("mixture") if isinstance(fp, Mapping) else None
     if not isinstance(saved, Mapping):
@@ -261,7 +278,7 @@ def resume_config(cfg: Any, state: Mapping[str, Any], reweight: bool) -> Any:
         step = int(state["position"]["step"])
     except (KeyError, TypeError, ValueError) as e:
         raise StateMismatchError(f"state position {state.get('position')!r}: {e}") from e
-    return dataclasses.replace(cfg, data=cfg.mixture.reweighted(saved, step))
+    return dataclasses.replace(cfg, data=cfg.mixture.reweighted(saved, step, tokenizers))
 
 
 def check_fingerprints(mine: dict[str, Any], theirs: Mapping[str, Any], reweight: bool) -> tuple[dict, dict]:
@@ -270,6 +287,8 @@ def check_fingerprints(mine: dict[str, Any], theirs: Mapping[str, Any], reweight
     it, the mixture (and so the steps and rows) may differ. Returns both
     without the keys left to the general comparison."""
     if theirs.get("mixture") != mine.get("mixture") and not reweight:
+        if (msg := _tokenizer_diffs(mine.get("mixture") or {}, theirs.get("mixture") or {})) is not None:
+            raise StateMismatchError(msg)
         lines = mixture_diffs(mine.get("mixture") or {}, theirs.get("mixture") or {})
         raise StateMismatchError(
             "state comes from another mixture:\n  " + "\n  ".join(lines) +
@@ -277,6 +296,30 @@ def check_fingerprints(mine: dict[str, Any], theirs: Mapping[str, Any], reweight
             "saved position and the new weights apply from the saved step on")
     skip = {"mixture", "steps_per_epoch", "num_rows"} if reweight else set()
     return ({k: v for k, v in mine.items() if k not in skip}, {k: v for k, v in theirs.items() if k not in skip})
+
+
+def _without_hashes(mix: Mapping[str, Any]) -> Any:
+    return [[{k: v for k, v in c.items() if k != "tokenizer_sha256"} for c in s.get("columns") or []]
+            + [{k: v for k, v in s.items() if k != "columns"}] for s in mix.get("sources") or []]
+
+
+def _tokenizer_diffs(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> str | None:
+    """When two mixtures differ only in tokenizers (fingerprints name them
+    by SHA-256): a message naming each changed column with both hashes."""
+    rest = ("stop", "source_column", "history", "weights_from")
+    if _without_hashes(mine) != _without_hashes(theirs) or any(mine.get(k) != theirs.get(k) for k in rest):
+        return None
+    lines = []
+    for i, (a, b) in enumerate(zip(theirs.get("sources") or [], mine.get("sources") or [])):
+        for ca, cb in zip(a.get("columns") or [], b.get("columns") or []):
+            if ca.get("tokenizer_sha256") != cb.get("tokenizer_sha256"):
+                lines.append(f"source {i} column {cb.get('name')!r}: the state was saved with tokenizer sha256 "
+                             f"{ca.get('tokenizer_sha256')}, this loader's has sha256 {cb.get('tokenizer_sha256')}")
+    if not lines:
+        return None
+    return ("state comes from another tokenizer:\n  " + "\n  ".join(lines) +
+            "\nresume with the tokenizer.json files the state was saved with (their ids differ), or pass "
+            "reweight=True to read such a source as a new one (from its start, weight 0 before)")
 
 
 def mixture_from_spec(spec: Mapping[str, Any]) -> Mixture:

@@ -12,7 +12,9 @@ functions that hold it: Python loops).
 
 What the function gets, per step: a dict of this process's rows of every
 column (its slices, ``layout.slices``, concatenated in ascending order:
-rows ``[k*b, (k+1)*b)`` are slice ``slices[k]``), numeric and boolean
+rows ``[k*b, (k+1)*b)`` are slice ``slices[k]``, where ``b`` is the rows a
+step delivers per slice: ``ceil(b / pack_ratio)`` with a packed column,
+layout.packed_layout; the outputs have as many rows), numeric and boolean
 columns as read-only NumPy arrays, others (strings, lists) as pyarrow
 arrays, the pad mask (``mask_key``) included; and a ``numpy.random.Generator``
 seeded by ``SeedSequence([seed, epoch, step, jax.process_index()])``.
