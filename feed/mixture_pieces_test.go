@@ -65,7 +65,7 @@ func TestMixturePiecesBound(t *testing.T) {
 			t.Errorf("%+v: pieces of %d rows", c, rows)
 		}
 		avail := c.share - c.whole
-		if bound := c.share + avail/2; avail >= 2*piece && budget+2*piece > bound+2 {
+		if bound := int64(mixtureHold * float64(c.share)); avail >= 2*piece && budget+2*piece > bound+2 {
 			t.Errorf("%+v: %d rows a piece (%d bytes), %d in flight: %d bytes held, over one and a half shares (%d)",
 				c, rows, piece, budget, budget+2*piece, bound)
 		}
