@@ -7,7 +7,10 @@
 // docs/CONTRACT-elastic.md), mixtures of several sources (the per-step
 // counts of each source, compose.go; the Mixture plan and its stop rules,
 // mixture.go; SourceCursor reading a source's stream across its epochs,
-// cut_take.go; DESIGN.md, "Mixtures") and the stream cutters that turn
+// cut_take.go; DESIGN.md, "Mixtures"), concatenated packing (ConcatPlan:
+// an epoch's documents as one token sequence cut into rows of L tokens,
+// and PackRuns, concat.go; DESIGN.md, "Concatenated packing") and the
+// stream cutters that turn
 // decoded row groups into b-row slices. How each column of a slice looks on the wire (casts,
 // fixed-length lists, packing) is package shape's question, not this one's.
 //

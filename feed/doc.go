@@ -15,13 +15,20 @@
 // reads, per source and slice, that source's stream through a
 // batching.SourceCursor; each slice joins its sources' rows of the step.
 //
+// A column with pack "concat" (packconcat.go) is planned from every
+// document's token count (package tokcount: the manifest's fact, the
+// Pipeline's store, or counted once when planned, tokcount.go) with a
+// batching.ConcatPlan, and streamed per slice from the documents holding
+// its tokens, tokenized as they are read and packed into rows of exactly
+// its length.
+//
 // A request's filters (package filter) are applied when it is planned
 // (filter.go): the plan numbers the kept rows only, and streams take them
 // from each decoded row group or piece before cutting (filter_take.go).
 //
-// It imports loader, batching, filter, shape and transport (for the Backend
-// interface it implements and the wire's request type); nothing below it
-// imports feed. Its errors keep the sentinels of the package that found them;
+// It imports loader, batching, filter, tokcount, tokenize, shape and
+// transport (for the Backend interface it implements and the wire's request
+// type); nothing below it imports feed. Its errors keep the sentinels of the package that found them;
 // ErrorCodes is the one table from those sentinels to status codes.
 //
 // # Caveats

@@ -40,7 +40,12 @@ import (
 //   - the shuffle window's rows each slice holds (W rows at the dataset's
 //     decoded bytes per row, at most a stream's rows);
 //   - sliceOverhead per slice (its reader, cutter and decode workers);
-//   - two steps: the one being cut and shaped, and its input.
+//   - two steps: the one being cut and shaped, and its input;
+//   - with tokenized columns, the ids of the row groups in flight
+//     (tokensAhead), and rows held (windows, steps of unshaped lists)
+//     counted at their tokenized size (tokenRowBytes): at most one id of 4
+//     bytes per byte of text plus the tokenizer's specials
+//     (tokenizer_plan.go says when that bound is exact).
 
 // sliceOverhead is what one slice of a stream costs beside its share of the
 // read-ahead and its window: its reader's and cutter's state, decode
@@ -72,6 +77,7 @@ type planSize struct {
 	step      float64 // bytes of one step of this client
 	readAhead float64 // the readers' share of the reservation
 	window    float64 // shuffle windows held
+	tokens    float64 // ids of the row groups in flight (tokenized columns)
 	overhead  float64 // slices x sliceOverhead
 	reserve   float64 // what the stream reserves: the above plus two steps
 }
@@ -88,7 +94,7 @@ func (p *Pipeline) sizeOf(pl *pipelinePlan) planSize {
 			break
 		}
 	}
-	varRow := pl.ds.ArrowRowBytes()
+	varRow := tokenRowBytes(pl.toks, pl.ds.ArrowRowBytes())
 	sz.rowBytes = schemaRowBytes(pl.schema, varRow)
 	sz.step = n * float64(sz.rows) * sz.rowBytes
 
@@ -110,12 +116,13 @@ func (p *Pipeline) sizeOf(pl *pipelinePlan) planSize {
 		ra = max(ra, n*maxRG)
 	}
 	sz.readAhead = min(ra, total)
+	sz.tokens = tokensAhead(pl.toks, pl.ds, sz.readAhead)
 	if w := pl.cfg.plan.Window; w > 0 {
 		streamRows := float64(pl.plan.N())/float64(pl.cfg.plan.D) + 1
 		sz.window = n * min(float64(w), streamRows) * varRow
 	}
 	sz.overhead = n * sliceOverhead
-	sz.reserve = sz.readAhead + sz.window + sz.overhead + 2*sz.step
+	sz.reserve = sz.readAhead + sz.tokens + sz.window + sz.overhead + 2*sz.step
 	return sz
 }
 
@@ -181,10 +188,10 @@ func (p *Pipeline) checkMemory(pl *pipelinePlan) error {
 	sz := p.sizeOf(pl)
 	n := len(pl.cfg.slices)
 	if sz.reserve+sz.step > float64(l.MemoryBudget) {
-		return fmt.Errorf("feed: %w: this request's stream needs about %.0f bytes of memory (read-ahead %.0f, shuffle windows %.0f, %d slices x %d bytes of readers and cutters, "+
+		return fmt.Errorf("feed: %w: this request's stream needs about %.0f bytes of memory (read-ahead %.0f, token ids in flight %.0f, shuffle windows %.0f, %d slices x %d bytes of readers and cutters, "+
 			"three steps of %.0f bytes: %d slices of %d rows at %.0f bytes per row), over the server's memory budget of %d bytes (--memory-budget): "+
 			"ask for fewer slices per request, a smaller global_batch_size, shuffle window or list length, or raise the server's --memory-budget (a Loader's own server: meshfeed.ServerOptions(memory_budget=...)) or lower its --read-ahead",
-			transport.ErrTooLarge, sz.reserve+sz.step, sz.readAhead, sz.window, n, sliceOverhead, sz.step, n, sz.rows, sz.rowBytes, l.MemoryBudget)
+			transport.ErrTooLarge, sz.reserve+sz.step, sz.readAhead, sz.tokens, sz.window, n, sliceOverhead, sz.step, n, sz.rows, sz.rowBytes, l.MemoryBudget)
 	}
 	return nil
 }

@@ -44,6 +44,7 @@ type mixSource struct {
 	window   int64
 	shaped   *arrow.Schema // after shaping
 	seedUsed uint64
+	toks     []planTok // tokenized columns (tokenizer_plan.go); cutIn is then tokenized
 }
 
 // mixturePlan is a request planned as a mixture.
@@ -84,8 +85,8 @@ func (p *Pipeline) planMixture(ctx context.Context, req *transport.Request) (*mi
 		if err != nil {
 			return nil, fmt.Errorf("feed: mixture %s: %w", name, err)
 		}
-		if cfg.packed {
-			return nil, fmt.Errorf("feed: %w: mixture %s: pack_ratio is not supported in a mixture (packing changes the row counts the composition is made of)", transport.ErrBadRequest, name)
+		if cfg.packed || cfg.concat != nil {
+			return nil, fmt.Errorf("feed: %w: mixture %s: pack_ratio and pack \"concat\" are not supported in a mixture (packing changes the row counts the composition is made of)", transport.ErrBadRequest, name)
 		}
 		ds, err := p.dataset(ctx, s.Datasets, cfg.columns, cfg.fills, cfg.manifest)
 		if err != nil {
@@ -95,7 +96,11 @@ func (p *Pipeline) planMixture(ctx context.Context, req *transport.Request) (*mi
 		if s.Seed != nil {
 			seed = *s.Seed
 		}
-		src := &mixSource{idx: i, name: name, ds: ds, refs: ds.RowGroups(), cutIn: ds.Schema, window: int64(s.Shuffle.Window), seedUsed: seed}
+		toks, cutIn, err := p.planTokenizers(ctx, cfg.tokens, ds)
+		if err != nil {
+			return nil, fmt.Errorf("feed: mixture %s: %w", name, err)
+		}
+		src := &mixSource{idx: i, name: name, ds: ds, refs: ds.RowGroups(), cutIn: cutIn, window: int64(s.Shuffle.Window), seedUsed: seed, toks: toks}
 		if cfg.filter != nil {
 			if src.refs, src.sels, err = p.selectRowGroups(ctx, cfg.filter, ds); err != nil {
 				return nil, fmt.Errorf("feed: mixture %s: %w", name, err)
@@ -111,7 +116,7 @@ func (p *Pipeline) planMixture(ctx context.Context, req *transport.Request) (*mi
 		if src.plan, err = batching.NewPlan(rgs, batching.SourceConfig(req.NumSlices, seed, s.Shuffle.Enabled, src.window)); err != nil {
 			return nil, fmt.Errorf("feed: mixture %s: %w", name, err)
 		}
-		if src.renamed, err = renameSchema(ds.Schema, s.Rename); err != nil {
+		if src.renamed, err = renameSchema(cutIn, s.Rename); err != nil {
 			return nil, fmt.Errorf("feed: %w: mixture %s: %v", transport.ErrBadRequest, name, err)
 		}
 		src.shaped = src.renamed
@@ -284,7 +289,7 @@ func (p *Pipeline) checkMixtureStep(mp *mixturePlan) error {
 func (mp *mixturePlan) stepBytes() float64 {
 	var varRow float64
 	for _, s := range mp.srcs {
-		varRow = max(varRow, s.ds.ArrowRowBytes())
+		varRow = max(varRow, tokenRowBytes(s.toks, s.ds.ArrowRowBytes()))
 	}
 	return float64(len(mp.slices)) * float64(mp.mix.SliceRows()) * schemaRowBytes(mp.schema, varRow)
 }
@@ -300,7 +305,8 @@ func (p *Pipeline) mixtureInfo(ctx context.Context, req *transport.Request) (*tr
 	for i, s := range mp.srcs {
 		info.NumRows += s.plan.N()
 		info.Mixture.Sources = append(info.Mixture.Sources, transport.MixtureSourceInfo{
-			Rows: s.plan.N(), DeliveredRows: mp.mix.SourceRows(i), Weight: req.Mixture.Sources[i].Weight, Seed: s.seedUsed})
+			Rows: s.plan.N(), DeliveredRows: mp.mix.SourceRows(i), Weight: req.Mixture.Sources[i].Weight, Seed: s.seedUsed,
+			Tokenizers: tokenizerSums(s.toks)})
 	}
 	return info, nil
 }

@@ -99,7 +99,8 @@ func (p *Pipeline) reserveMixture(ctx context.Context, mp *mixturePlan) (int64, 
 	n := float64(len(mp.slices))
 	total := float64(p.cfg.readAhead) + 2*mp.stepBytes()
 	for _, s := range mp.srcs {
-		total += n * (sliceOverhead + float64(s.window)*s.ds.ArrowRowBytes())
+		total += n * (sliceOverhead + float64(s.window)*tokenRowBytes(s.toks, s.ds.ArrowRowBytes()))
+		total += tokensAhead(s.toks, s.ds, float64(p.cfg.readAhead)) // a bound: the sources share the budget
 	}
 	if l.MemoryBudget > 0 && total+mp.stepBytes() > float64(l.MemoryBudget) {
 		return 0, fmt.Errorf("feed: %w: this mixture's stream needs about %.0f bytes of memory (read-ahead %d, %d sources' windows and readers, three steps), over the server's memory budget of %d bytes (--memory-budget): ask for fewer slices per request or smaller shuffle windows, or raise --memory-budget",
@@ -139,7 +140,12 @@ func (s *mixStream) startReader(mc *mixCursor) {
 		_, whole := mc.src.ds.StreamedRowBytes()
 		budget = max(budget, windowCost(mc.src.ds, mc.src.window, whole))
 	}
-	mc.rd = mc.src.ds.NewReader(s.ctx, refs, s.mem, loader.WithReaderReadAhead(budget), loader.WithReaderDecodeWorkers(s.workers))
+	opts := []loader.ReaderOption{loader.WithReaderReadAhead(budget), loader.WithReaderDecodeWorkers(s.workers)}
+	if src := mc.src; len(src.toks) > 0 {
+		// Kept rows are taken, then tokenized, as each piece is decoded.
+		opts = append(opts, loader.WithReaderTransform(prepareRead(src.ds, src.toks, src.cutIn, src.selection, nil, mc.segs, refs, s.workers, s.mem)))
+	}
+	mc.rd = mc.src.ds.NewReader(s.ctx, refs, s.mem, opts...)
 }
 
 // Schema implements transport.Stream.
@@ -285,8 +291,10 @@ func (s *mixStream) push(mc *mixCursor) error {
 	seg = mc.segs[mc.got]
 	read := mc.refs[mc.got]
 	mc.got++
-	if rg, err = takeKept(rg, mc.src.selection(seg.RowGroup), seg, read, true, s.mem); err != nil {
-		return fmt.Errorf("%s row group %d: %w", mc.src.ds.Files[ref.File].Object.URI, ref.Index, err)
+	if len(mc.src.toks) == 0 { // else the reader took the kept rows (prepareRead)
+		if rg, err = takeKept(rg, mc.src.selection(seg.RowGroup), seg, read, true, s.mem); err != nil {
+			return fmt.Errorf("%s row group %d: %w", mc.src.ds.Files[ref.File].Object.URI, ref.Index, err)
+		}
 	}
 	err = cut.Push(rg, seg)
 	rg.Release()

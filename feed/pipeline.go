@@ -16,6 +16,7 @@ import (
 	"github.com/meshfeed/meshfeed/internal/arrowmem"
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/objstore"
+	"github.com/meshfeed/meshfeed/tokcount"
 	"github.com/meshfeed/meshfeed/transport"
 )
 
@@ -38,6 +39,10 @@ type pipelineConfig struct {
 	readAhead int64
 	// selections caches the rows filters keep (filter.go).
 	selections filter.Store
+	// tokenizers caches parsed tokenizers by content (tokenizer.go).
+	tokenizers *TokenizerCache
+	// tokenCounts caches files' token counts (tokcount.go).
+	tokenCounts tokcount.Store
 }
 
 // validate reports every problem of the configuration at once.
@@ -65,6 +70,13 @@ func (c *pipelineConfig) validate() error {
 // server's read-ahead memory is at most this times its concurrent streams.
 func WithReadAhead(bytes int64) Option {
 	return func(c *pipelineConfig) { c.readAhead = bytes }
+}
+
+// WithTokenizerCache sets the cache of parsed tokenizers (tokenizer.go), for
+// example one shared by several Pipelines. Default: a cache of
+// DefaultTokenizerCacheEntries of the Pipeline's own.
+func WithTokenizerCache(c *TokenizerCache) Option {
+	return func(cfg *pipelineConfig) { cfg.tokenizers = c }
 }
 
 // Option configures NewPipeline.
@@ -143,7 +155,8 @@ type Pipeline struct {
 	roots  []string         // set by UseRoots (pipeline_roots.go)
 	limits transport.Limits // set by UseLimits (limits.go)
 
-	filterStats FilterStats // filter.go
+	filterStats FilterStats     // filter.go
+	tokenStats  TokenCountStats // tokcount.go
 }
 
 // cachedDataset is an opened dataset and when it stops being reused.
@@ -165,6 +178,12 @@ func NewPipeline(ctx context.Context, opts ...Option) (*Pipeline, error) {
 	}
 	if cfg.selections == nil {
 		cfg.selections = filter.NewMemoryStore(0)
+	}
+	if cfg.tokenizers == nil {
+		cfg.tokenizers = NewTokenizerCache(DefaultTokenizerCacheEntries)
+	}
+	if cfg.tokenCounts == nil {
+		cfg.tokenCounts = tokcount.NewMemoryStore(0)
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -243,6 +262,7 @@ func (p *Pipeline) Info(ctx context.Context, req *transport.Request) (*transport
 		Manifest:       pl.ds.PlanInfo().Manifest,
 		ManifestReason: pl.ds.PlanInfo().Reason,
 		PlanRequests:   pl.ds.PlanInfo().Requests,
+		Tokenizers:     tokenizerSums(pl.toks),
 	}, nil
 }
 
@@ -271,6 +291,9 @@ func (p *Pipeline) OpenWith(ctx context.Context, req *transport.Request, mem mem
 	reserved, err := p.reserve(ctx, pl)
 	if err != nil {
 		return nil, err
+	}
+	if pl.concat != nil {
+		return p.openConcat(ctx, pl, mem, func() { p.serverLimits().Memory.Unreserve(reserved) })
 	}
 	// The readers outlive Open: they stop when a Next's context is done or
 	// at Close, not when Open's context ends.

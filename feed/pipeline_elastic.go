@@ -62,6 +62,7 @@ func (s *pipelineStream) openRemainder() error {
 		sc := &sliceCut{d: d, cut: cut}
 		for _, seg := range cut.Segments() {
 			sc.refs = append(sc.refs, pl.refs[seg.RowGroup])
+			sc.groups = append(sc.groups, seg.RowGroup)
 		}
 		s.addSlice(sc)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -402,7 +403,7 @@ func TestPipelineInfo(t *testing.T) {
 			t.Errorf("%s: plan %+v, want the footers, the reason and the requests counted", tc.policy, pi)
 		}
 		pi.ManifestReason, pi.PlanRequests = "", 0
-		if pi != want {
+		if !reflect.DeepEqual(pi, want) {
 			t.Errorf("%s: plan %+v, want %+v", tc.policy, pi, want)
 		}
 		sch, err := flight.DeserializeSchema(info.Schema, memory.DefaultAllocator)

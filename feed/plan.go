@@ -28,6 +28,12 @@ type pipelinePlan struct {
 	// sels are the rows filters keep of each of refs (nil: no filter, or
 	// an entry nil: every row; filter.go).
 	sels []*filter.Selection
+	// concat is the plan of a column packed by concatenation (packconcat.go);
+	// plan then stands for its packed rows.
+	concat *concatPlan
+	// toks are the tokenized columns (tokenizer_plan.go); cutIn is then
+	// the schema of the records once tokenized.
+	toks []planTok
 }
 
 // planFor maps the request (configOf), opens its dataset and plans it, from
@@ -36,6 +42,9 @@ func (p *Pipeline) planFor(ctx context.Context, req *transport.Request) (*pipeli
 	cfg, err := configOf(req)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.concat != nil {
+		return p.planConcat(ctx, cfg)
 	}
 	ds, err := p.dataset(ctx, cfg.datasets, cfg.columns, cfg.fills, cfg.manifest)
 	if err != nil {
@@ -59,12 +68,16 @@ func (p *Pipeline) planFor(ctx context.Context, req *transport.Request) (*pipeli
 	if err != nil {
 		return nil, fmt.Errorf("feed: plan %s: %w", strings.Join(cfg.datasets, ", "), err)
 	}
-	cutOut, err := batching.SliceSchema(ds.Schema, cfg.plan.Policy, cfg.mask)
+	toks, cutIn, err := p.planTokenizers(ctx, cfg.tokens, ds)
+	if err != nil {
+		return nil, err
+	}
+	cutOut, err := batching.SliceSchema(cutIn, cfg.plan.Policy, cfg.mask)
 	if err != nil {
 		return nil, fmt.Errorf("feed: %w: the dataset already has a column %q, the mask column's name: set mask_column to another name or leave the column out of columns",
 			transport.ErrBadRequest, cfg.mask)
 	}
-	pl := &pipelinePlan{cfg: cfg, ds: ds, plan: plan, refs: refs, cutIn: ds.Schema, schema: cutOut, sels: sels}
+	pl := &pipelinePlan{cfg: cfg, ds: ds, plan: plan, refs: refs, cutIn: cutIn, schema: cutOut, sels: sels, toks: toks}
 	if len(cfg.shaping) > 0 {
 		sh, err := shape.NewShaper(cutOut, cfg.shaping)
 		if err != nil {

@@ -28,6 +28,8 @@ type streamConfig struct {
 	epochs   int                // 0: unbounded
 	elastic  *transport.Elastic // a switch of D inside an epoch (pipeline_elastic.go)
 	filter   *filter.Predicate  // nil: every row (filter.go)
+	concat   *concatColumn      // a column packed by concatenation (packconcat.go)
+	tokens   []tokColumn        // columns with a tokenizer (tokenizer_plan.go)
 }
 
 // policyOf maps the wire's last_batch onto batching's policy.
@@ -105,6 +107,9 @@ func configOf(req *transport.Request) (*streamConfig, error) {
 			sc.Fill = fillOf(f)
 			c.fills[col.Name] = f.Float
 		}
+		if col.Tokenizer != "" {
+			c.tokens = append(c.tokens, tokColumn{name: col.Name, uri: col.Tokenizer, addSpecial: col.AddSpecial()})
+		}
 		if col.PackRatio > 0 && packed == "" {
 			packed = col.Name
 		}
@@ -112,7 +117,7 @@ func configOf(req *transport.Request) (*streamConfig, error) {
 			c.shaping = append(c.shaping, sc)
 		}
 	}
-	c.packed = packed != ""
+	c.packed, problems = packed != "", c.setConcat(req, problems) // packconcat.go
 	if len(req.Filters) > 0 {
 		pred, err := filter.Parse(req.Filters)
 		if err != nil {

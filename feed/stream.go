@@ -39,7 +39,10 @@ type sliceCut struct {
 	rd   *loader.RowGroupReader // nil when the stream reads nothing
 	refs []loader.RowGroupRef   // what rd reads, in order (to check what it returns): row groups, or pieces of them
 	segs []batching.Segment     // per ref, what is pushed; nil: the segment the cutter wants
-	got  int                    // records taken from rd
+	// groups are, per ref, the plan's row group (when segs is nil: for
+	// the reader's work on tokenized columns, which takes the kept rows).
+	groups []int
+	got    int // records taken from rd
 }
 
 // Schema implements transport.Stream.
@@ -87,7 +90,7 @@ func (s *pipelineStream) plainSlices(pos batching.Position) ([]*sliceCut, error)
 				sc.refs[i] = pl.pieceRef(g)
 			}
 		} else {
-			sc.refs = s.readRefs(pos, d)
+			sc.refs, sc.groups = s.readRefs(pos, d)
 		}
 		s.startReader(sc)
 		out = append(out, sc)
@@ -132,24 +135,29 @@ func (s *pipelineStream) addSlice(sc *sliceCut) {
 // budget.go) and of the cores for decoding.
 func (s *pipelineStream) startReader(sc *sliceCut) {
 	if len(sc.refs) > 0 {
-		n := len(s.pl.cfg.slices)
-		budget := s.pl.pieces.budgetFor(sliceShare(s.cfg.readAhead, n), sc.segs != nil)
-		sc.rd = s.pl.ds.NewReader(s.ctx, sc.refs, s.mem,
-			loader.WithReaderReadAhead(budget),
-			loader.WithReaderDecodeWorkers(max(runtime.GOMAXPROCS(0)/n, 1)))
+		pl := s.pl
+		n := len(pl.cfg.slices)
+		budget := pl.pieces.budgetFor(sliceShare(s.cfg.readAhead, n), sc.segs != nil)
+		workers := max(runtime.GOMAXPROCS(0)/n, 1)
+		opts := []loader.ReaderOption{loader.WithReaderReadAhead(budget), loader.WithReaderDecodeWorkers(workers)}
+		if len(pl.toks) > 0 {
+			// Kept rows are taken, then tokenized, as each record is decoded.
+			opts = append(opts, loader.WithReaderTransform(prepareRead(pl.ds, pl.toks, pl.cutIn, pl.selection, sc.groups, sc.segs, sc.refs, workers, s.mem)))
+		}
+		sc.rd = pl.ds.NewReader(s.ctx, sc.refs, s.mem, opts...)
 	}
 }
 
 // readRefs returns the row groups that stream d's cutter will ask for from
-// pos on, in that order (batching.Plan.StreamReads): nothing earlier is
-// read.
-func (s *pipelineStream) readRefs(pos batching.Position, d int) []loader.RowGroupRef {
+// pos on, in that order (batching.Plan.StreamReads), and their indices in
+// the plan: nothing earlier is read.
+func (s *pipelineStream) readRefs(pos batching.Position, d int) ([]loader.RowGroupRef, []int) {
 	idx := s.pl.plan.StreamReads(pos, d)
 	refs := make([]loader.RowGroupRef, len(idx))
 	for i, g := range idx {
 		refs[i] = s.pl.refs[g]
 	}
-	return refs
+	return refs, idx
 }
 
 // closeEpoch releases the cutters and readers of the current epoch.
@@ -328,8 +336,10 @@ func (s *pipelineStream) cutSlice(sc *sliceCut) (arrow.RecordBatch, int, error) 
 			return nil, 0, fmt.Errorf("stream %d: read file %d row group %d, but the cutter wants file %d row group %d",
 				sc.d, ref.File, ref.Index, exp.File, exp.Index)
 		}
-		if rg, err = s.selectRows(rg, seg, read, sc.segs != nil); err != nil {
-			return nil, 0, fmt.Errorf("%s row group %d: %w", s.pl.ds.Files[ref.File].Object.URI, ref.Index, err)
+		if len(s.pl.toks) == 0 { // else the reader took the kept rows (prepareRead)
+			if rg, err = s.selectRows(rg, seg, read, sc.segs != nil); err != nil {
+				return nil, 0, fmt.Errorf("%s row group %d: %w", s.pl.ds.Files[ref.File].Object.URI, ref.Index, err)
+			}
 		}
 		err = sc.cut.Push(rg, seg)
 		rg.Release()

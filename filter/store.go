@@ -1,9 +1,6 @@
 package filter
 
-import (
-	"container/list"
-	"sync"
-)
+import "github.com/meshfeed/meshfeed/internal/lru"
 
 // FileSelection is the rows of one file a predicate keeps: one Selection
 // per row group, in file order.
@@ -35,17 +32,7 @@ const DefaultStoreBytes = 256 << 20
 // MemoryStore is a Store in memory, least recently used entries evicted
 // past its byte bound.
 type MemoryStore struct {
-	mu    sync.Mutex
-	max   int64
-	bytes int64
-	lru   *list.List // of *storeEntry, most recent first
-	byKey map[[2]string]*list.Element
-}
-
-type storeEntry struct {
-	key [2]string
-	fs  *FileSelection
-	n   int64
+	cache *lru.Cache[[2]string, *FileSelection]
 }
 
 // NewMemoryStore returns a MemoryStore holding at most maxBytes
@@ -55,48 +42,18 @@ func NewMemoryStore(maxBytes int64) *MemoryStore {
 	if maxBytes <= 0 {
 		maxBytes = DefaultStoreBytes
 	}
-	return &MemoryStore{max: maxBytes, lru: list.New(), byKey: map[[2]string]*list.Element{}}
+	return &MemoryStore{cache: lru.New[[2]string, *FileSelection](maxBytes)}
 }
 
 // Get implements Store.
 func (m *MemoryStore) Get(fileKey, predicate string) (*FileSelection, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.byKey[[2]string{fileKey, predicate}]
-	if !ok {
-		return nil, false
-	}
-	m.lru.MoveToFront(e)
-	return e.Value.(*storeEntry).fs, true
+	return m.cache.Get([2]string{fileKey, predicate})
 }
 
 // Put implements Store.
 func (m *MemoryStore) Put(fileKey, predicate string, fs *FileSelection) {
-	n := fs.Bytes() + int64(len(fileKey)+len(predicate))
-	if n > m.max {
-		return
-	}
-	key := [2]string{fileKey, predicate}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if e, ok := m.byKey[key]; ok {
-		m.bytes -= e.Value.(*storeEntry).n
-		m.lru.Remove(e)
-	}
-	m.byKey[key] = m.lru.PushFront(&storeEntry{key: key, fs: fs, n: n})
-	m.bytes += n
-	for m.bytes > m.max {
-		last := m.lru.Back()
-		ent := last.Value.(*storeEntry)
-		m.lru.Remove(last)
-		delete(m.byKey, ent.key)
-		m.bytes -= ent.n
-	}
+	m.cache.Put([2]string{fileKey, predicate}, fs, fs.Bytes()+int64(len(fileKey)+len(predicate)))
 }
 
 // Len is the number of entries kept.
-func (m *MemoryStore) Len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.lru.Len()
-}
+func (m *MemoryStore) Len() int { return m.cache.Len() }

@@ -29,6 +29,7 @@ type RowGroupReader struct {
 	workers  int   // concurrent decodes
 	reads    int   // row groups or pieces in flight (fetching or decoding)
 	maxPiece int64 // bytes per piece; 0: refs as given
+	xform    Transform
 	ds       *Dataset
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -88,6 +89,24 @@ func WithReaderReadsInFlight(n int) ReaderOption {
 // reads refs as given.
 func WithReaderMaxPiece(bytes int64) ReaderOption {
 	return func(r *RowGroupReader) { r.maxPiece = max(bytes, 0) }
+}
+
+// Transform is work a RowGroupReader does on each record right after
+// decoding it (WithReaderTransform): k is the record's place in the order
+// read (its index in the refs NewReader was given, unless
+// WithReaderMaxPiece splits them), ref what was read. It owns rec: it
+// returns rec or another record (releasing rec), or releases rec and
+// returns an error, which Next returns in the record's place.
+type Transform func(k int, ref RowGroupRef, rec arrow.RecordBatch) (arrow.RecordBatch, error)
+
+// WithReaderTransform makes this reader run f on each record it decodes,
+// on the goroutine that decoded it and holding one of its decode slots
+// (WithReaderDecodeWorkers), so that the work runs ahead of Next and in
+// parallel like decoding (a feed stream tokenizes text columns there). Its
+// output is not charged to the read-ahead budget: the caller accounts for
+// it. Default: none.
+func WithReaderTransform(f Transform) ReaderOption {
+	return func(r *RowGroupReader) { r.xform = f }
 }
 
 // NewReader starts reading refs in order (typically a plan's read set for one
@@ -261,7 +280,7 @@ func (r *RowGroupReader) produce(refs []RowGroupRef, mem memory.Allocator) {
 	r.mu.Lock()
 	refs = r.pieces(refs)
 	r.mu.Unlock()
-	for _, ref := range refs {
+	for k, ref := range refs {
 		p := &pending{ref: ref, done: make(chan struct{})}
 		var pin int64
 		if ref.whole() {
@@ -315,20 +334,32 @@ func (r *RowGroupReader) produce(refs []RowGroupRef, mem memory.Allocator) {
 		go func() {
 			defer r.wg.Done()
 			defer func() { <-workers }()
-			if p.ent == nil {
-				p.rec, p.err = r.ds.readRowGroup(r.ctx, ref.File, ref.Index, mem, &r.stats, gate)
-			} else {
-				start, end := ref.span()
-				p.rec, p.err = r.ds.readPiece(r.ctx, ref, piece{start: start, end: end, mem: mem, stats: &r.stats, e: p.ent})
-				gate.leave()
-				if p.err == nil {
-					r.stats.Pieces.Add(1)
-				}
-				r.pieceDone(p)
-			}
-			close(p.done)
+			r.read(k, p, mem, gate)
 		}()
 	}
+}
+
+// read reads p, the k-th read, and runs the transform on it (a piece holds
+// its slot of gate already; a whole row group takes one to decode).
+func (r *RowGroupReader) read(k int, p *pending, mem memory.Allocator, gate decodeGate) {
+	ref := p.ref
+	if p.ent == nil {
+		p.rec, p.err = r.ds.readRowGroup(r.ctx, ref.File, ref.Index, mem, &r.stats, gate)
+	} else {
+		start, end := ref.span()
+		p.rec, p.err = r.ds.readPiece(r.ctx, ref, piece{start: start, end: end, mem: mem, stats: &r.stats, e: p.ent})
+		gate.leave()
+		if p.err == nil {
+			r.stats.Pieces.Add(1)
+		}
+		r.pieceDone(p)
+	}
+	if r.xform != nil && p.err == nil {
+		gate.enter()
+		p.rec, p.err = r.xform(k, ref, p.rec)
+		gate.leave()
+	}
+	close(p.done)
 }
 
 // Next returns the next row group's record in order, io.EOF after the last,

@@ -45,6 +45,10 @@ type PlanInfo struct {
 	Manifest       string `json:"manifest,omitempty"`
 	ManifestReason string `json:"manifest_reason,omitempty"`
 	PlanRequests   int64  `json:"plan_requests,omitempty"`
+	// Tokenizers maps each tokenized column to the SHA-256 (hex) of its
+	// tokenizer.json, as the server read it for this plan (absent: no
+	// tokenized column). A client keeps it in its state's fingerprint.
+	Tokenizers map[string]string `json:"tokenizers,omitempty"`
 	// Mixture describes a mixture's sources (absent otherwise);
 	// StepsPerEpoch is then the mixture's steps and NumRows the sum of the
 	// sources' rows.
@@ -67,6 +71,9 @@ type MixtureSourceInfo struct {
 	Weight float64 `json:"weight"`
 	// Seed is the seed of the source's permutations.
 	Seed uint64 `json:"seed"`
+	// Tokenizers is PlanInfo.Tokenizers for this source's columns (names
+	// as in its files).
+	Tokenizers map[string]string `json:"tokenizers,omitempty"`
 }
 
 // Step is one step of one client: its rows as records of the stream's schema,

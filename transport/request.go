@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // Version is the ticket version this package speaks. A ticket carries it in
@@ -67,7 +68,28 @@ type Column struct {
 	Fill json.RawMessage `json:"fill,omitempty"`
 	// PackRatio, when > 0, packs the list column into rows of Length tokens.
 	PackRatio float64 `json:"pack_ratio,omitempty"`
+	// Tokenizer, when set, is the path or URI of a tokenizer.json (read by
+	// the server like data, under its roots): the column, a string or
+	// large_string, arrives as each row's token ids (list<int32>) and is
+	// then shaped as a list column. Optional in ticket version 1.
+	Tokenizer string `json:"tokenizer,omitempty"`
+	// AddSpecialTokens says whether the tokenizer's post-processor adds its
+	// special tokens (as the reference's encode(add_special_tokens=...));
+	// absent means true. Only with Tokenizer.
+	AddSpecialTokens *bool `json:"add_special_tokens,omitempty"`
+	// Pack "concat" packs the column's documents by concatenation (each
+	// followed by the end-of-document token, the sequence cut into rows of
+	// exactly Length tokens; needs a tokenizer); empty: no such packing.
+	Pack string `json:"pack,omitempty"`
+	// EODToken names the end-of-document token of Pack "concat" (a token of
+	// the tokenizer); empty: the first of its special tokens that is a usual
+	// one (<|endoftext|>, <|end_of_text|>, </s>, <eos>, [SEP]).
+	EODToken string `json:"eod_token,omitempty"`
 }
+
+// AddSpecial returns whether the column's tokenizer adds its special
+// tokens: AddSpecialTokens, true when absent.
+func (c Column) AddSpecial() bool { return c.AddSpecialTokens == nil || *c.AddSpecialTokens }
 
 // Shuffle configures shuffling.
 type Shuffle struct {
@@ -331,11 +353,43 @@ func (r *Request) validateColumns(p *problems) map[string]bool {
 		} else if c.PackRatio > MaxPackRatio {
 			p.add("columns[%d] %q: pack_ratio %v is over the limit of %d", i, c.Name, c.PackRatio, MaxPackRatio)
 		}
+		if c.Pack != "" && c.Pack != "concat" {
+			p.add("columns[%d] %q: pack %q is unknown (want \"concat\", or none)", i, c.Name, c.Pack)
+		}
+		if c.EODToken != "" && c.Pack != "concat" {
+			p.add("columns[%d] %q: eod_token goes with pack \"concat\" only", i, c.Name)
+		}
 		if _, err := ParseFill(c.Fill); len(c.Fill) > 0 && err != nil {
 			p.add("columns[%d] %q: fill %s is neither a number nor one of \"nan\", \"inf\", \"-inf\"", i, c.Name, c.Fill)
 		}
+		if strings.IndexByte(c.Tokenizer, 0) >= 0 {
+			p.add("columns[%d] %q: tokenizer %q holds a NUL byte", i, c.Name, c.Tokenizer)
+		}
+		if c.AddSpecialTokens != nil && c.Tokenizer == "" {
+			p.add("columns[%d] %q: add_special_tokens is set without a tokenizer", i, c.Name)
+		}
 	}
 	return seenCol
+}
+
+// Tokenizers returns the tokenizer URIs the request names (its columns' and
+// its mixture sources' columns'), for the roots check.
+func (r *Request) Tokenizers() []string {
+	var out []string
+	add := func(cols []Column) {
+		for _, c := range cols {
+			if c.Tokenizer != "" {
+				out = append(out, c.Tokenizer)
+			}
+		}
+	}
+	add(r.Columns)
+	if r.Mixture != nil {
+		for _, s := range r.Mixture.Sources {
+			add(s.Columns)
+		}
+	}
+	return out
 }
 
 // FillKind is how a ticket's fill value was written.

@@ -74,6 +74,8 @@ func TestDecodeRequestErrors(t *testing.T) {
 			ErrBadRequest, []string{`datasets[1] "/d" is listed twice`, "datasets[2] is empty", `columns[1] "a" is listed twice`, "columns[2].name is empty",
 				"length -1 is negative", "pack_ratio -2 is negative", "fill true is neither", "global_batch_size 0 must be > 0", "num_slices 0 must be > 0",
 				"slices is empty", "last_batch is missing"}},
+		{`{"version":1,"datasets":["/d"],"columns":[{"name":"a","pack":"greedy"},{"name":"b","eod_token":"</s>"}],"global_batch_size":4,"num_slices":2,"slices":[0],"last_batch":"drop"}`,
+			ErrBadRequest, []string{`columns[0] "a": pack "greedy" is unknown`, `columns[1] "b": eod_token goes with pack "concat" only`}},
 		{`{"version":1,` + base + `,"mask_column":"m"}`, ErrBadRequest, []string{`mask_column "m" is set but last_batch is "drop"`}},
 		{`{"version":1,"datasets":["/d"],"columns":[{"name":"valid"}],"global_batch_size":4,"num_slices":2,"slices":[0],"last_batch":"pad"}`, ErrBadRequest, []string{`mask column "valid" clashes`}},
 		{`{"version":1,` + base + `,"epochs":2,"start":{"epoch":2,"step":0}}`, ErrBadRequest, []string{"start.epoch 2 is not below epochs 2"}},

@@ -136,15 +136,20 @@ func (l location) under(root location) bool {
 // roots, which then resolves every path, glob match and directory entry
 // through os.Root (objstore.WithRoots).
 func checkRoots(uris []string, roots []location) error {
+	return checkRootsOf("dataset", uris, roots)
+}
+
+// checkRootsOf is checkRoots for URIs of what ("dataset", "tokenizer").
+func checkRootsOf(what string, uris []string, roots []location) error {
 	var p problems
 	for _, u := range uris {
 		loc, err := parseLocation(u)
 		if err != nil {
-			p.add("dataset %v", err)
+			p.add("%s %v", what, err)
 			continue
 		}
 		if !slices.ContainsFunc(roots, loc.under) {
-			p.add("dataset %q is not under an allowed root (%s)", u, rootList(roots))
+			p.add("%s %q is not under an allowed root (%s): move it under one, or start the server with --allow for its directory", what, u, rootList(roots))
 		}
 	}
 	return p.err("transport", ErrPermissionDenied)

@@ -323,6 +323,9 @@ func (s *Server) request(data []byte) (*Request, error) {
 			return nil, err
 		}
 	}
+	if err := checkRootsOf("tokenizer", req.Tokenizers(), s.cfg.rootLocs); err != nil {
+		return nil, err
+	}
 	return req, nil
 }
 

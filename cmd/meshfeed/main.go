@@ -22,6 +22,7 @@ var commands = map[string]command{
 	"gen":      {"write a synthetic Parquet or Arrow IPC dataset (local path, gs://, s3:// or az://)", runGen},
 	"gen-text": {"write a text dataset (id, text) cut from real text, for tokenizer tests and benchmarks", runGenText},
 	"manifest": {"write a dataset's manifest (one read per host at job start instead of every footer); manifest merge joins sharded parts", runManifest},
+	"index":    {"store the token counts of a text column in the dataset's manifest (plans pack \"concat\" without tokenizing)", runIndex},
 	"inspect":  {"print files, schema, row groups, rows and bytes per column", runInspect},
 	"plan":     {"print the epoch plan for a mesh: steps, dropped/padded rows, per-process streams (--mixture: a mixture's steps and sources)", runPlanOrMixture},
 	"read":     {"read a dataset through the loader and print throughput", runRead},

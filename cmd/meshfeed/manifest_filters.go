@@ -24,29 +24,43 @@ func storeSelections(ctx context.Context, store objstore.Store, patterns []strin
 	if len(filters) == 0 || len(m.Files) == 0 {
 		return nil
 	}
+	return withListedFiles(ctx, store, patterns, m, "filters were evaluated", func(files []objstore.Object) error {
+		for _, fj := range filters {
+			pred, err := filter.Parse([]byte(fj))
+			if err != nil {
+				return fmt.Errorf("--filters %s: %w", fj, err)
+			}
+			ds, err := loader.OpenObjects(ctx, store, files, loader.WithColumns(pred.Columns()...), loader.WithNullsAsValidity())
+			if err != nil {
+				return fmt.Errorf("--filters %s: %w", fj, err)
+			}
+			fsels, canon, counts, err := feed.FileSelections(ctx, ds, []byte(fj))
+			if err != nil {
+				return fmt.Errorf("--filters %s: %w", fj, err)
+			}
+			for i, fs := range fsels {
+				if err := m.PutFact(ds.Files[i].Object, filter.SelectionFactKind, canon, filter.EncodeFileSelection(fs)); err != nil {
+					return fmt.Errorf("--filters %s: %w", fj, err)
+				}
+			}
+			fmt.Printf("filter %s: %d files; row groups: %d pruned, %d whole, %d evaluated\n", canon, len(fsels), counts.Pruned, counts.Whole, counts.Evaluated)
+		}
+		return nil
+	})
+}
+
+// withListedFiles runs compute on the files of m as the store lists them
+// now, listing them again after: a file whose identity is not its entry's
+// (changed since the build: PutFact refuses it) or that changed while
+// compute ran (what: "filters were evaluated") is an error, so a fact is
+// only stored for the version of the file the manifest describes.
+func withListedFiles(ctx context.Context, store objstore.Store, patterns []string, m *manifest.Manifest, what string, compute func([]objstore.Object) error) error {
 	before, err := listed(ctx, store, patterns, m)
 	if err != nil {
 		return err
 	}
-	for _, fj := range filters {
-		pred, err := filter.Parse([]byte(fj))
-		if err != nil {
-			return fmt.Errorf("--filters %s: %w", fj, err)
-		}
-		ds, err := loader.OpenObjects(ctx, store, before, loader.WithColumns(pred.Columns()...), loader.WithNullsAsValidity())
-		if err != nil {
-			return fmt.Errorf("--filters %s: %w", fj, err)
-		}
-		fsels, canon, counts, err := feed.FileSelections(ctx, ds, []byte(fj))
-		if err != nil {
-			return fmt.Errorf("--filters %s: %w", fj, err)
-		}
-		for i, fs := range fsels {
-			if err := m.PutFact(ds.Files[i].Object, filter.SelectionFactKind, canon, filter.EncodeFileSelection(fs)); err != nil {
-				return fmt.Errorf("--filters %s: %w", fj, err)
-			}
-		}
-		fmt.Printf("filter %s: %d files; row groups: %d pruned, %d whole, %d evaluated\n", canon, len(fsels), counts.Pruned, counts.Whole, counts.Evaluated)
+	if err := compute(before); err != nil {
+		return err
 	}
 	after, err := listed(ctx, store, patterns, m)
 	if err != nil {
@@ -54,7 +68,7 @@ func storeSelections(ctx context.Context, store objstore.Store, patterns []strin
 	}
 	for i, o := range after {
 		if d := manifest.IdentityOf(before[i]).Diff(manifest.IdentityOf(o)); d != "" {
-			return fmt.Errorf("%s changed while its filters were evaluated (%s): %w; build the manifest again", o.URI, d, manifest.ErrStale)
+			return fmt.Errorf("%s changed while its %s (%s): %w; build the manifest again", o.URI, what, d, manifest.ErrStale)
 		}
 	}
 	return nil

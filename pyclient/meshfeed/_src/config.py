@@ -74,6 +74,18 @@ class Column:
         mask: True adds a boolean key ``<name>_valid``, False where the column
             holds a null; the nulls become ``fill`` (zero when None). The
             client fills them (a host copy of the column).
+        tokenizer: path or URI of a tokenizer.json: the server tokenizes the
+            string column (docs/DESIGN.md, "Tokenization").
+        add_special_tokens: whether the tokenizer's post-processor adds its
+            special tokens; None is True. Only with ``tokenizer``.
+        pack: ``"concat"`` joins the column's documents, each followed by the
+            end-of-document token, and cuts them into rows of exactly
+            ``length`` tokens (adds ``<name>_segment_ids`` and
+            ``<name>_positions``; docs/DESIGN.md, "Concatenated packing").
+            Needs ``tokenizer`` and ``length``; the column is then the only one.
+        eod_token: with ``pack="concat"``, the end-of-document token as the
+            tokenizer spells it; None takes the first of ``<|endoftext|>``,
+            ``<|end_of_text|>``, ``</s>``, ``<eos>``, ``[SEP]`` it has.
     """
 
     dtype: str | None = None
@@ -82,6 +94,10 @@ class Column:
     overflow: str | None = None
     pack_ratio: float = 0
     mask: bool = False
+    tokenizer: str | None = None
+    add_special_tokens: bool | None = None
+    pack: str | None = None
+    eod_token: str | None = None
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -106,6 +122,12 @@ class Column:
             bad("pack_ratio", "want a finite number")
         if not isinstance(self.mask, bool):
             bad("mask", "want True or False")
+        for f in ("tokenizer", "pack", "eod_token"):
+            v = getattr(self, f)
+            if v is not None and (not isinstance(v, str) or not v):
+                bad(f, "want a non-empty string or None")
+        if self.add_special_tokens is not None and not isinstance(self.add_special_tokens, bool):
+            bad("add_special_tokens", "want True, False or None")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -122,6 +144,14 @@ class Column:
             out["fill"] = self.fill
         if self.pack_ratio:
             out["pack_ratio"] = self.pack_ratio
+        if self.tokenizer is not None:
+            out["tokenizer"] = self.tokenizer
+        if self.add_special_tokens is not None:
+            out["add_special_tokens"] = self.add_special_tokens
+        if self.pack is not None:
+            out["pack"] = self.pack
+        if self.eod_token is not None:
+            out["eod_token"] = self.eod_token
         return out
 
 
