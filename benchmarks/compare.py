@@ -486,8 +486,9 @@ def summarize(runs: list[dict]) -> dict:
     for k in FIELDS:
         out[k] = statistics.median(r[k] for r in ok)
     if "tokens_per_second" in ok[0]:
-        out["tokens_per_second_min"] = min(r["tokens_per_second"] for r in ok)
-        out["tokens_per_second_max"] = max(r["tokens_per_second"] for r in ok)
+        for k in ("tokens_per_second", "tokens_per_second_with_first"):
+            out[k + "_min"] = min(r[k] for r in ok)
+            out[k + "_max"] = max(r[k] for r in ok)
         for k in TEXT_FIELDS:
             out[k] = statistics.median(r[k] for r in ok)
     return out
@@ -511,7 +512,7 @@ def _utilization(a: argparse.Namespace, wl: str, sizes: dict, rate: float, kind:
     env = dict(os.environ, MESHFEED_BIN=a.binary, PYTHONPATH=os.path.join(ROOT, "pyclient"))
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     shown = "python -m meshfeed bench " + " ".join(
-        os.path.relpath(x, ROOT) if x.startswith(ROOT) else x for x in cmd[4:-3])
+        os.path.relpath(x, ROOT) if x.startswith(ROOT) else x.replace(ROOT + os.sep, "") for x in cmd[4:-3])
     if r.returncode != 0:
         os.unlink(res)
         return {"error": r.stderr[-2000:] or r.stdout[-2000:], "command": shown}
@@ -677,7 +678,8 @@ def main(argv=None) -> int:
                     results.append(r)
                     runs.setdefault((loop, n), []).append(r)
                     print(f"compare:   {r.get('rows_per_second', 0):,.0f} rows/s, "
-                          + (f"{r['tokens_per_second']:,.0f} tokens/s, " if "tokens_per_second" in r else "")
+                          + (f"{r['tokens_per_second']:,.0f} tokens/s ({r['tokens_per_second_with_first']:,.0f} "
+                             f"over the epoch), " if "tokens_per_second" in r else "")
                           + f"{r.get('peak_memory_bytes', 0) / 2**20:,.0f} MiB, check {r['check']}"
                           + (f"\n{r['error']}" if "error" in r else ""), file=sys.stderr, flush=True)
         summary[wl] = {loop: [summarize(runs[(loop, n)]) for n in names] for loop in loops}
@@ -756,6 +758,9 @@ def render(a, plan, summary, util, results, machine, elapsed, want=None) -> str:
             out.append(f"{wl}, {LOOP_LABELS[loop]}:")
             out.append("")
             out.append(compare_text.fmt_table(rows) if wl == "text" else fmt_table(rows))
+        if wl == "text" and (line := compare_text.index_line(s, loops, (want or {}).get(wl, {}))):
+            out.append("")
+            out.append(line)
         mine = [r for r in results if r["workload"] == wl]
         good = sum(r["check"] == "ok" for r in mine)
         part = [f"{r['loop']}/{r['loader']} ({r['rows']:,} rows)" for r in mine if r.get("partial")]

@@ -220,7 +220,7 @@ def test_write_section_keeps_the_workloads_not_run(tmp_path):
     assert order == sorted(order), text
 
 
-TEXT_SMOKE_LOADERS = ("plain",)
+TEXT_SMOKE_LOADERS = ("meshfeed", "plain")
 
 
 def test_compare_text_smoke(tmp_path, binary):
@@ -247,4 +247,27 @@ def test_compare_text_smoke(tmp_path, binary):
         assert x["tokens_per_second"] > 0 and x["cpu_seconds_per_mtok"] > 0, key
     text = md.read_text()
     assert text.count(compare_text.TABLE_HEAD) == 2 and "### Workload: text" in text
-    assert "tokens/s meshfeed >= 2x the best baseline" in text
+    assert "tokens/s over the epoch, meshfeed >= 2x the best baseline" in text
+    assert rep["plan"]["text"]["index"].get("error") is None  # meshfeed index over the corpus
+    assert "meshfeed plans its steps from the token-count index" in text
+
+
+def test_bench_tokenizer_and_pack_flags():
+    """compare.py's text utilization runs tokenize and pack through `meshfeed
+    bench --tokenizer NAME=PATH --pack NAME=concat`."""
+    from meshfeed import Column
+    from meshfeed._src.bench import column_options, parse_args
+    a = parse_args(["d", "--columns", "text,id", "--length", "text=2048", "--tokenizer", "text=/t.json",
+                    "--pack", "text=concat"])
+    assert column_options(a) == {"text": Column(tokenizer="/t.json", length=2048, pack="concat"), "id": None}
+    a = parse_args(["d", "--columns", "text", "--tokenizer", "text=/t.json"])
+    assert column_options(a) == {"text": Column(tokenizer="/t.json")}
+    a = parse_args(["d", "--columns", "tokens", "--length", "tokens=8"])
+    assert column_options(a) == {"tokens": Column(length=8, overflow="truncate")}
+    assert column_options(parse_args(["d", "--columns", "a,b"])) == ["a", "b"]
+    for bad in (["--tokenizer", "text=/t.json"], ["--columns", "id", "--tokenizer", "text=/t.json"],
+                ["--columns", "text", "--tokenizer", "text"], ["--columns", "text", "--tokenizer", "text=/t",
+                                                               "--pack", "text=concat"],
+                ["--columns", "text", "--length", "text=8", "--pack", "text=concat"]):
+        with pytest.raises(SystemExit):
+            parse_args(["d", *bad])
