@@ -160,7 +160,7 @@ $(VENV_BENCH)/.stamp: requirements-bench.txt
 # meshfeed beside a plain pyarrow loop, Ray Data and Grain on four workloads
 # (tabular, tokens, images, text), each in a loop consuming steps freely and one waiting
 # for every step, on one 8-device CPU mesh: tables written into BENCHMARKS.md
-# (about 25-40 min on a 2-core machine; COMPARE_ARGS adds flags, e.g.
+# (about 30-50 min on a 2-core machine; COMPARE_ARGS adds flags, e.g.
 # COMPARE_ARGS="--workloads tokens --repeats 5"; see compare.py --help).
 COMPARE_ARGS ?=
 bench-compare: build bench-setup

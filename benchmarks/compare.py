@@ -123,7 +123,7 @@ WORKLOADS = {
     # rows: documents (about 3.3 KB of UTF-8 each); batch: packed rows of 2,048
     # tokens. Every loader must finish its epoch to be checked: no time cap
     # below max_seconds.
-    "text": {"rows": 12_000, "batch": 64, "files": 4, "row_group_rows": 500, "window": 0, "max_seconds": 300.0,
+    "text": {"rows": 8_000, "batch": 64, "files": 4, "row_group_rows": 500, "window": 0, "max_seconds": 300.0,
              "gen": [], "columns": ["text"], "keys": list(compare_text.KEYS),
              "what": "`text` string, documents of 100 to 20,000 characters (`meshfeed gen-text` over the Python "
                      "standard library)"},
