@@ -148,7 +148,7 @@ fuzz:
 clean:
 	rm -rf bin .cache $(DIST) pyclient/build pyclient/meshfeed.egg-info
 
-# Optional benchmark dependencies (Ray Data, Grain, matplotlib) live in their own
+# Optional benchmark dependencies (Ray Data, Grain, tokenizers, matplotlib) live in their own
 # environment, .venv-bench, so that `make test` and .venv stay lean.
 VENV_BENCH := .venv-bench
 bench-setup: $(VENV_BENCH)/.stamp
@@ -157,10 +157,10 @@ $(VENV_BENCH)/.stamp: requirements-bench.txt
 	$(VENV_BENCH)/bin/pip install --quiet --disable-pip-version-check -r requirements-bench.txt
 	touch $@
 
-# meshfeed beside a plain pyarrow loop, Ray Data and Grain on three workloads
-# (tabular, tokens, images), each in a loop consuming steps freely and one waiting
+# meshfeed beside a plain pyarrow loop, Ray Data and Grain on four workloads
+# (tabular, tokens, images, text), each in a loop consuming steps freely and one waiting
 # for every step, on one 8-device CPU mesh: tables written into BENCHMARKS.md
-# (about 25-40 min on a 2-core machine; COMPARE_ARGS adds flags, e.g.
+# (about 30-50 min on a 2-core machine; COMPARE_ARGS adds flags, e.g.
 # COMPARE_ARGS="--workloads tokens --repeats 5"; see compare.py --help).
 COMPARE_ARGS ?=
 bench-compare: build bench-setup

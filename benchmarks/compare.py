@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""meshfeed beside the loaders a JAX user would otherwise pick: three
+"""meshfeed beside the loaders a JAX user would otherwise pick: four
 workloads, one mesh, one table per workload and loop.
 
     make bench-compare          # or: .venv-bench/bin/python benchmarks/compare.py
@@ -10,6 +10,10 @@ Workloads (each a generated dataset, snappy, page cache warm; sizes in WORKLOADS
   tokens    id int64, tokens list<int32> of 128..4,096 made length 2,048
             (truncated, zero-padded, plus an int32 tokens_length); B=256
   images    id int64, image fixed_shape_tensor<uint8>[128,128,3]; B=256
+  text      text string (documents of 100..20,000 characters) tokenized with a
+            trained GPT-2-family tokenizer.json and packed by
+            concatenate-then-split into int32 [B, 2048] rows with segment ids
+            and positions; B=64 (compare_text.py says how each loader does it)
 
 Loaders, each streaming one epoch (every row once) into sharded jax.Arrays on
 an 8-device CPU mesh (batch split over "data"):
@@ -38,8 +42,9 @@ files (read directly with pyarrow), and prints the tables. Loaders in
 show medians. Then meshfeed runs through ``python -m meshfeed bench`` with a
 simulated step sized to 80% of its measured free-loop rate, per workload, to
 report utilization (--util-repeats runs of each step, alternating; the median
-run is shown with the spread). --write replaces the section "## Comparison with other
-loaders" of BENCHMARKS.md (keeping its hand-written "### Where the time goes").
+run is shown with the spread). --write replaces, in the section "## Comparison with other
+loaders" of BENCHMARKS.md, the subsections of the workloads run (keeping the
+others and its hand-written "### Where the time goes").
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ sys.path.insert(0, os.path.join(ROOT, "pyclient"))
 
 from meshfeed._src import bench_proc  # noqa: E402  (imports no jax)
 
+import compare_text  # noqa: E402  (the text workload; imports no jax)
+
 SECTION = "## Comparison with other loaders"
 # A hand-written subsection of SECTION that a rewrite keeps.
 NOTES = "### Where the time goes"
@@ -75,6 +82,9 @@ LABELS = {
     "grain": "Grain ParquetIterDataset (file order)",
     "grain-shuffle": "Grain ParquetIterDataset (window shuffle)",
 }
+# The text workload's loaders (no shuffle: concatenate-then-split in file order).
+TEXT_LOADERS = tuple(compare_text.LABELS)
+TEXT_LABELS = compare_text.LABELS
 LOOPS = ("free", "wait")
 FREE_IN_FLIGHT = 8  # the free loop blocks on the checksum of the step this many steps back
 LOOP_LABELS = {"free": f"loop consuming steps freely (at most {FREE_IN_FLIGHT} checksums in flight)",
@@ -110,11 +120,27 @@ WORKLOADS = {
                "gen": ["--features", "0", "--image", "x".join(map(str, IMAGE_SHAPE))], "columns": ["id", "image"],
                "keys": ["id", "image"],
                "what": "`id` int64, `image` fixed_shape_tensor<uint8>[128,128,3]"},
+    # rows: documents (about 3.3 KB of UTF-8 each); batch: packed rows of 2,048
+    # tokens. Every loader must finish its epoch to be checked: no time cap
+    # below max_seconds.
+    "text": {"rows": 8_000, "batch": 64, "files": 4, "row_group_rows": 500, "window": 0, "max_seconds": 300.0,
+             "gen": [], "columns": ["text"], "keys": list(compare_text.KEYS),
+             "what": "`text` string, documents of 100 to 20,000 characters (`meshfeed gen-text` over the Python "
+                     "standard library)"},
 }
 # Every loader a target compares against runs --repeats times, so that every
 # ratio the targets check is of two medians (Ray's shuffled rate moved from
 # 290k to 572k rows/s between single runs on tabular).
 REPEAT_LOADERS = ("meshfeed", "meshfeed-shuffle", "plain", "ray-shuffle")
+
+
+def loaders_of(workload: str, loaders: list[str]) -> list[str]:
+    """The loaders of --loaders that run workload (text has no shuffled ones)."""
+    return [n for n in loaders if workload != "text" or n in TEXT_LOADERS]
+
+
+def label(workload: str, loader: str) -> str:
+    return TEXT_LABELS[loader] if workload == "text" else LABELS[loader]
 
 
 # -- what every loader turns a record batch into (numpy, as a user would) -------
@@ -197,6 +223,15 @@ def _child(args: argparse.Namespace) -> None:
             s2, s3 = jnp.sum(b["image"].astype(jnp.int64)), jnp.int64(0)
         return ints + jnp.stack([jnp.sum(idc), jnp.sum(idc * idc), s2, s3]), flt
 
+    n_ints = 4
+    if wl == "text":
+        info = json.loads(args.text_info)
+        acc_text = compare_text.make_acc(jax, jnp, info["eod"])
+        n_ints = len(compare_text.CHECKSUM)
+
+        def acc(ints, flt, b):  # noqa: F811  (text's own checksum)
+            return acc_text(ints, b), flt
+
     setup = None
     if name.startswith("ray"):
         import ray
@@ -210,7 +245,9 @@ def _child(args: argparse.Namespace) -> None:
     mark("start")
     t0 = time.perf_counter()
     loader = None
-    if name.startswith("meshfeed"):
+    if wl == "text":
+        it, loader = compare_text.loader_iter(name, args.data, B, sharding, info, args.grain_workers, setup)
+    elif name.startswith("meshfeed"):
         import meshfeed
         shuffle = meshfeed.Shuffle(seed=0, window=meshfeed_window(W)) if name.endswith("shuffle") else None
         cols = {"id": None, "tokens": meshfeed.Column(length=TOKENS_LEN, overflow="truncate")} \
@@ -267,10 +304,11 @@ def _child(args: argparse.Namespace) -> None:
     else:
         raise SystemExit(f"unknown loader {name!r}")
 
-    ints = jnp.zeros((4,), jnp.int64)
+    ints = jnp.zeros((n_ints,), jnp.int64)
     flt = jnp.zeros((), jnp.float64)
     steps = nbytes = nbytes_step = 0
     ttfb = t1 = None
+    first_ints = None  # the checksum after the first step (text: its tokens)
     partial = False
     wait = args.loop == "wait"
     in_flight = collections.deque()
@@ -288,6 +326,7 @@ def _child(args: argparse.Namespace) -> None:
             t1 = time.perf_counter()
             ttfb = t1 - t0
             nbytes_step = sum(int(batch[k].nbytes) for k in keys)
+            first_ints = np.asarray(ints)
         nbytes += nbytes_step
         if args.max_seconds > 0 and time.perf_counter() - t1 > args.max_seconds:
             partial = True
@@ -302,6 +341,10 @@ def _child(args: argparse.Namespace) -> None:
            "rows_per_second": (rows - B) / el, "bytes_per_second": (nbytes - nbytes_step) / el,
            "rows_per_second_with_first": rows / (el + (ttfb or 0.0)),
            "checksum": [int(x) for x in np.asarray(ints)], "features_sum": float(flt)}
+    if wl == "text":  # non-padding tokens delivered, the workload's measure
+        tokens = int(np.asarray(ints)[0])
+        out.update(tokens=tokens, tokens_per_second=(tokens - int(first_ints[0])) / el if steps else 0.0,
+                   tokens_per_second_with_first=tokens / (el + (ttfb or 0.0)))
     # The result is complete before teardown: Ray's shutdown right after an
     # iterator ends has crashed (a fatal check in its task manager, exit 1)
     # after a finished epoch; the parent reports such a run with its
@@ -348,13 +391,35 @@ def expected(workload: str, data: str) -> dict:
     return {"rows": rows, "checksum": [int(x) for x in ints], "features_sum": flt}
 
 
+def prepare_text(a: argparse.Namespace, s: dict, index: bool) -> dict:
+    """The text workload's corpus, tokenizer and expected checksum (and, for
+    meshfeed, its token-count index built once, timed); fills s["gen"],
+    s["text"] (what the children need) and s["index"]."""
+    print(f"compare: text: corpus and tokenizer in {s['data']} ...", file=sys.stderr, flush=True)
+    info = compare_text.prepare(a.binary, s["data"], s["rows"], s["files"], s["row_group_rows"])
+    s["gen"] = info["gen"]
+    s["text"] = {"tokenizer": info["tokenizer"], "eod": info["eod"]}
+    want = compare_text.expected(s["data"], info, s["batch"])
+    if want["docs"] != s["rows"]:
+        raise SystemExit(f"{s['data']} holds {want['docs']} documents, want {s['rows']}: remove it and rerun")
+    if index:
+        s["index"] = compare_text.build_index(a.binary, s["data"], info["tokenizer"])
+        print(f"compare: text: {s['index']['command']}: {s['index']['seconds']:.2f} s"
+              + (f" (failed: {s['index']['error']})" if "error" in s["index"] else ""), file=sys.stderr, flush=True)
+    return want
+
+
 def _run_child(name: str, wl: str, loop: str, a: argparse.Namespace, sizes: dict) -> dict:
     fd, res = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--workload", wl, "--loop", loop,
            "--data", sizes["data"], "--batch", str(sizes["batch"]), "--window", str(sizes["window"]),
-           "--grain-workers", str(a.grain_workers), "--max-seconds", str(a.max_seconds), "--result", res]
+           "--grain-workers", str(a.grain_workers), "--max-seconds", str(sizes["max_seconds"]), "--result", res]
+    if wl == "text":
+        cmd += ["--text-info", json.dumps(sizes["text"])]
     env = dict(os.environ, MESHFEED_BIN=a.binary)
+    if wl == "text":  # Ray's and Grain's worker processes import compare_text's functions
+        env["PYTHONPATH"] = os.pathsep.join(x for x in (HERE, env.get("PYTHONPATH")) if x)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
     sampler = bench_proc.TreeSampler(proc.pid, interval=0.1).start()
     cpu_start = cpu_end = None
@@ -382,6 +447,8 @@ def _run_child(name: str, wl: str, loop: str, a: argparse.Namespace, sizes: dict
     out["peak_memory_bytes"] = sampler.peak_bytes
     out["peak_rss_bytes"] = sampler.peak_rss_bytes
     out["cpu_seconds_per_gb"] = out["cpu_seconds"] / (out["bytes"] / 1e9) if out["bytes"] else 0.0
+    if "tokens" in out:
+        out["cpu_seconds_per_mtok"] = out["cpu_seconds"] / (out["tokens"] / 1e6) if out["tokens"] else 0.0
     return out
 
 
@@ -403,6 +470,8 @@ def check(r: dict, want: dict) -> str:
 
 FIELDS = ("rows_per_second", "bytes_per_second", "cpu_seconds_per_gb", "peak_memory_bytes", "peak_rss_bytes",
           "time_to_first_batch_s", "rows_per_second_with_first")
+# The text workload's, beside FIELDS.
+TEXT_FIELDS = ("tokens_per_second", "tokens_per_second_with_first", "cpu_seconds_per_mtok")
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -416,6 +485,12 @@ def summarize(runs: list[dict]) -> dict:
            "teardown_exit_status": next((r["teardown_exit_status"] for r in ok if r.get("teardown_exit_status")), 0)}
     for k in FIELDS:
         out[k] = statistics.median(r[k] for r in ok)
+    if "tokens_per_second" in ok[0]:
+        for k in ("tokens_per_second", "tokens_per_second_with_first"):
+            out[k + "_min"] = min(r[k] for r in ok)
+            out[k + "_max"] = max(r[k] for r in ok)
+        for k in TEXT_FIELDS:
+            out[k] = statistics.median(r[k] for r in ok)
     return out
 
 
@@ -425,15 +500,19 @@ def _utilization(a: argparse.Namespace, wl: str, sizes: dict, rate: float, kind:
     os.close(fd)
     cols = WORKLOADS[wl]["columns"]
     cmd = [sys.executable, "-m", "meshfeed", "bench", sizes["data"], "--global-batch-size", str(sizes["batch"]),
-           "--mesh", "data=8", "--columns", ",".join(cols), "--shuffle-window", str(meshfeed_window(sizes["window"])),
-           "--epochs", "1", "--x64", "--step", kind, "--step-ms", f"{step_ms:.3f}"]
+           "--mesh", "data=8"]
+    if wl == "text":
+        cmd += compare_text.utilization_args(sizes["text"])
+    else:
+        cmd += ["--columns", ",".join(cols), "--shuffle-window", str(meshfeed_window(sizes["window"]))]
+    cmd += ["--epochs", "1", "--x64", "--step", kind, "--step-ms", f"{step_ms:.3f}"]
     if wl == "tokens":
         cmd += ["--length", f"tokens={TOKENS_LEN}"]
     cmd += ["--json", res, "--no-progress"]
     env = dict(os.environ, MESHFEED_BIN=a.binary, PYTHONPATH=os.path.join(ROOT, "pyclient"))
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     shown = "python -m meshfeed bench " + " ".join(
-        os.path.relpath(x, ROOT) if x.startswith(ROOT) else x for x in cmd[4:-3])
+        os.path.relpath(x, ROOT) if x.startswith(ROOT) else x.replace(ROOT + os.sep, "") for x in cmd[4:-3])
     if r.returncode != 0:
         os.unlink(res)
         return {"error": r.stderr[-2000:] or r.stdout[-2000:], "command": shown}
@@ -524,8 +603,10 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default=os.path.join(ROOT, ".cache"), help="datasets go to CACHE/bench-compare-WORKLOAD")
     ap.add_argument("--max-seconds", type=float, default=10.0,
                     help="stop a run after this many seconds of streaming (its epoch is then partial, not checked); "
-                         "0: no cap")
-    ap.add_argument("--grain-workers", type=int, default=0, help="Grain mp_prefetch workers (0: in-process)")
+                         "0: no cap. The text workload's cap is at least its own (WORKLOADS), so that every "
+                         "loader's epoch is checked")
+    ap.add_argument("--grain-workers", type=int, default=0,
+                    help="Grain mp_prefetch workers (0: in-process; text: one per core)")
     ap.add_argument("--no-utilization", action="store_true", help="skip the `meshfeed bench` utilization runs")
     ap.add_argument("--util-repeats", type=int, default=3,
                     help="`meshfeed bench` runs of each utilization step (alternating); the median run is reported")
@@ -537,6 +618,7 @@ def main(argv=None) -> int:
     ap.add_argument("--loop", default="free", help=argparse.SUPPRESS)
     ap.add_argument("--data", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--result", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--text-info", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
         _child(a)
@@ -562,7 +644,9 @@ def main(argv=None) -> int:
         s = {"rows": a.rows or int(round(w["rows"] * a.scale)), "batch": a.batch or w["batch"],
              "files": a.files or w["files"], "row_group_rows": a.row_group_rows or w["row_group_rows"],
              "window": a.window or w["window"], "data": os.path.join(a.cache, f"bench-compare-{wl}")}
-        if s["rows"] % s["batch"] or s["batch"] % 8:
+        cap = w.get("max_seconds", 0.0)
+        s["max_seconds"] = a.max_seconds if a.max_seconds <= 0 or not cap else max(a.max_seconds, cap)
+        if s["batch"] % 8 or (wl != "text" and s["rows"] % s["batch"]):
             ap.error(f"{wl}: the batch {s['batch']} must divide the rows {s['rows']} and be a multiple of 8")
         s["gen"] = [a.binary, "gen", "--out", s["data"], "--rows", str(s["rows"]), "--files", str(s["files"]),
                     "--row-group-rows", str(s["row_group_rows"]), *w["gen"], "--compression", "snappy", "--if-absent"]
@@ -570,18 +654,23 @@ def main(argv=None) -> int:
     results, summary, util, want = [], {}, {}, {}
     for wl in workloads:
         s = plan[wl]
-        print(f"compare: {wl}: {' '.join(s['gen'])}", file=sys.stderr, flush=True)
-        subprocess.run(s["gen"], check=True, stdout=subprocess.DEVNULL)
-        want[wl] = expected(wl, s["data"])
-        if want[wl]["rows"] != s["rows"]:
-            raise SystemExit(f"{s['data']} holds {want[wl]['rows']} rows, want {s['rows']}: remove it and rerun")
+        if wl == "text":
+            want[wl] = prepare_text(a, s, "meshfeed" in loaders)
+        else:
+            print(f"compare: {wl}: {' '.join(s['gen'])}", file=sys.stderr, flush=True)
+            subprocess.run(s["gen"], check=True, stdout=subprocess.DEVNULL)
+            want[wl] = expected(wl, s["data"])
+            if want[wl]["rows"] != s["rows"]:
+                raise SystemExit(f"{s['data']} holds {want[wl]['rows']} rows, want {s['rows']}: remove it and rerun")
         runs: dict = {}
+        names = loaders_of(wl, loaders)
         for rep in range(a.repeats):
             for loop in loops:
-                for n in loaders:
+                for n in names:
                     if rep > 0 and n not in repeat:
                         continue
-                    print(f"compare: {wl}, {loop} loop, {LABELS[n]}, run {rep + 1} ...", file=sys.stderr, flush=True)
+                    print(f"compare: {wl}, {loop} loop, {label(wl, n)}, run {rep + 1} ...", file=sys.stderr,
+                          flush=True)
                     r = _run_child(n, wl, loop, a, s)
                     if r.get("partial") and r["rows"] == want[wl]["rows"]:
                         r["partial"] = False  # the cap struck after the last step: a whole epoch
@@ -589,11 +678,14 @@ def main(argv=None) -> int:
                     results.append(r)
                     runs.setdefault((loop, n), []).append(r)
                     print(f"compare:   {r.get('rows_per_second', 0):,.0f} rows/s, "
-                          f"{r.get('peak_memory_bytes', 0) / 2**20:,.0f} MiB, check {r['check']}"
+                          + (f"{r['tokens_per_second']:,.0f} tokens/s ({r['tokens_per_second_with_first']:,.0f} "
+                             f"over the epoch), " if "tokens_per_second" in r else "")
+                          + f"{r.get('peak_memory_bytes', 0) / 2**20:,.0f} MiB, check {r['check']}"
                           + (f"\n{r['error']}" if "error" in r else ""), file=sys.stderr, flush=True)
-        summary[wl] = {loop: [summarize(runs[(loop, n)]) for n in loaders] for loop in loops}
+        summary[wl] = {loop: [summarize(runs[(loop, n)]) for n in names] for loop in loops}
+        ref_name = "meshfeed" if wl == "text" else "meshfeed-shuffle"
         ref = next((r for r in summary[wl].get("free", summary[wl][loops[0]])
-                    if r["loader"] == "meshfeed-shuffle" and "error" not in r), None)
+                    if r["loader"] == ref_name and "error" not in r), None)
         if ref and not a.no_utilization:
             got: dict[str, list[dict]] = {"sleep": [], "compute": []}
             for i in range(a.util_repeats):  # alternating, like the loaders' runs
@@ -604,7 +696,7 @@ def main(argv=None) -> int:
             util[wl] = {kind: median_run(rs) for kind, rs in got.items()}
         # Written after every workload, so that an interrupted run keeps what it measured.
         elapsed = time.perf_counter() - t_start
-        report = render(a, plan, summary, util, results, machine, elapsed)
+        report = render(a, plan, summary, util, results, machine, elapsed, want)
         if a.json:
             os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
             with open(a.json, "w") as f:
@@ -617,12 +709,13 @@ def main(argv=None) -> int:
     return 1 if failed else 0
 
 
-def render(a, plan, summary, util, results, machine, elapsed) -> str:
-    """The BENCHMARKS.md section."""
+def render(a, plan, summary, util, results, machine, elapsed, want=None) -> str:
+    """The BENCHMARKS.md section: the method, then a subsection per workload
+    run, each naming its run (write_section keeps the subsections of the
+    workloads not run)."""
     out = [SECTION, ""]
-    out.append(f"Measured by `make bench-compare` (`benchmarks/compare.py`; workloads {', '.join(summary)} took "
-               f"{elapsed / 60:.1f} min) "
-               f"on {machine}. Versions: {_versions()}.")
+    out.append("Measured by `make bench-compare` (`benchmarks/compare.py`); each workload's subsection names the run "
+               "it comes from (machine, versions, repeats, time cap).")
     out.append("")
     out.append("Every loader streams one epoch (every row exactly once) into sharded `jax.Array`s on an 8-device "
                "CPU mesh (`P(\"data\")`, `jax_enable_x64` on), in its own process. rows/s and GB/s (bytes of the "
@@ -631,11 +724,10 @@ def render(a, plan, summary, util, results, machine, elapsed) -> str:
                "peak of the summed **PSS** of the loader's whole process tree (the training process, the meshfeed "
                "server, Ray's raylet/GCS/workers, Grain's workers; shared pages counted once; summed RSS is in the "
                "JSON), sampled 10 times a second; CPU seconds are the tree's, from building the pipeline to the end "
-               "of the epoch. "
-               f"Loaders {', '.join(x for x in a.repeat_loaders.split(',') if x)} ran {a.repeats} times each, "
-               "alternating with the others (each (workload, loop) round runs every loader once before the next "
-               "round); every figure is the median of its runs, the rows/s column also gives the range. Runs stop "
-               f"after {a.max_seconds:g} s of streaming (\"partial epoch\": rows/s still valid, not checksummed). "
+               "of the epoch. Loaders named in a run's --repeat-loaders run several times, alternating with the "
+               "others (each (workload, loop) round runs every loader once before the next round); every figure is "
+               "the median of its runs, the rows/s column also gives the range. A run stops at its time cap "
+               "(\"partial epoch\": rows/s still valid, not checksummed). "
                "The plain loop, Ray's collate_fn and Grain's per-row map turn record batches into numpy as a "
                "user would (benchmarks/compare.py `host_arrays`, `grain_row`): vectorized padding of tokens, "
                "`to_numpy_ndarray` of images.")
@@ -644,23 +736,41 @@ def render(a, plan, summary, util, results, machine, elapsed) -> str:
         out.append("")
         out.append(f"### Workload: {wl}")
         out.append("")
+        names = [r["loader"] for r in next(iter(loops.values()))]
+        rep_names = [x for x in a.repeat_loaders.split(",") if x in names] if a.repeats > 1 else []
+        out.append(f"Run: `benchmarks/compare.py` (workloads {', '.join(summary)} took {elapsed / 60:.1f} min) on "
+                   f"{machine}. Versions: {_versions()}. "
+                   + (f"Loaders {', '.join(rep_names)} ran {a.repeats} times each, the others once; " if rep_names
+                      else "Every loader ran once; ")
+                   + (f"runs stop after {s['max_seconds']:g} s of streaming." if s["max_seconds"] > 0
+                      else "no time cap."))
+        out.append("")
         gen = " ".join(os.path.relpath(x, ROOT) if x.startswith(ROOT) else x for x in s["gen"])
-        out.append(f"Dataset `{gen}`: {s['rows']:,} rows of {w['what']}, snappy, {s['files']} files, row groups of "
-                   f"{s['row_group_rows']:,} rows. Global batch {s['batch']:,}; where shuffled, every loader holds "
-                   f"{s['window']:,} rows for shuffling (Ray's local shuffle buffer, Grain's window, meshfeed's "
-                   f"{DEVICES} per-stream windows of {meshfeed_window(s['window']):,} rows).")
+        if wl == "text":
+            out.append(compare_text.dataset_paragraph(gen, s, w["what"], (want or {}).get(wl, {})))
+        else:
+            out.append(f"Dataset `{gen}`: {s['rows']:,} rows of {w['what']}, snappy, {s['files']} files, row groups "
+                       f"of {s['row_group_rows']:,} rows. Global batch {s['batch']:,}; where shuffled, every loader "
+                       f"holds {s['window']:,} rows for shuffling (Ray's local shuffle buffer, Grain's window, "
+                       f"meshfeed's {DEVICES} per-stream windows of {meshfeed_window(s['window']):,} rows).")
         for loop, rows in loops.items():
             out.append("")
             out.append(f"{wl}, {LOOP_LABELS[loop]}:")
             out.append("")
-            out.append(fmt_table(rows))
+            out.append(compare_text.fmt_table(rows) if wl == "text" else fmt_table(rows))
+        if wl == "text" and (line := compare_text.index_line(s, loops, (want or {}).get(wl, {}))):
+            out.append("")
+            out.append(line)
         mine = [r for r in results if r["workload"] == wl]
         good = sum(r["check"] == "ok" for r in mine)
         part = [f"{r['loop']}/{r['loader']} ({r['rows']:,} rows)" for r in mine if r.get("partial")]
         bad = [f"{r['loop']}/{r['loader']}: {r['check']}" for r in mine if r["check"] != "ok" and not r.get("partial")]
         out.append("")
-        out.append("Rows and checksums (row count; sums of id, id², then label / lengths and tokens / pixels; sum "
-                   f"of features) against the files read directly with pyarrow: {good} of {len(mine)} runs ok"
+        what = ("Rows and checksums (" + ", ".join(compare_text.CHECKSUM) + ") against `tokenizers` encoding "
+                "every document of the files" if wl == "text" else
+                "Rows and checksums (row count; sums of id, id², then label / lengths and tokens / pixels; sum "
+                "of features) against the files read directly with pyarrow")
+        out.append(f"{what}: {good} of {len(mine)} runs ok"
                    + (f"; stopped at the time cap, not checked: {', '.join(part)}" if part else "")
                    + (f"; **failed**: {'; '.join(bad)}" if bad else "") + ".")
         for kind, u in util.get(wl, {}).items():
@@ -669,8 +779,9 @@ def render(a, plan, summary, util, results, machine, elapsed) -> str:
                 out.append(f"- utilization with a {kind} step: the run failed: "
                            f"`{(u['error'].strip().splitlines() or [''])[-1]}`")
                 continue
-            out.append(f"- `{u['command']}` (a {kind} step of {u['step_ms']:.2f} ms = 80% of meshfeed's (shuffle "
-                       f"window) free-loop rate above): utilization **{100 * u['utilization']:.2f}%**"
+            which = "" if wl == "text" else " (shuffle window)"
+            out.append(f"- `{u['command']}` (a {kind} step of {u['step_ms']:.2f} ms = 80% of meshfeed's{which} "
+                       f"free-loop rate above): utilization **{100 * u['utilization']:.2f}%**"
                        + _util_spread(u) + ", data wait "
                        f"per step p50 {u['wait_p50_ms']:.3f} ms, p99 {u['wait_p99_ms']:.3f} ms; "
                        f"{u['rows_per_second']:,.0f} rows/s; peak RSS client "
@@ -679,7 +790,8 @@ def render(a, plan, summary, util, results, machine, elapsed) -> str:
                        f"unaligned_transfers {u.get('unaligned_transfers')}.")
         out.append("")
         out.append(f"{wl} against the issue's targets (computed by compare.py from the medians above):")
-        out.extend(targets(loops, util.get(wl, {}), wl))
+        out.extend(compare_text.targets(loops, util.get(wl, {})) if wl == "text" else
+                   targets(loops, util.get(wl, {}), wl))
     out.append("")
     return "\n".join(out)
 
@@ -690,9 +802,7 @@ def targets(loops: dict, util: dict, wl: str) -> list[str]:
     shuffle window against Ray shuffled."""
     lines = []
     want_plain = 3.0 if wl == "images" else 1.5
-
-    def verdict(ok: bool, how: str) -> str:
-        return "**met**" if ok else f"**missed** ({how})"
+    verdict = compare_text.verdict
     for loop, rows in loops.items():
         by = {r["loader"]: r for r in rows if "error" not in r}
         for mine, other, want in (("meshfeed", "plain", want_plain), ("meshfeed-shuffle", "ray-shuffle", 2.0)):
@@ -743,9 +853,24 @@ def _util_spread(u: dict) -> str:
     return f" (median of {len(rs)} runs: {100 * min(rs):.2f}-{100 * max(rs):.2f}%{failed})"
 
 
+WORKLOAD_HEAD = "### Workload: "
+
+
+def _section_parts(section: str) -> tuple[str, dict[str, str], str]:
+    """A section's head (down to its first workload), its workload
+    subsections by name, and its hand-written NOTES ("" when absent)."""
+    k = section.find(NOTES)
+    body, notes = (section[:k], section[k:]) if k >= 0 else (section, "")
+    chunks = body.split("\n" + WORKLOAD_HEAD)
+    subs = {c.split("\n", 1)[0].strip(): WORKLOAD_HEAD + c for c in chunks[1:]}
+    return chunks[0], subs, notes
+
+
 def write_section(path: str, section: str) -> None:
     """Replaces the section in path (from its heading to the next "## "
-    heading or the end), keeping its NOTES subsection, or appends it."""
+    heading or the end) with this one, keeping the old section's workload
+    subsections that this one lacks (a run of some workloads) and its NOTES
+    subsection, or appends it."""
     text = open(path).read() if os.path.exists(path) else ""
     i = text.find(SECTION)
     if i < 0:
@@ -753,9 +878,14 @@ def write_section(path: str, section: str) -> None:
     else:
         j = text.find("\n## ", i + len(SECTION))
         old = text[i:j + 1] if j >= 0 else text[i:]
-        k = old.find(NOTES)
-        if k >= 0:  # keep the hand-written notes
-            section = section.rstrip("\n") + "\n\n" + old[k:].rstrip("\n") + "\n"
+        head, subs, _ = _section_parts(section)
+        _, old_subs, notes = _section_parts(old)
+        names = list(WORKLOADS) + [n for n in {**old_subs, **subs} if n not in WORKLOADS]
+        parts = [head.rstrip("\n")] + [(subs.get(n) or old_subs[n]).rstrip("\n") for n in names
+                                        if n in subs or n in old_subs]
+        if notes:  # keep the hand-written notes
+            parts.append(notes.rstrip("\n"))
+        section = "\n\n".join(parts) + "\n"
         text = text[:i] + section + (("\n" + text[j + 1:]) if j >= 0 else "")
     with open(path, "w") as f:
         f.write(text.rstrip("\n") + "\n")

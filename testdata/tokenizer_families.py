@@ -34,12 +34,12 @@ GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
 BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
 
 
-def gpt2(texts: Iterable[str]) -> str:
+def gpt2(texts: Iterable[str], vocab: int = VOCAB) -> str:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=True)
-    tr = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<|endoftext|>"],
+    tr = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"],
                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(texts, tr)
     return tok.to_str()

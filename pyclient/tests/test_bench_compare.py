@@ -108,3 +108,166 @@ def test_utilization_reports_the_median_run():
     assert compare._util_spread(m) == " (median of 3 runs: 91.00-97.00%, 1 failed)"
     assert compare.median_run([{"utilization": 0.5}, {"utilization": 0.6}])["utilization"] == 0.5  # lower middle
     assert "error" in compare.median_run([{"error": "x"}])
+
+
+# -- the text workload (benchmarks/compare_text.py) ------------------------------
+
+import compare_text  # noqa: E402
+
+
+def _row_model(docs: list[list[int]], eod: int, rows: int, length: int) -> list[tuple]:
+    """Concatenate-then-split by a loop over tokens: the steps of `rows` rows
+    of `length` (tokens, segment ids, positions), the last padded."""
+    stream = [(t, d) for d, ids in enumerate(docs) for t in ids + [eod]]
+    out, n = [], rows * length
+    for s0 in range(0, len(stream), n):
+        tok, seg, pos = (np.zeros((rows, length), np.int32) for _ in range(3))
+        for r in range(rows):
+            piece, prev_doc, p = 0, None, 0
+            for c in range(length):
+                i = s0 + r * length + c
+                if i >= len(stream):
+                    break
+                t, d = stream[i]
+                if d != prev_doc:
+                    piece, prev_doc, p = piece + 1, d, 0
+                tok[r, c], seg[r, c], pos[r, c] = t, piece, p
+                p += 1
+        out.append((tok, seg, pos))
+    return out
+
+
+def test_concat_split_against_a_row_model():
+    seed = int(os.environ.get("MESHFEED_SEED", random.randrange(1 << 30)))
+    print(f"MESHFEED_SEED={seed}")
+    rng = np.random.default_rng(seed)
+    eod, rows, length = 7, 2, 16
+    docs = [rng.integers(8, 100, rng.integers(0, 40)).tolist() for _ in range(60)]
+    pack = compare_text.ConcatSplit(rows, length)
+    got, i = [], 0
+    while i < len(docs):  # documents arrive in batches of any size
+        k = int(rng.integers(0, 9))
+        flat = np.asarray([t for ids in docs[i:i + k] for t in ids + [eod]], np.int32)
+        got += list(pack.add(flat, np.asarray([len(ids) + 1 for ids in docs[i:i + k]], np.int64)))
+        i += k
+    got += list(pack.finish())
+    want = _row_model(docs, eod, rows, length)
+    assert len(got) == len(want), seed
+    for g, w in zip(got, want):
+        for a, b in zip(g, w):
+            assert a.dtype == np.int32 and np.array_equal(a, b), (seed, a, b)
+
+
+def _text_acc(steps, eod):
+    import jax
+    import jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
+    acc = compare_text.make_acc(jax, jnp, eod)
+    ints = jnp.zeros((len(compare_text.CHECKSUM),), jnp.int64)
+    for tok, seg, pos in steps:
+        ints = acc(ints, dict(zip(compare_text.KEYS, (tok, seg, pos))))
+    return [int(x) for x in np.asarray(ints)]
+
+
+def test_text_checksum_counts_tokens_and_catches_a_bad_layout():
+    """The text checksum sums what the model says, and a layout a loader got
+    wrong (a position, a segment id, padding, a piece not after the
+    end-of-text token) is counted as a violation, not passed."""
+    eod, rows, length = 3, 2, 8
+    docs = [[10, 11, 12], [20] * 9, [], [30, 31]]
+    steps = _row_model(docs, eod, rows, length)
+    flat = [t for d in docs for t in d + [eod]]
+    assert _text_acc(steps, eod) == [len(flat), sum(flat), sum(t * t for t in flat), len(docs),
+                                      -(-len(flat) // length), 0]
+
+    def broken(k: int, fix) -> list:
+        out = [tuple(a.copy() for a in s) for s in steps]
+        fix(*out[k])
+        return out
+
+    def pos_off(tok, seg, pos):
+        pos[0, 5] += 1
+
+    def seg_skip(tok, seg, pos):
+        seg[0, 4:] += (seg[0, 4:] > 0)
+
+    def pad_nonzero(tok, seg, pos):
+        tok[1, 7] = 5  # a padding token (the last row's end) that is not zero
+
+    def no_eod(tok, seg, pos):
+        tok[0, 3] = 99  # the end-of-text token before the second document
+
+    for name, k, fix in (("position", 0, pos_off), ("segment", 0, seg_skip), ("padding", 1, pad_nonzero),
+                         ("end-of-text", 0, no_eod)):
+        assert _text_acc(broken(k, fix), eod)[5] > 0, name
+
+
+def test_write_section_keeps_the_workloads_not_run(tmp_path):
+    """A run of some workloads (`--workloads text`) replaces their
+    subsections and the section's head, keeps the other workloads' and the
+    hand-written notes."""
+    md = tmp_path / "BENCHMARKS.md"
+    md.write_text(f"# B\n\n{compare.SECTION}\n\nold head\n\n### Workload: tabular\n\nold tabular\n\n"
+                  f"### Workload: text\n\nold text\n\n{compare.NOTES}\n\nby hand\n\n## Later\n\nstays\n")
+    compare.write_section(str(md), f"{compare.SECTION}\n\nnew head\n\n### Workload: images\n\nnew images\n\n"
+                                    "### Workload: text\n\nnew text\n")
+    text = md.read_text()
+    for kept in ("new head", "old tabular", "new images", "new text", "by hand", "## Later\n\nstays"):
+        assert kept in text, kept
+    for gone in ("old head", "old text"):
+        assert gone not in text, gone
+    order = [text.index(x) for x in ("new head", "old tabular", "new images", "new text", "by hand", "## Later")]
+    assert order == sorted(order), text
+
+
+TEXT_SMOKE_LOADERS = ("meshfeed", "plain")
+
+
+def test_compare_text_smoke(tmp_path, binary):
+    """The text workload on a tiny corpus: every loader runnable here (Ray
+    and Grain live in .venv-bench) delivers the epoch the `tokenizers` model
+    says, in both loops, and the report carries its table and targets."""
+    md = tmp_path / "BENCHMARKS.md"
+    out = tmp_path / "compare.json"
+    env = dict(os.environ, MESHFEED_BIN=binary, PYTHONPATH=str(ROOT / "pyclient"))
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compare.py"), "--workloads", "text",
+                        "--loaders", ",".join(TEXT_SMOKE_LOADERS), "--loops", "free,wait", "--repeats", "1",
+                        "--rows", "60", "--batch", "8", "--files", "2", "--row-group-rows", "20", "--max-seconds", "0",
+                        "--no-utilization", "--cache", str(tmp_path), "--binary", binary, "--json", str(out),
+                        "--write", str(md)], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, f"compare.py failed ({r.returncode}):\n{r.stdout}\n{r.stderr[-4000:]}"
+    rep = json.loads(out.read_text())
+    want = rep["expected"]["text"]
+    assert want["docs"] == 60 and want["checksum"][3] >= 60 and want["checksum"][5] == 0
+    assert want["packed_rows"] == -(-want["tokens"] // compare_text.LENGTH)
+    got = {(x["loop"], x["loader"]): x for x in rep["results"]}
+    assert set(got) == {(loop, n) for loop in ("free", "wait") for n in TEXT_SMOKE_LOADERS}, sorted(got)
+    for key, x in got.items():
+        assert x["check"] == "ok" and x["checksum"] == want["checksum"] and x["tokens"] == want["tokens"], key
+        assert x["tokens_per_second"] > 0 and x["cpu_seconds_per_mtok"] > 0, key
+    text = md.read_text()
+    assert text.count(compare_text.TABLE_HEAD) == 2 and "### Workload: text" in text
+    assert "tokens/s over the epoch, meshfeed >= 2x the best baseline" in text
+    assert rep["plan"]["text"]["index"].get("error") is None  # meshfeed index over the corpus
+    assert "meshfeed plans its steps from the token-count index" in text
+
+
+def test_bench_tokenizer_and_pack_flags():
+    """compare.py's text utilization runs tokenize and pack through `meshfeed
+    bench --tokenizer NAME=PATH --pack NAME=concat`."""
+    from meshfeed import Column
+    from meshfeed._src.bench import column_options, parse_args
+    a = parse_args(["d", "--columns", "text,id", "--length", "text=2048", "--tokenizer", "text=/t.json",
+                    "--pack", "text=concat"])
+    assert column_options(a) == {"text": Column(tokenizer="/t.json", length=2048, pack="concat"), "id": None}
+    a = parse_args(["d", "--columns", "text", "--tokenizer", "text=/t.json"])
+    assert column_options(a) == {"text": Column(tokenizer="/t.json")}
+    a = parse_args(["d", "--columns", "tokens", "--length", "tokens=8"])
+    assert column_options(a) == {"tokens": Column(length=8, overflow="truncate")}
+    assert column_options(parse_args(["d", "--columns", "a,b"])) == ["a", "b"]
+    for bad in (["--tokenizer", "text=/t.json"], ["--columns", "id", "--tokenizer", "text=/t.json"],
+                ["--columns", "text", "--tokenizer", "text"], ["--columns", "text", "--tokenizer", "text=/t",
+                                                               "--pack", "text=concat"],
+                ["--columns", "text", "--length", "text=8", "--pack", "text=concat"]):
+        with pytest.raises(SystemExit):
+            parse_args(["d", *bad])

@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--length", action="append", default=[], metavar="NAME=L",
                    help="give list column NAME the static length L (meshfeed.Column(length=L, "
                         "overflow='truncate')); repeatable; NAME must be in --columns")
+    p.add_argument("--tokenizer", action="append", default=[], metavar="NAME=PATH",
+                   help="tokenize string column NAME with tokenizer.json PATH (meshfeed.Column(tokenizer=PATH)); "
+                        "repeatable; NAME must be in --columns")
+    p.add_argument("--pack", action="append", default=[], metavar="NAME=concat",
+                   help="pack tokenized column NAME by concatenate-then-split into rows of its --length "
+                        "(meshfeed.Column(pack='concat')); needs --tokenizer and --length for NAME")
     p.add_argument("--last-batch", choices=("drop", "pad", "raise"), default="drop", help="final-batch policy")
     p.add_argument("--shuffle-window", type=int, default=0, help="shuffle window in rows (0: file order, no shuffle)")
     p.add_argument("--seed", type=int, default=0, help="shuffle seed")
@@ -169,7 +175,42 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         if a.column_list is None or name.strip() not in a.column_list:
             p.error(f"--length {item!r}: name the column in --columns too")
         a.lengths[name.strip()] = int(n)
+    a.tokenizers, a.packs = {}, {}
+    for flag, items, out in (("--tokenizer", a.tokenizer, a.tokenizers), ("--pack", a.pack, a.packs)):
+        for item in items:
+            name, sep, value = (x.strip() for x in item.partition("="))
+            if not sep or not name or not value:
+                p.error(f"{flag} {item!r}: want NAME=VALUE, e.g. text=tokenizer.json or text=concat")
+            if a.column_list is None or name not in a.column_list:
+                p.error(f"{flag} {item!r}: name the column in --columns too")
+            out[name] = value
+    for name in a.packs:
+        if name not in a.tokenizers or name not in a.lengths:
+            p.error(f"--pack {name}={a.packs[name]}: give --tokenizer {name}=PATH and --length {name}=L too")
     return a
+
+
+def column_options(a: argparse.Namespace) -> Any:
+    """The Loader's columns: the --columns list, or a dict of meshfeed.Column
+    where --length, --tokenizer or --pack shape one."""
+    from .config import Column
+    shaped = set(a.lengths) | set(a.tokenizers)
+    if not shaped:
+        return a.column_list
+    out: dict[str, Any] = {}
+    for c in a.column_list:
+        if c not in shaped:
+            out[c] = None
+            continue
+        kw: dict[str, Any] = {"length": a.lengths.get(c, 0)}
+        if c in a.tokenizers:
+            kw["tokenizer"] = a.tokenizers[c]
+        if c in a.packs:
+            kw["pack"] = a.packs[c]
+        elif c in a.lengths:
+            kw["overflow"] = "truncate"
+        out[c] = Column(**kw)
+    return out
 
 
 def load_transform(spec: str) -> Any:
@@ -424,7 +465,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     import jax
 
     from .bench_step import make_step
-    from .config import Column, ServerOptions, Shuffle
+    from .config import ServerOptions, Shuffle
     from .loader import Loader
 
     def mixture_spec(path: str) -> Any:
@@ -447,10 +488,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         shuffle = Shuffle(seed=a.seed, window=a.shuffle_window) if a.shuffle_window > 0 else None
         cpu0 = time.process_time()
         t_start = time.perf_counter()
-        columns = a.column_list
-        if a.lengths:
-            columns = {c: Column(length=a.lengths[c], overflow="truncate") if c in a.lengths else None
-                       for c in a.column_list}
+        columns = column_options(a)
         data: Any = uris
         if a.mixture is not None:  # a mixture is one pass; its sources carry columns and shuffles
             data, columns, shuffle = mixture_spec(a.mixture), None, None
