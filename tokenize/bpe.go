@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"hash/maphash"
 	"strings"
 	"unicode/utf8"
 )
@@ -25,6 +26,9 @@ type bpe struct {
 	// what follows, so a long word is encoded in parts split there (exactly
 	// as a whole, and through the word cache). See splitsAtMetaspace.
 	boundary string
+	// cache holds the ids of words already merged, for every goroutine
+	// (wordcache.go).
+	cache *wordCache
 }
 
 // splitsAtMetaspace reports whether a SentencePiece-style vocabulary lets
@@ -42,12 +46,6 @@ func splitsAtMetaspace(vocab map[string]int32) bool {
 	return true
 }
 
-// bpeCacheMax bounds each encoder's word cache; it is emptied when full.
-const (
-	bpeCacheMax     = 1 << 16
-	bpeCacheMaxWord = 256
-)
-
 // symbol is one part of a word while merging: a linked list over the word.
 type symbol struct {
 	id         int32
@@ -56,11 +54,11 @@ type symbol struct {
 }
 
 type bpeScratch struct {
-	syms  []symbol
-	heap  []mergeEntry
-	ranks []uint64
-	cache map[string]uint64 // word -> offset<<32 | count into cacheIDs
-	ids   []int32
+	syms   []symbol
+	heap   []mergeEntry
+	ranks  []uint64
+	arena  cacheArena // the word cache entries this goroutine publishes
+	merged int        // words merged (cache misses and words too long to cache)
 }
 
 type mergeEntry struct {
@@ -107,22 +105,18 @@ func (m *bpe) encodePart(sc *scratch, w string, dst []int32) []int32 {
 		}
 	}
 	bs := &sc.bpe
-	if len(w) <= bpeCacheMaxWord {
-		if v, ok := bs.cache[w]; ok {
-			return append(dst, bs.ids[v>>32:v>>32+v&0xffffffff]...)
-		}
+	if len(w) > wordCacheMaxWord {
+		bs.merged++
+		return m.merge(bs, w, dst)
 	}
+	h := maphash.String(m.cache.seed, w)
+	if ids, ok := m.cache.get(w, h); ok {
+		return append(dst, ids...)
+	}
+	bs.merged++
 	mark := len(dst)
 	dst = m.merge(bs, w, dst)
-	if len(w) <= bpeCacheMaxWord {
-		if bs.cache == nil || len(bs.cache) >= bpeCacheMax {
-			bs.cache = make(map[string]uint64, 1024)
-			bs.ids = bs.ids[:0]
-		}
-		off := len(bs.ids)
-		bs.ids = append(bs.ids, dst[mark:]...)
-		bs.cache[strings.Clone(w)] = uint64(off)<<32 | uint64(len(dst)-mark)
-	}
+	m.cache.put(&bs.arena, w, h, dst[mark:])
 	return dst
 }
 

@@ -17,8 +17,8 @@ type model interface {
 }
 
 // Tokenizer encodes text as a tokenizer.json says. It is safe for concurrent
-// use; each call borrows per-goroutine scratch space (buffers and the BPE word
-// cache) from a pool.
+// use; each call borrows per-goroutine scratch space (buffers) from a pool,
+// and every goroutine shares the BPE model's word cache (wordcache.go).
 type Tokenizer struct {
 	added      *addedSet // added tokens matched on the raw text (normalized: false)
 	addedNorm  *addedSet // added tokens matched on normalized text (normalized: true)
@@ -44,7 +44,7 @@ type scratch struct {
 	spans  []span     // matches of a span split
 	buf    []byte     // WordPiece's "##" + candidate
 	best   []bestNode // Unigram's lattice
-	bpe    bpeScratch
+	bpe    bpeScratch // BPE's merge state, and its entries of the shared word cache
 }
 
 func (t *Tokenizer) getScratch() *scratch {
@@ -56,6 +56,18 @@ func (t *Tokenizer) getScratch() *scratch {
 		return sc
 	}
 	return &scratch{}
+}
+
+// mergedWords is the number of words the BPE model merged (not found in
+// its word cache) on the idle scratch areas, for benchmarks.
+func (t *Tokenizer) mergedWords() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, sc := range t.free {
+		n += sc.bpe.merged
+	}
+	return n
 }
 
 func (t *Tokenizer) putScratch(sc *scratch) {
