@@ -10,7 +10,9 @@ import (
 // by every goroutine encoding with one Tokenizer, so that a word is merged
 // once however many workers meet it. Before it was shared, each worker warmed
 // its own cache, and two workers spent up to 1.4 times one worker's CPU on a
-// short run (BENCHMARKS.md, Tokenization).
+// short run (BENCHMARKS.md, Tokenization). Each goroutine still looks a word
+// up in its own map first (bpeScratch.cache, filled from this one): a Go map
+// of its own words is faster to hit than this table of a million bytes.
 //
 // It is an insert-only open-addressing table of atomic pointers: a lookup
 // takes no lock and writes nothing (a hash, loads and a string comparison);
@@ -47,29 +49,31 @@ func newWordCache() *wordCache {
 	return c
 }
 
-// get returns the cached ids of w (h is its hash).
-func (c *wordCache) get(w string, h uint64) ([]int32, bool) {
+// get returns the entry of w (h is its hash), nil if w is not cached.
+func (c *wordCache) get(w string, h uint64) *cacheEntry {
 	t := c.table.Load()
 	for i, p := h, 0; p < wordCacheProbes; i, p = i+1, p+1 {
 		e := t.slots[i&(wordCacheSlots-1)].Load()
 		if e == nil {
-			return nil, false
+			return nil
 		}
 		if e.hash == h && e.key == w {
-			return e.ids, true
+			return e
 		}
 	}
-	return nil, false
+	return nil
 }
 
-// put publishes the ids of w; another goroutine may have published w first
-// (the same ids: the cache is a function of the word).
-func (c *wordCache) put(arena *cacheArena, w string, h uint64, ids []int32) {
+// put publishes the ids of w and returns its entry; another goroutine may
+// have published w first (the same ids: the cache is a function of the
+// word), and then that entry is returned. nil: not cached (the table was
+// replaced meanwhile, or the word's slots are taken).
+func (c *wordCache) put(arena *cacheArena, w string, h uint64, ids []int32) *cacheEntry {
 	t := c.table.Load()
 	if t.n.Load() >= wordCacheMax {
 		fresh := new(wordTable)
 		if !c.table.CompareAndSwap(t, fresh) {
-			return // another goroutine replaced it: this word is cached next time
+			return nil // another goroutine replaced it: this word is cached next time
 		}
 		t = fresh
 	}
@@ -83,14 +87,15 @@ func (c *wordCache) put(arena *cacheArena, w string, h uint64, ids []int32) {
 			}
 			if slot.CompareAndSwap(nil, e) {
 				t.n.Add(1)
-				return
+				return e
 			}
 			cur = slot.Load()
 		}
 		if cur.hash == h && cur.key == w {
-			return
+			return cur
 		}
 	}
+	return nil
 }
 
 // cacheArena is one goroutine's memory for the entries it publishes: entries

@@ -30,8 +30,8 @@ func TestWordCacheShared(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("second scratch: %v, want %v", got, want)
 	}
-	if m.cache.words() != n {
-		t.Errorf("the second scratch merged the word again: %d words cached, want %d", m.cache.words(), n)
+	if m.cache.words() != n || b.bpe.merged != 0 {
+		t.Errorf("the second scratch merged %d words again: %d words cached, want %d", b.bpe.merged, m.cache.words(), n)
 	}
 }
 
@@ -44,12 +44,12 @@ func TestWordCacheCollisions(t *testing.T) {
 	}
 	c.put(&ar, "w2", 7, []int32{99}) // already there: kept as it was
 	for i := range 5 {
-		ids, ok := c.get(fmt.Sprint("w", i), 7)
-		if !ok || !slices.Equal(ids, []int32{int32(i), 100}) {
-			t.Errorf("get(w%d) = %v, %v; want [%d 100]", i, ids, ok, i)
+		e := c.get(fmt.Sprint("w", i), 7)
+		if e == nil || !slices.Equal(e.ids, []int32{int32(i), 100}) {
+			t.Errorf("get(w%d) = %+v; want ids [%d 100]", i, e, i)
 		}
 	}
-	if _, ok := c.get("w5", 7); ok {
+	if c.get("w5", 7) != nil {
 		t.Error("get(w5) hit a word never put")
 	}
 	if c.words() != 5 {
@@ -69,8 +69,8 @@ func TestWordCacheFull(t *testing.T) {
 		t.Errorf("%d words after %d puts, want 3 (the table emptied at %d)", n, wordCacheMax+3, wordCacheMax)
 	}
 	w := fmt.Sprint(wordCacheMax + 2)
-	if ids, ok := c.get(w, hashOf(c, w)); !ok || ids[0] != wordCacheMax+2 {
-		t.Errorf("get(%s) = %v, %v after the reset", w, ids, ok)
+	if e := c.get(w, hashOf(c, w)); e == nil || e.ids[0] != wordCacheMax+2 {
+		t.Errorf("get(%s) = %+v after the reset", w, e)
 	}
 }
 
@@ -97,14 +97,17 @@ func TestWordCacheConcurrent(t *testing.T) {
 			for range 20000 {
 				w := fmt.Sprint(rng.IntN(3000)) // words shared between goroutines
 				h := hashOf(c, w)
-				if ids, ok := c.get(w, h); ok {
-					if !slices.Equal(ids, idsOf(w)) {
-						errs <- fmt.Sprintf("get(%q) = %v, want %v", w, ids, idsOf(w))
+				if e := c.get(w, h); e != nil {
+					if !slices.Equal(e.ids, idsOf(w)) {
+						errs <- fmt.Sprintf("get(%q) = %v, want %v", w, e.ids, idsOf(w))
 						return
 					}
 					continue
 				}
-				c.put(&ar, w, h, idsOf(w))
+				if e := c.put(&ar, w, h, idsOf(w)); e != nil && (e.key != w || !slices.Equal(e.ids, idsOf(w))) {
+					errs <- fmt.Sprintf("put(%q) = %+v, want its ids %v", w, e, idsOf(w))
+					return
+				}
 			}
 		}()
 	}
