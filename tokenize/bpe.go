@@ -117,14 +117,19 @@ func (m *bpe) encodePart(sc *scratch, w string, dst []int32) []int32 {
 		return append(dst, bs.ids[v>>32:v>>32+v&0xffffffff]...)
 	}
 	mark := len(dst)
-	h := maphash.String(m.cache.seed, w)
-	e := m.cache.get(w, h)
-	if e != nil {
-		dst = append(dst, e.ids...)
+	var e *cacheEntry
+	if sc.share {
+		h := maphash.String(m.cache.seed, w)
+		if e = m.cache.get(w, h); e != nil {
+			dst = append(dst, e.ids...)
+		} else {
+			bs.merged++
+			dst = m.merge(bs, w, dst)
+			e = m.cache.put(&bs.arena, w, h, dst[mark:])
+		}
 	} else {
 		bs.merged++
 		dst = m.merge(bs, w, dst)
-		e = m.cache.put(&bs.arena, w, h, dst[mark:])
 	}
 	var key string
 	if e != nil {

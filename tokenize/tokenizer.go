@@ -50,6 +50,10 @@ type scratch struct {
 	// each row's end in outIDs.
 	outIDs  []int32
 	outEnds []int64
+	// share: this goroutine is one of several encoding one batch; words it
+	// does not know go through the word cache they share (wordcache.go).
+	// A goroutine encoding alone does not pay for publishing its words.
+	share bool
 }
 
 func (t *Tokenizer) getScratch() *scratch {
@@ -201,13 +205,14 @@ func (t *Tokenizer) encodeChunks(values []int32, offsets []int64, n, workers int
 	scs := make([]*scratch, workers)
 	for g := range scs {
 		scs[g] = t.getScratch()
-		scs[g].outIDs, scs[g].outEnds = scs[g].outIDs[:0], scs[g].outEnds[:0]
+		scs[g].outIDs, scs[g].outEnds, scs[g].share = scs[g].outIDs[:0], scs[g].outEnds[:0], true
 	}
 	defer func() {
 		for _, sc := range scs {
 			if cap(sc.outIDs) > maxKeptIDs { // a huge batch's buffers are not kept
 				sc.outIDs, sc.outEnds = nil, nil
 			}
+			sc.share = false
 			t.putScratch(sc)
 		}
 	}()

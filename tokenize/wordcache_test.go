@@ -19,7 +19,7 @@ var wordCacheSeed = flag.Uint64("wordcache.seed", 0, "seed of TestWordCacheConcu
 func TestWordCacheShared(t *testing.T) {
 	tk := mustParse(t, tiny(tinyBPE, ""))
 	m := tk.model.(*bpe)
-	a, b := &scratch{}, &scratch{}
+	a, b := &scratch{share: true}, &scratch{share: true}
 	const text = "abcab"
 	want := tk.encode(a, nil, text, false)
 	n := m.cache.words()
