@@ -18,8 +18,9 @@ type model interface {
 }
 
 // Tokenizer encodes text as a tokenizer.json says. It is safe for concurrent
-// use; each call borrows per-goroutine scratch space (buffers) from a pool,
-// and every goroutine shares the BPE model's word cache (wordcache.go).
+// use; each call borrows per-goroutine scratch space (buffers and a BPE word
+// cache) from a pool, and the goroutines of one EncodeBatch share the BPE
+// model's word cache (wordcache.go).
 type Tokenizer struct {
 	added      *addedSet // added tokens matched on the raw text (normalized: false)
 	addedNorm  *addedSet // added tokens matched on normalized text (normalized: true)

@@ -6,9 +6,10 @@ import (
 	"sync/atomic"
 )
 
-// The BPE word cache: the ids of each word (pre-token) already merged, shared
-// by every goroutine encoding with one Tokenizer, so that a word is merged
-// once however many workers meet it. Before it was shared, each worker warmed
+// The shared BPE word cache: the ids of each word (pre-token) already merged,
+// shared by the goroutines that encode a batch together (EncodeBatch with
+// several workers; scratch.share), so that a word is merged once however many
+// workers meet it. Before it was shared, each worker warmed
 // its own cache, and two workers spent up to 1.4 times one worker's CPU on a
 // short run (BENCHMARKS.md, Tokenization). Each goroutine still looks a word
 // up in its own map first (bpeScratch.cache, filled from this one): a Go map
