@@ -1,17 +1,28 @@
 #!/usr/bin/env python3
 """Does a transform that holds the GIL for ~1 ms per step cost utilization?
 
-Runs `python -m meshfeed bench` on one dataset and step, side by side: the
-loader alone, with `transform_fns:gil_1ms` on threads (transform_workers=0),
-and in worker processes (--workers, default 2); the configurations
-alternate, --repeats times each, and the table gives medians (min-max).
+The target (issue 27): a transform of about 1 ms per step in 2 worker
+processes keeps utilization at 98% where the loader alone reaches it. So the
+step is one at which the loader alone reaches 98%, found first:
 
-The step follows BENCHMARKS.md's convention: a simulated step at 80% of the
-loader's maximum rate (a free-loop run first, unless --step-ms is given).
-The 1 ms loop is calibrated once here and passed to every process by
-$MESHFEED_BENCH_GIL_LOOPS. Needs bin/meshfeed (`make build`).
+1. the free loop (no simulated step) gives the loader's maximum rate; the
+   search starts at the step at 80% of that rate (BENCHMARKS.md's convention)
+   or at --min-step-ms (default 1: the transform's own time), the longer: a
+   step shorter than the transform leaves 2 workers no slack at all;
+2. the loader alone runs at that step --probe-repeats times (--probe-steps
+   steps each); while the median utilization is under --target (98%), the
+   step grows by --grow (x1.25), the batch unchanged, at most --max-probes
+   times (then it stops: the loader alone never reached the target here).
 
-    python benchmarks/transform.py --repeats 3
+Then, at that step, `python -m meshfeed bench` runs three ways, alternating,
+--repeats times each: the loader alone, `transform_fns:gil_1ms` on threads
+(transform_workers=0), and in --workers worker processes (default 2). The
+table gives medians (min-max), with the transform's time per step and the
+loader's wait for it (the bench report's `transform`), and a verdict.
+--step-ms skips the search. The 1 ms loop is calibrated once here and passed
+to every process by $MESHFEED_BENCH_GIL_LOOPS. Needs bin/meshfeed (`make build`).
+
+    python benchmarks/transform.py --repeats 5 --steps 800
 """
 
 from __future__ import annotations
@@ -29,11 +40,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 HERE = pathlib.Path(__file__).resolve().parent
 
 
-def _bench(a: argparse.Namespace, env: dict, extra: list[str], step_ms: float) -> dict:
+def _bench(a: argparse.Namespace, env: dict, extra: list[str], step_ms: float, steps: int = 0) -> dict:
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "r.json")
         cmd = [sys.executable, "-m", "meshfeed", "bench", a.data, "--global-batch-size", str(a.batch),
-               "--mesh", "data=8", "--columns", "id,label,features", "--x64", "--steps", str(a.steps),
+               "--mesh", "data=8", "--columns", "id,label,features", "--x64", "--steps", str(steps or a.steps),
                "--step", a.step, "--step-ms", f"{step_ms:.3f}", "--json", out, "--no-progress", *extra]
         r = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if r.returncode:
@@ -161,7 +172,14 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=2000)
     p.add_argument("--steps", type=int, default=800)
     p.add_argument("--step", choices=("sleep", "compute"), default="sleep")
-    p.add_argument("--step-ms", type=float, default=None, help="the step (default: 80%% of the free loop's rate)")
+    p.add_argument("--step-ms", type=float, default=None,
+                   help="the step (default: searched, see above)")
+    p.add_argument("--min-step-ms", type=float, default=1.0, help="the search's shortest step")
+    p.add_argument("--target", type=float, default=98.0, help="utilization %% the loader alone must reach")
+    p.add_argument("--grow", type=float, default=1.25, help="factor the step grows by while it does not")
+    p.add_argument("--max-probes", type=int, default=8)
+    p.add_argument("--probe-repeats", type=int, default=3)
+    p.add_argument("--probe-steps", type=int, default=400)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--overhead", action="store_true",
@@ -179,12 +197,7 @@ def main() -> None:
     loops = transform_fns.calibrate()
     env = dict(os.environ, MESHFEED_BIN=binary, MESHFEED_BENCH_GIL_LOOPS=str(loops),
                PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT / "pyclient"), os.environ.get("PYTHONPATH", "")]))
-    step_ms = a.step_ms
-    if step_ms is None:
-        free = _bench(a, env, [], 0.0)
-        step_ms = a.batch / free["rows_per_second"] * 1e3 / 0.8
-        print(f"free loop: {free['rows_per_second']:,.0f} rows/s, {a.batch / free['rows_per_second'] * 1e3:.3f} ms "
-              f"per step; step {step_ms:.3f} ms (80%)", flush=True)
+    step_ms = a.step_ms if a.step_ms is not None else find_step(a, env)
     configs = [("loader alone", []),
                ("gil_1ms, threads", ["--transform", "transform_fns:gil_1ms", "--transform-workers", "0"]),
                (f"gil_1ms, {a.workers} processes",
@@ -196,25 +209,59 @@ def main() -> None:
             runs[name].append(r)
             tf = r.get("transform") or {}
             print(f"run {i + 1} {name}: utilization {100 * r['utilization']:.2f}%, "
-                  f"transform {tf.get('ms_per_step', 0):.3f} ms/step", flush=True)
+                  f"transform {tf.get('ms_per_step', 0):.3f} ms/step, waited {tf.get('wait_ms_per_step', 0):.3f}",
+                  flush=True)
+    report(a, loops, step_ms, configs, runs)
+
+
+def find_step(a: argparse.Namespace, env: dict) -> float:
+    """The step (ms) at which the loader alone reaches --target: from 80%
+    of the free loop's rate (or --min-step-ms, the longer), grown by --grow
+    until the median of --probe-repeats runs of --probe-steps steps
+    reaches it."""
+    free = _bench(a, env, [], 0.0, steps=a.probe_steps)
+    per = a.batch / free["rows_per_second"] * 1e3
+    step_ms = max(per / 0.8, a.min_step_ms)
+    print(f"free loop: {free['rows_per_second']:,.0f} rows/s, {per:.3f} ms per step (80%: {per / 0.8:.3f} ms); "
+          f"the search starts at {step_ms:.3f} ms", flush=True)
+    for _ in range(a.max_probes):
+        us = [_bench(a, env, [], step_ms, steps=a.probe_steps)["utilization"] for _ in range(a.probe_repeats)]
+        med = statistics.median(us)
+        print(f"loader alone at {step_ms:.3f} ms: median utilization {100 * med:.2f}% "
+              f"({', '.join(f'{100 * u:.2f}' for u in us)})", flush=True)
+        if med >= a.target / 100:
+            return step_ms
+        step_ms *= a.grow
+    raise SystemExit(f"the loader alone did not reach {a.target}% within {a.max_probes} steps grown by "
+                     f"x{a.grow} (last {step_ms / a.grow:.3f} ms): the machine is too busy for this target")
+
+
+def report(a: argparse.Namespace, loops: int, step_ms: float, configs: list, runs: dict[str, list[dict]]) -> None:
+    """The table of medians, the commands and the verdict."""
     print(f"\n{loops} loop iterations (~1 ms here); {a.steps} steps of {a.batch} rows, {a.step} step of "
           f"{step_ms:.3f} ms; medians of {a.repeats} (min-max)\n")
     print("| configuration | utilization % | data wait p50 / p99 ms | transform ms per step | "
-          "loader's wait for it, ms per step | client CPU s per step (ms) | rows/s |")
+          "loader's wait for it, ms per step | client CPU ms per step | rows/s |")
     print("|---|---|---|---|---|---|---|")
+    med: dict[str, float] = {}
     for name, _ in configs:
         rs = runs[name]
         tfs = [r.get("transform") or {} for r in rs]
+        med[name] = statistics.median(100 * r["utilization"] for r in rs)
+        tcol = "-" if not any(tfs) else _med([t.get("ms_per_step", 0.0) for t in tfs], "{:.3f}")
+        wcol = "-" if not any(tfs) else _med([t.get("wait_ms_per_step", 0.0) for t in tfs], "{:.3f}")
         print(f"| {name} | {_med([100 * r['utilization'] for r in rs], '{:.2f}')} | "
               f"{_med([r['wait_p50_ms'] for r in rs], '{:.3f}')} / {_med([r['wait_p99_ms'] for r in rs], '{:.3f}')} | "
-              f"{_med([t.get('ms_per_step', 0.0) for t in tfs], '{:.3f}')} | "
-              f"{_med([t.get('wait_ms_per_step', 0.0) for t in tfs], '{:.3f}')} | "
+              f"{tcol} | {wcol} | "
               f"{_med([1e3 * r['cpu_seconds_client'] / r['steps'] for r in rs], '{:.3f}')} | "
               f"{_med([r['rows_per_second'] for r in rs], '{:,.0f}')} |")
     print()
     for name, _ in configs:
         print(f"- {name}: `{runs[name][0]['command']}`")
-
+    alone, procs = med[configs[0][0]], med[configs[2][0]]
+    ok = alone >= a.target and procs >= a.target
+    print(f"\ntarget ({a.target}% with {a.workers} worker processes where the loader alone reaches it): "
+          f"loader alone {alone:.2f}%, {a.workers} processes {procs:.2f}%: {'met' if ok else 'NOT met'}")
 
 if __name__ == "__main__":
     main()

@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"hash/maphash"
 	"strings"
 	"unicode/utf8"
 )
@@ -25,6 +26,9 @@ type bpe struct {
 	// what follows, so a long word is encoded in parts split there (exactly
 	// as a whole, and through the word cache). See splitsAtMetaspace.
 	boundary string
+	// cache holds the ids of words already merged, for every goroutine
+	// (wordcache.go).
+	cache *wordCache
 }
 
 // splitsAtMetaspace reports whether a SentencePiece-style vocabulary lets
@@ -42,12 +46,6 @@ func splitsAtMetaspace(vocab map[string]int32) bool {
 	return true
 }
 
-// bpeCacheMax bounds each encoder's word cache; it is emptied when full.
-const (
-	bpeCacheMax     = 1 << 16
-	bpeCacheMaxWord = 256
-)
-
 // symbol is one part of a word while merging: a linked list over the word.
 type symbol struct {
 	id         int32
@@ -59,8 +57,12 @@ type bpeScratch struct {
 	syms  []symbol
 	heap  []mergeEntry
 	ranks []uint64
-	cache map[string]uint64 // word -> offset<<32 | count into cacheIDs
-	ids   []int32
+	// cache maps the words this goroutine met to offset<<32 | count in ids
+	// (emptied when full); a word not there is looked up in the shared cache.
+	cache  map[string]uint64
+	ids    []int32
+	arena  cacheArena // the shared cache's entries this goroutine publishes
+	merged int        // words merged (not in either cache, or too long to cache)
 }
 
 type mergeEntry struct {
@@ -107,22 +109,41 @@ func (m *bpe) encodePart(sc *scratch, w string, dst []int32) []int32 {
 		}
 	}
 	bs := &sc.bpe
-	if len(w) <= bpeCacheMaxWord {
-		if v, ok := bs.cache[w]; ok {
-			return append(dst, bs.ids[v>>32:v>>32+v&0xffffffff]...)
-		}
+	if len(w) > wordCacheMaxWord {
+		bs.merged++
+		return m.merge(bs, w, dst)
+	}
+	if v, ok := bs.cache[w]; ok {
+		return append(dst, bs.ids[v>>32:v>>32+v&0xffffffff]...)
 	}
 	mark := len(dst)
-	dst = m.merge(bs, w, dst)
-	if len(w) <= bpeCacheMaxWord {
-		if bs.cache == nil || len(bs.cache) >= bpeCacheMax {
-			bs.cache = make(map[string]uint64, 1024)
-			bs.ids = bs.ids[:0]
+	var e *cacheEntry
+	if sc.share {
+		h := maphash.String(m.cache.seed, w)
+		if e = m.cache.get(w, h); e != nil {
+			dst = append(dst, e.ids...)
+		} else {
+			bs.merged++
+			dst = m.merge(bs, w, dst)
+			e = m.cache.put(&bs.arena, w, h, dst[mark:])
 		}
-		off := len(bs.ids)
-		bs.ids = append(bs.ids, dst[mark:]...)
-		bs.cache[strings.Clone(w)] = uint64(off)<<32 | uint64(len(dst)-mark)
+	} else {
+		bs.merged++
+		dst = m.merge(bs, w, dst)
 	}
+	var key string
+	if e != nil {
+		key = e.key // already a copy
+	} else {
+		key = strings.Clone(w)
+	}
+	if bs.cache == nil || len(bs.cache) >= wordCacheMax {
+		bs.cache = make(map[string]uint64, 1024)
+		bs.ids = bs.ids[:0]
+	}
+	off := len(bs.ids)
+	bs.ids = append(bs.ids, dst[mark:]...)
+	bs.cache[key] = uint64(off)<<32 | uint64(len(dst)-mark)
 	return dst
 }
 

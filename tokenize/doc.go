@@ -54,5 +54,7 @@
 //     rounded), because ties between segmentations follow their last bits.
 //   - Each goroutine that encodes holds a scratch area with a BPE word cache
 //     (at most 65,536 words of up to 256 bytes, emptied when full); idle
-//     scratch areas are kept by the Tokenizer for reuse.
+//     scratch areas are kept by the Tokenizer for reuse. The goroutines of
+//     one EncodeBatch also share the Tokenizer's word cache (as large; lookups
+//     take no lock), so a word is merged once however many workers meet it.
 package tokenize

@@ -123,7 +123,7 @@ func (p *parser) bpe(path string, m map[string]json.RawMessage, byteLevel bool) 
 	if cfg.Suffix != nil && *cfg.Suffix != "" {
 		return nil, p.unsupported(path+".end_of_word_suffix", "a BPE end_of_word_suffix")
 	}
-	b := &bpe{unk: -1, fuseUnk: cfg.FuseUnk, ignoreMerges: cfg.IgnoreMerges, byteLevel: byteLevel}
+	b := &bpe{unk: -1, fuseUnk: cfg.FuseUnk, ignoreMerges: cfg.IgnoreMerges, byteLevel: byteLevel, cache: newWordCache()}
 	if cfg.Unk != nil {
 		id, ok := vocab[*cfg.Unk]
 		if !ok {

@@ -3,6 +3,7 @@ package tokenize
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
@@ -17,8 +18,9 @@ type model interface {
 }
 
 // Tokenizer encodes text as a tokenizer.json says. It is safe for concurrent
-// use; each call borrows per-goroutine scratch space (buffers and the BPE word
-// cache) from a pool.
+// use; each call borrows per-goroutine scratch space (buffers and a BPE word
+// cache) from a pool, and the goroutines of one EncodeBatch share the BPE
+// model's word cache (wordcache.go).
 type Tokenizer struct {
 	added      *addedSet // added tokens matched on the raw text (normalized: false)
 	addedNorm  *addedSet // added tokens matched on normalized text (normalized: true)
@@ -44,7 +46,15 @@ type scratch struct {
 	spans  []span     // matches of a span split
 	buf    []byte     // WordPiece's "##" + candidate
 	best   []bestNode // Unigram's lattice
-	bpe    bpeScratch
+	bpe    bpeScratch // BPE's merge state, and its entries of the shared word cache
+	// outIDs and outEnds are EncodeBatch's output on this goroutine: ids and
+	// each row's end in outIDs.
+	outIDs  []int32
+	outEnds []int64
+	// share: this goroutine is one of several encoding one batch; words it
+	// does not know go through the word cache they share (wordcache.go).
+	// A goroutine encoding alone does not pay for publishing its words.
+	share bool
 }
 
 func (t *Tokenizer) getScratch() *scratch {
@@ -56,6 +66,18 @@ func (t *Tokenizer) getScratch() *scratch {
 		return sc
 	}
 	return &scratch{}
+}
+
+// mergedWords is the number of words the BPE model merged (not found in
+// its word cache) on the idle scratch areas, for benchmarks.
+func (t *Tokenizer) mergedWords() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, sc := range t.free {
+		n += sc.bpe.merged
+	}
+	return n
 }
 
 func (t *Tokenizer) putScratch(sc *scratch) {
@@ -137,6 +159,10 @@ func (t *Tokenizer) encodeWords(sc *scratch, dst []int32, s string, first bool) 
 	return dst
 }
 
+// maxKeptIDs bounds the output buffer (ids) a scratch area keeps between
+// EncodeBatch calls: 16 MiB.
+const maxKeptIDs = 4 << 20
+
 // EncodeBatch encodes n texts on up to workers goroutines (0: GOMAXPROCS)
 // and appends their ids to values, each row's end offset to offsets (Arrow
 // list layout: after each row, len(values); the caller starts offsets with
@@ -161,51 +187,76 @@ func (t *Tokenizer) EncodeBatch(values []int32, offsets []int64, n, workers int,
 		}
 		return values, offsets, nil
 	}
+	return t.encodeChunks(values, offsets, n, workers, addSpecial, text)
+}
+
+// encodeChunks is EncodeBatch on several goroutines.
+func (t *Tokenizer) encodeChunks(values []int32, offsets []int64, n, workers int, addSpecial bool, text func(i int) string) ([]int32, []int64, error) {
 	// Rows go in chunks of consecutive rows that idle workers claim, so long
-	// documents do not leave one worker with the tail; chunks are joined in order.
+	// documents do not leave one worker with the tail; chunks are joined in
+	// order. Each worker encodes into its scratch's buffers (kept across
+	// calls: no new memory per call), returned only after the join.
 	chunk := max(1, n/(workers*8))
 	type part struct {
-		ids  []int32
-		ends []int64
-		err  error
+		sc                       *scratch
+		idLo, idHi, endLo, endHi int
+		err                      error
 	}
 	parts := make([]part, (n+chunk-1)/chunk)
+	scs := make([]*scratch, workers)
+	for g := range scs {
+		scs[g] = t.getScratch()
+		scs[g].outIDs, scs[g].outEnds, scs[g].share = scs[g].outIDs[:0], scs[g].outEnds[:0], true
+	}
+	defer func() {
+		for _, sc := range scs {
+			if cap(sc.outIDs) > maxKeptIDs { // a huge batch's buffers are not kept
+				sc.outIDs, sc.outEnds = nil, nil
+			}
+			sc.share = false
+			t.putScratch(sc)
+		}
+	}()
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range workers {
+	for _, sc := range scs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sc := t.getScratch()
-			defer t.putScratch(sc)
 			for {
 				k := int(next.Add(1) - 1)
 				if k >= len(parts) {
 					return
 				}
 				p := &parts[k]
+				p.sc, p.idLo, p.endLo = sc, len(sc.outIDs), len(sc.outEnds)
 				for i := k * chunk; i < min(n, (k+1)*chunk); i++ {
 					s := text(i)
 					if !utf8.ValidString(s) {
 						p.err = fmt.Errorf("row %d: %w", i, ErrInvalidUTF8)
 						break
 					}
-					p.ids = t.encode(sc, p.ids, s, addSpecial)
-					p.ends = append(p.ends, int64(len(p.ids)))
+					sc.outIDs = t.encode(sc, sc.outIDs, s, addSpecial)
+					sc.outEnds = append(sc.outEnds, int64(len(sc.outIDs)))
 				}
+				p.idHi, p.endHi = len(sc.outIDs), len(sc.outEnds)
 			}
 		}()
 	}
 	wg.Wait()
+	total := 0
 	for _, p := range parts {
 		if p.err != nil {
 			return values, offsets, p.err
 		}
+		total += p.idHi - p.idLo
 	}
+	values = slices.Grow(values, total)
+	offsets = slices.Grow(offsets, n)
 	for _, p := range parts {
-		shift := int64(len(values))
-		values = append(values, p.ids...)
-		for _, e := range p.ends {
+		shift := int64(len(values) - p.idLo)
+		values = append(values, p.sc.outIDs[p.idLo:p.idHi]...)
+		for _, e := range p.sc.outEnds[p.endLo:p.endHi] {
 			offsets = append(offsets, shift+e)
 		}
 	}

@@ -22,6 +22,7 @@ seeded by ``SeedSequence([seed, epoch, step, jax.process_index()])``.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import pickle
@@ -85,7 +86,7 @@ def seed_entropy(seed: int, epoch: int, step: int, process: int) -> tuple[int, i
 def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialized array starting at an ALIGN-byte boundary (XLA's CPU
     client aliases such memory instead of copying it)."""
-    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    n = math.prod(shape) * dtype.itemsize
     buf = np.empty(n + ALIGN, np.uint8)
     off = (-buf.ctypes.data) % ALIGN
     return np.ndarray(shape, dtype, buf, off)
@@ -106,7 +107,7 @@ class _Slices:
     def __init__(self, views: list[np.ndarray]):
         self.views = views
         self.dtype = views[0].dtype
-        self.shape = (sum(len(v) for v in views), *views[0].shape[1:])
+        self.shape = (sum(map(len, views)), *views[0].shape[1:])
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -356,9 +357,9 @@ class ProcessStage:
         cols, extra, need = [], {}, 0
         for k, v in host.items():
             if isinstance(v, list):
-                shape = (sum(len(x) for x in v), *v[0].shape[1:])
+                shape = (sum(map(len, v)), *v[0].shape[1:])
                 cols.append((k, _wire_dtype(v[0].dtype), shape, need))
-                need += aligned(int(np.prod(shape, dtype=np.int64)) * v[0].dtype.itemsize)
+                need += aligned(math.prod(shape) * v[0].dtype.itemsize)
             else:
                 extra[k] = v
         try:
@@ -382,7 +383,10 @@ class ProcessStage:
             else:
                 np.concatenate(v, out=dst)
             del dst
-        w.ch.send(("step", cols, extra, entropy))
+        # The entropy of this worker's next step, if the epoch goes on: the
+        # worker builds that generator while it waits (off the step's path).
+        nxt = (*entropy[:2], entropy[2] + len(self.workers), *entropy[3:])
+        w.ch.send(("step", cols, extra, entropy, nxt))
         w.busy = True
         w.host = host
         w.copies_in = len(cols)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
+import select
 import socket
 import struct
 import sys
@@ -75,7 +76,6 @@ class Channel:
         """Whether a frame's first bytes are here within ``timeout`` seconds."""
         if self._buf:
             return True
-        import select
         r, _, _ = select.select([self.sock], [], [], timeout)
         return bool(r)
 
@@ -147,7 +147,11 @@ def serve(ch: Channel) -> None:
     ch.send(("ready", os.getpid()))
     seg_in: mmap.mmap | None = None
     seg_out: mmap.mmap | None = None
+    ahead: tuple = ((), None)  # (entropy, its generator), built while waiting
+    want: tuple | None = None  # the entropy of this worker's next step, as the parent expects it
     while True:
+        if want is not None:  # the reply is sent: the next step's generator, before waiting for it
+            ahead, want = (want, rng_for(want)), None
         try:
             msg = ch.recv()
         except EOFError:
@@ -159,7 +163,7 @@ def serve(ch: Channel) -> None:
         if kind == "out":  # a new output segment of msg[1] bytes
             seg_out = _map(ch.take_fd(), msg[1], True)
             continue
-        _, cols, extra, entropy = msg
+        _, cols, extra, entropy, want = msg
         try:
             batch: dict[str, Any] = {}
             for key, dtype, shape, off in cols:
@@ -167,7 +171,8 @@ def serve(ch: Channel) -> None:
                 a.flags.writeable = False
             batch.update(extra)
             inputs = dict(batch)  # kept alive: their ids below stay theirs
-            rng = rng_for(entropy)
+            rng = ahead[1] if ahead[0] == entropy else rng_for(entropy)
+            ahead = ((), None)
             t = time.perf_counter()
             out = fn(batch, rng)
             secs = time.perf_counter() - t

@@ -1,0 +1,124 @@
+package tokenize
+
+import (
+	"flag"
+	"fmt"
+	"hash/maphash"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/meshfeed/meshfeed/internal/testseed"
+)
+
+var wordCacheSeed = flag.Uint64("wordcache.seed", 0, "seed of TestWordCacheConcurrent (0: $MESHFEED_SEED or the clock)")
+
+// A word merged on one goroutine's scratch is a cache hit on another's: the
+// cache belongs to the model, not to a scratch area.
+func TestWordCacheShared(t *testing.T) {
+	tk := mustParse(t, tiny(tinyBPE, ""))
+	m := tk.model.(*bpe)
+	a, b := &scratch{share: true}, &scratch{share: true}
+	const text = "abcab"
+	want := tk.encode(a, nil, text, false)
+	n := m.cache.words()
+	if n == 0 {
+		t.Fatalf("encoding %q cached no word", text)
+	}
+	got := tk.encode(b, nil, text, false)
+	if !slices.Equal(got, want) {
+		t.Errorf("second scratch: %v, want %v", got, want)
+	}
+	if m.cache.words() != n || b.bpe.merged != 0 {
+		t.Errorf("the second scratch merged %d words again: %d words cached, want %d", b.bpe.merged, m.cache.words(), n)
+	}
+}
+
+// Words whose hashes collide take the next slots; each keeps its own ids.
+func TestWordCacheCollisions(t *testing.T) {
+	c := newWordCache()
+	var ar cacheArena
+	for i := range 5 {
+		c.put(&ar, fmt.Sprint("w", i), 7, []int32{int32(i), 100})
+	}
+	c.put(&ar, "w2", 7, []int32{99}) // already there: kept as it was
+	for i := range 5 {
+		e := c.get(fmt.Sprint("w", i), 7)
+		if e == nil || !slices.Equal(e.ids, []int32{int32(i), 100}) {
+			t.Errorf("get(w%d) = %+v; want ids [%d 100]", i, e, i)
+		}
+	}
+	if c.get("w5", 7) != nil {
+		t.Error("get(w5) hit a word never put")
+	}
+	if c.words() != 5 {
+		t.Errorf("%d words, want 5", c.words())
+	}
+}
+
+// A full table is replaced by an empty one on the next insert.
+func TestWordCacheFull(t *testing.T) {
+	c := newWordCache()
+	var ar cacheArena
+	for i := range wordCacheMax + 3 {
+		w := fmt.Sprint(i)
+		c.put(&ar, w, hashOf(c, w), []int32{int32(i)})
+	}
+	if n := c.words(); n != 3 {
+		t.Errorf("%d words after %d puts, want 3 (the table emptied at %d)", n, wordCacheMax+3, wordCacheMax)
+	}
+	w := fmt.Sprint(wordCacheMax + 2)
+	if e := c.get(w, hashOf(c, w)); e == nil || e.ids[0] != wordCacheMax+2 {
+		t.Errorf("get(%s) = %+v after the reset", w, e)
+	}
+}
+
+// Goroutines putting and getting overlapping words at once: every hit has
+// the ids put for that word (run with -race to check the publication too).
+func TestWordCacheConcurrent(t *testing.T) {
+	seed := testseed.Get(t, *wordCacheSeed, "wordcache.seed")
+	c := newWordCache()
+	idsOf := func(w string) []int32 {
+		out := make([]int32, len(w))
+		for i := range len(w) {
+			out[i] = int32(w[i]) * int32(i+1)
+		}
+		return out
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(g)))
+			var ar cacheArena
+			for range 20000 {
+				w := fmt.Sprint(rng.IntN(3000)) // words shared between goroutines
+				h := hashOf(c, w)
+				if e := c.get(w, h); e != nil {
+					if !slices.Equal(e.ids, idsOf(w)) {
+						errs <- fmt.Sprintf("get(%q) = %v, want %v", w, e.ids, idsOf(w))
+						return
+					}
+					continue
+				}
+				if e := c.put(&ar, w, h, idsOf(w)); e != nil && (e.key != w || !slices.Equal(e.ids, idsOf(w))) {
+					errs <- fmt.Sprintf("put(%q) = %+v, want its ids %v", w, e, idsOf(w))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if n := c.words(); n > 3000 {
+		t.Errorf("%d words cached for 3000 distinct words: a word was published twice", n)
+	}
+}
+
+func hashOf(c *wordCache, w string) uint64 { return maphash.String(c.seed, w) }
