@@ -193,11 +193,26 @@ func (p *Pipeline) checkMemory(pl *pipelinePlan) error {
 // waiting until it fits or ctx ends; it returns the bytes taken, for
 // unreserve.
 func (p *Pipeline) reserve(ctx context.Context, pl *pipelinePlan) (int64, error) {
-	l := p.serverLimits()
-	if l.Memory == nil {
+	if p.serverLimits().Memory == nil {
 		return 0, nil
 	}
 	n := int64(math.Min(p.sizeOf(pl).reserve, math.MaxInt64/2))
+	if err := p.reserveBytes(ctx, n, "this stream"); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// reserveBytes takes n bytes from the server's memory account for what
+// (a stream, a filter's evaluation), waiting until they fit, for at most
+// the server's idle timeout (then transport.ErrTooManyStreams: retry later),
+// or until ctx ends. n over the whole budget is transport.ErrTooLarge at
+// once.
+func (p *Pipeline) reserveBytes(ctx context.Context, n int64, what string) error {
+	l := p.serverLimits()
+	if l.Memory == nil {
+		return nil
+	}
 	wctx := ctx
 	if l.IdleTimeout > 0 {
 		var cancel context.CancelFunc
@@ -208,10 +223,10 @@ func (p *Pipeline) reserve(ctx context.Context, pl *pipelinePlan) (int64, error)
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			// The server's memory stayed taken by other streams: like a
 			// server at its stream limit, busy for now.
-			return 0, fmt.Errorf("feed: %w: this stream needs %d bytes of the server's memory budget of %d bytes, and other streams held it for the idle timeout (%v): retry later",
-				transport.ErrTooManyStreams, n, l.Memory.Limit(), l.IdleTimeout)
+			return fmt.Errorf("feed: %w: %s needs %d bytes of the server's memory budget of %d bytes, and other streams held it for the idle timeout (%v): retry later",
+				transport.ErrTooManyStreams, what, n, l.Memory.Limit(), l.IdleTimeout)
 		}
-		return 0, fmt.Errorf("feed: waiting for %d bytes of the server's memory budget for this stream: %w", n, err)
+		return fmt.Errorf("feed: waiting for %d bytes of the server's memory budget for %s: %w", n, what, err)
 	}
-	return n, nil
+	return nil
 }
