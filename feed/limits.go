@@ -36,7 +36,9 @@ import (
 //     slice's readers at least one shuffle window of rows read ahead), or
 //     with a read-ahead of 0 one row group per slice (also in an elastic
 //     epoch, which reads whole row groups); never more than the dataset's
-//     compressed plus decoded bytes;
+//     compressed plus decoded bytes; plus, where the stream's slices read
+//     pieces, the pages of row groups shared by neighbouring slices, fetched
+//     once (piecePlan.shareBytes);
 //   - the shuffle window's rows each slice holds (W rows at the dataset's
 //     decoded bytes per row, at most a stream's rows);
 //   - sliceOverhead per slice (its reader, cutter and decode workers);
@@ -109,7 +111,7 @@ func (p *Pipeline) sizeOf(pl *pipelinePlan) planSize {
 	if pl.rem != nil {
 		ra = max(ra, n*maxRG)
 	}
-	sz.readAhead = min(ra, total)
+	sz.readAhead = min(ra, total) + float64(pl.pieces.shareBytes)
 	if w := pl.cfg.plan.Window; w > 0 {
 		streamRows := float64(pl.plan.N())/float64(pl.cfg.plan.D) + 1
 		sz.window = n * min(float64(w), streamRows) * varRow

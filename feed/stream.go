@@ -89,10 +89,36 @@ func (s *pipelineStream) plainSlices(pos batching.Position) ([]*sliceCut, error)
 		} else {
 			sc.refs = s.readRefs(pos, d)
 		}
-		s.startReader(sc)
 		out = append(out, sc)
 	}
+	share := s.edgeShare(out)
+	for _, sc := range out {
+		s.startReader(sc, share)
+	}
 	return out, nil
+}
+
+// edgeShare returns the FetchShare of the row groups that several of scs
+// read pieces of (where one slice's edge and the next's fall inside the same
+// row group: with a filter on a sorted column, the row groups at the edges
+// of the kept range), so that their pages are fetched once, within the
+// plan's bound (piecePlan.shareBytes); nil when there is none.
+func (s *pipelineStream) edgeShare(scs []*sliceCut) *loader.FetchShare {
+	if s.pl.pieces.shareBytes <= 0 || len(scs) < 2 {
+		return nil
+	}
+	readers := map[[2]int]int{}
+	for _, sc := range scs {
+		seen := map[[2]int]bool{}
+		for _, r := range sc.refs {
+			k := [2]int{r.File, r.Index}
+			if (r.Start != 0 || r.End != 0) && !seen[k] {
+				seen[k] = true
+				readers[k]++
+			}
+		}
+	}
+	return loader.NewFetchShare(readers, s.pl.pieces.shareBytes)
 }
 
 // readAhead opens the next epoch's slices, so that their readers fetch and
@@ -121,7 +147,7 @@ func (s *pipelineStream) readAhead() {
 
 // addSlice adds sc to the current epoch, its reader started.
 func (s *pipelineStream) addSlice(sc *sliceCut) {
-	s.startReader(sc)
+	s.startReader(sc, nil)
 	s.slices = append(s.slices, sc)
 }
 
@@ -130,13 +156,14 @@ func (s *pipelineStream) addSlice(sc *sliceCut) {
 // read-ahead budget (of which, when it reads pieces, the part planPieces
 // leaves in flight; with a shuffle window, at least one window of rows:
 // budget.go) and of the cores for decoding.
-func (s *pipelineStream) startReader(sc *sliceCut) {
+func (s *pipelineStream) startReader(sc *sliceCut, share *loader.FetchShare) {
 	if len(sc.refs) > 0 {
 		n := len(s.pl.cfg.slices)
 		budget := s.pl.pieces.budgetFor(sliceShare(s.cfg.readAhead, n), sc.segs != nil)
 		sc.rd = s.pl.ds.NewReader(s.ctx, sc.refs, s.mem,
 			loader.WithReaderReadAhead(budget),
-			loader.WithReaderDecodeWorkers(max(runtime.GOMAXPROCS(0)/n, 1)))
+			loader.WithReaderDecodeWorkers(max(runtime.GOMAXPROCS(0)/n, 1)),
+			loader.WithReaderFetchShare(share))
 	}
 }
 

@@ -1,0 +1,49 @@
+package loader
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	pq "github.com/apache/arrow-go/v18/parquet"
+)
+
+// hopWindow is the bytes format reads at a page's start to walk the headers
+// of pages larger than pageWindow (format/pieces_pages.go).
+const hopWindow = 4 << 10
+
+// TestPieceWalksLargePagesByTheirHeaders: without an offset index, a piece
+// of a row group of 1 MiB pages finds its pages by reading each page's
+// header alone (a first window of pageWindow bytes, then hopWindow bytes
+// at each later page), so it fetches at most that much more than the same
+// piece of the same file with an offset index: not a window of
+// pageWindow bytes per page.
+func TestPieceWalksLargePagesByTheirHeaders(t *testing.T) {
+	rec := fastRecord(0, 200_000)
+	defer rec.Release()
+	dir := t.TempDir()
+	fetched := map[bool]int64{}
+	var pages int64
+	for _, index := range []bool{true, false} {
+		path := filepath.Join(dir, fmt.Sprintf("walk_%v.parquet", index))
+		writeFastFile(t, path, []arrow.RecordBatch{rec}, pq.WithDictionaryDefault(false), pq.WithMaxRowGroupLength(200_000),
+			pq.WithDataPageSize(1<<20), pq.WithPageIndexEnabled(index))
+		ds, mem := openChecked(t, path, WithColumns("id", "features"))
+		ref := ds.RowGroups()[0]
+		ref.Start, ref.End = 90_000, 110_000
+		st := checkPiece(t, ds, ref, mem, nil)
+		fetched[index] = st.FetchedBytes.Load()
+		for _, c := range ds.Files[0].RowGroups[0].Chunks {
+			pages += c.Length/(1<<20) + 1
+		}
+	}
+	pages /= 2
+	walk := fetched[false] - fetched[true]
+	limit := 2*pageWindow + pages*hopWindow
+	t.Logf("piece of 20,000 rows: fetched %d bytes with an offset index, %d without (%d pages walked in 2 columns: %d bytes, at most %d)",
+		fetched[true], fetched[false], pages, walk, limit)
+	if walk > int64(limit) {
+		t.Errorf("walking the headers of %d pages of 1 MiB fetched %d bytes, want at most %d", pages, walk, limit)
+	}
+}
