@@ -3,6 +3,7 @@ package feed
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -105,5 +106,50 @@ func TestFilterPlanInMemoryAccount(t *testing.T) {
 	_, err = p3.Info(ctx, req)
 	if !errors.Is(err, transport.ErrTooLarge) || !strings.Contains(err.Error(), dir) {
 		t.Errorf("Info with a 4 KiB budget = %v, want ErrTooLarge naming the file", err)
+	}
+}
+
+// withoutEdgeShare makes every slice fetch its own pages.
+func withoutEdgeShare() Option { return func(c *pipelineConfig) { c.noEdgeShare = true } }
+
+// TestFilterEdgePagesFetchedOnce: with a filter on the sorted column whose
+// kept range, split into 4 slices served by one stream, puts the slices'
+// edges inside row groups, the slices that read pieces of the same row
+// group fetch the pages they share once (loader.FetchShare): at least a
+// page per inner edge fewer than when each fetches its own, and the same
+// rows delivered.
+func TestFilterEdgePagesFetchedOnce(t *testing.T) {
+	spec := filterSpec()
+	spec.PageIndex = true
+	dir := writeDataset(t, spec)
+	const filters = `[["id", ">=", 1500], ["id", "<", 7700]]`
+	run := func(opts ...Option) (int64, [][]int64) {
+		store := objstore.NewLocalStore()
+		defer store.Close()
+		p, err := NewPipeline(context.Background(), append([]Option{WithStore(store), WithCacheTTL(0)}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		slices, _ := streamIDs(t, p, filterRequest(dir, filters, 4))
+		st := store.Stats()
+		return st.BytesRead.Load() + st.BytesMapped.Load(), slices
+	}
+	run() // the footers into the process's cache, for both runs alike
+	shared, ids := run()
+	own, want := run(withoutEdgeShare())
+	n := 0
+	for i := range ids {
+		n += len(ids[i])
+		if !slices.Equal(ids[i], want[i]) {
+			t.Errorf("slice %d: %d rows with the edge pages shared, %d without: want the same", i, len(ids[i]), len(want[i]))
+		}
+	}
+	if n != 6200 {
+		t.Errorf("%d rows delivered, want 6200", n)
+	}
+	t.Logf("bytes read at D=4: %d with the edge pages shared, %d without", shared, own)
+	if page := int64(spec.PageBytes); shared > own-3*page {
+		t.Errorf("read %d bytes with the edge pages shared, %d without: want at least 3 pages of %d fewer (one per inner edge)", shared, own, page)
 	}
 }

@@ -104,7 +104,7 @@ func (s *pipelineStream) plainSlices(pos batching.Position) ([]*sliceCut, error)
 // of the kept range), so that their pages are fetched once, within the
 // plan's bound (piecePlan.shareBytes); nil when there is none.
 func (s *pipelineStream) edgeShare(scs []*sliceCut) *loader.FetchShare {
-	if s.pl.pieces.shareBytes <= 0 || len(scs) < 2 {
+	if s.pl.pieces.shareBytes <= 0 || len(scs) < 2 || s.cfg.noEdgeShare {
 		return nil
 	}
 	readers := map[[2]int]int{}
