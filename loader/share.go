@@ -18,13 +18,17 @@ import (
 // pages next to it, until every reader that reads the row group is done
 // with it (RowGroupReader's last piece of it, or Close); at most maxBytes in
 // all (beyond that, fetches are the reader's own, as without a share). It is
-// safe for concurrent use. Fetches of a shared row group are serialized.
+// safe for concurrent use; fetches of one shared column chunk wait for each
+// other (the second is then served from the first's bytes).
 type FetchShare struct {
+	rgs map[[2]int]bool // the row groups shared: fixed at creation, read without the lock
+
 	mu      sync.Mutex
 	max     int64
 	held    int64
 	claims  map[[2]int]int // readers not yet done, per shared row group (file, index)
 	entries map[shareKey]*shareEntry
+	locks   map[shareKey]*sync.Mutex // one fetch at a time per column chunk
 
 	// Saved is the storage bytes that were served from the share instead of
 	// read again.
@@ -48,10 +52,10 @@ type shareEntry struct {
 // readers[k] readers will read pieces of, those with two or more, holding at
 // most maxBytes; nil when none is read by two.
 func NewFetchShare(readers map[[2]int]int, maxBytes int64) *FetchShare {
-	s := &FetchShare{max: maxBytes, claims: map[[2]int]int{}, entries: map[shareKey]*shareEntry{}}
+	s := &FetchShare{rgs: map[[2]int]bool{}, max: maxBytes, claims: map[[2]int]int{}, entries: map[shareKey]*shareEntry{}, locks: map[shareKey]*sync.Mutex{}}
 	for k, n := range readers {
 		if n >= 2 {
-			s.claims[k] = n
+			s.claims[k], s.rgs[k] = n, true
 		}
 	}
 	if len(s.claims) == 0 || maxBytes <= 0 {
@@ -75,12 +79,7 @@ func (s *FetchShare) Held() int64 {
 
 // shares reports whether s shares row group rg of file fi.
 func (s *FetchShare) shares(fi, rg int) bool {
-	if s == nil {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.claims[[2]int{fi, rg}] > 0
+	return s != nil && s.rgs[[2]int{fi, rg}]
 }
 
 // done records that one reader is done with row group rg of file fi; after
@@ -105,25 +104,50 @@ func (s *FetchShare) done(fi, rg int) {
 			delete(s.entries, key)
 		}
 	}
+	for key := range s.locks {
+		if key.file == fi && key.rg == rg {
+			delete(s.locks, key) // a fetch holding it finds the claims gone
+		}
+	}
 }
 
 // fetch returns the span of chunk c of row group rg of file fi from the
 // share, reading from storage only the bytes it does not hold (and growing
-// its range to hold them); ok false when rg is not shared or the range would
-// not fit the share's bound (the caller fetches it as usual).
-//
-// Length: the hit, the growth of a range (two gaps at most) and the
-// accounting, in one critical section.
-func (s *FetchShare) fetch(ctx context.Context, ds *Dataset, fi, rg int, c format.Chunk, stats *ReadStats) (sp span, ok bool, err error) {
+// its range to hold them); ok false when rg is not shared (any more) or the
+// range would not fit the share's bound (the caller fetches it as usual).
+func (s *FetchShare) fetch(ctx context.Context, ds *Dataset, fi, rg int, c format.Chunk, stats *ReadStats) (span, bool, error) {
+	key := shareKey{fi, rg, c.Column}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.claims[[2]int{fi, rg}] <= 0 || c.Length <= 0 {
+		s.mu.Unlock()
 		return span{}, false, nil
 	}
-	key := shareKey{fi, rg, c.Column}
-	e := s.entries[key]
+	lock := s.locks[key]
+	if lock == nil {
+		lock = &sync.Mutex{}
+		s.locks[key] = lock
+	}
+	s.mu.Unlock()
+	lock.Lock()
+	defer lock.Unlock()
+	return s.fetchLocked(ctx, ds, key, c, stats)
+}
+
+// fetchLocked is fetch under the chunk's lock: the hit, or the growth of
+// its range (the storage read outside s.mu).
+//
+// Length: the hit, the range to read, the read of two gaps at most, and
+// the entry installed, in order.
+func (s *FetchShare) fetchLocked(ctx context.Context, ds *Dataset, key shareKey, c format.Chunk, stats *ReadStats) (span, bool, error) {
 	lo, hi := c.Offset, c.Offset+c.Length
+	s.mu.Lock()
+	if s.claims[[2]int{key.file, key.rg}] <= 0 {
+		s.mu.Unlock()
+		return span{}, false, nil
+	}
+	e := s.entries[key]
 	if e != nil && lo >= e.off && hi <= e.off+int64(len(e.data)) {
+		s.mu.Unlock()
 		s.Saved.Add(c.Length)
 		return span{off: lo, n: c.Length, data: e.data[lo-e.off : hi-e.off], borrowed: true}, true, nil
 	}
@@ -132,16 +156,22 @@ func (s *FetchShare) fetch(ctx context.Context, ds *Dataset, fi, rg int, c forma
 		// Overlapping or adjacent: one range holding both.
 		old = int64(len(e.data))
 		lo, hi = min(lo, e.off), max(hi, e.off+old)
-	} else if e != nil {
-		s.held -= int64(len(e.data)) // disjoint: replaced
-		delete(s.entries, key)
-		e = nil
+	} else {
+		e = nil // disjoint (or none): replaced
 	}
-	if s.held-old+(hi-lo) > s.max {
+	var prev int64
+	if p := s.entries[key]; p != nil {
+		prev = int64(len(p.data))
+	}
+	if s.held-prev+(hi-lo) > s.max {
+		s.mu.Unlock()
 		return span{}, false, nil
 	}
+	s.held += hi - lo - prev // taken now: the bound holds while reading
+	s.mu.Unlock()
+
 	buf := make([]byte, hi-lo)
-	obj := ds.Files[fi].Object
+	obj := ds.Files[key.file].Object
 	read := func(a, b int64) error {
 		if a >= b {
 			return nil
@@ -150,22 +180,32 @@ func (s *FetchShare) fetch(ctx context.Context, ds *Dataset, fi, rg int, c forma
 		stats.FetchedBytes.Add(b - a)
 		return ds.store.ReadAt(ctx, obj, buf[a-lo:b-lo], a)
 	}
+	var err error
 	if e != nil {
 		copy(buf[e.off-lo:], e.data)
 		if ov := min(c.Offset+c.Length, e.off+old) - max(c.Offset, e.off); ov > 0 {
 			s.Saved.Add(ov)
 		}
-		err = read(lo, e.off)
-		if err == nil {
+		if err = read(lo, e.off); err == nil {
 			err = read(e.off+old, hi)
 		}
 	} else {
 		err = read(lo, hi)
 	}
-	if err != nil {
-		return span{}, false, fmt.Errorf("loader: %s row group %d: %w", obj.URI, rg, err)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sp := span{off: c.Offset, n: c.Length, data: buf[c.Offset-lo : c.Offset+c.Length-lo], borrowed: true}
+	if err != nil || s.claims[[2]int{key.file, key.rg}] <= 0 {
+		// Failed (the entry before stays), or every reader is done (done
+		// dropped the entry before and its bytes): nothing is installed,
+		// so what was taken for it is given back.
+		s.held -= hi - lo - prev
+		if err != nil {
+			return span{}, false, fmt.Errorf("loader: %s row group %d: %w", obj.URI, key.rg, err)
+		}
+		return sp, true, nil
 	}
 	s.entries[key] = &shareEntry{off: lo, data: buf}
-	s.held += (hi - lo) - old
-	return span{off: c.Offset, n: c.Length, data: buf[c.Offset-lo : c.Offset+c.Length-lo], borrowed: true}, true, nil
+	return sp, true, nil
 }
