@@ -121,6 +121,9 @@ func (d *parquetDecoder) locatePages(ctx context.Context, rg int, c *colDecoder,
 	}
 	it := newPageWindows(chunkLen, lim)
 	want := int64(pageWindow)
+	hops := hopReads{src: d.src, stats: stats, chunkOff: chunkOff, chunkLen: chunkLen}
+	defer hops.release()
+	var prev, last int64 // the sizes of the last two pages walked
 	for it.pos < chunkLen {
 		if int64(cap(buf)) < want {
 			bufpool.Put(buf)
@@ -128,17 +131,15 @@ func (d *parquetDecoder) locatePages(ctx context.Context, rg int, c *colDecoder,
 		}
 		w := min(want, chunkLen-it.pos)
 		win, wpos := buf[:w], chunkOff+it.pos
-		if err := d.src.ReadAt(ctx, win, wpos); err != nil {
+		if err := hops.read(ctx, win, it.pos); err != nil {
 			return nil, err
 		}
-		stats.Fetches.Add(1)
-		stats.FetchedBytes.Add(w)
 		it.window(win, it.pos)
-		parsed, last := 0, int64(0)
+		parsed := 0
 		var h pageHead
 		for it.next(&h, false) {
 			pos := chunkOff + h.at
-			last = h.hdr + h.size
+			prev, last = last, h.hdr+h.size
 			var n int64
 			switch h.kind {
 			case pageDataV1:
@@ -184,8 +185,12 @@ func (d *parquetDecoder) locatePages(ctx context.Context, rg int, c *colDecoder,
 			want *= 2 // a header larger than the window (large statistics)
 		case c.kind != kindList && last > pageWindow:
 			// Pages larger than a window: read the next header alone (a
-			// list's levels are read from the window: keep it whole).
+			// list's levels are read from the window: keep it whole), and
+			// where the pages are of one size, the next ones' at once.
 			want = hopWindow
+			if prev == last {
+				hops.predict(ctx, it.pos, last)
+			}
 		default:
 			want = pageWindow
 		}

@@ -21,9 +21,10 @@ import (
 // (nothing located before): whole, and the piece of rows [90,000,
 // 110,000) (10%), with and without the offset index. Without it the piece
 // walks the page headers (a first window of 64 KiB, then 4 KiB at each
-// later page, one request per page larger than the window: requests grow
-// with the pages, not the piece). Reported: requests, bytes-frac (body
-// bytes over the whole row group's) and ms.
+// later page, one request per page larger than the window, the headers of
+// pages of one size read ahead 16 at once: requests grow with the pages,
+// not the piece). Reported: requests, bytes-frac (body bytes over the whole
+// row group's) and ms.
 //
 //	go test ./loader/ -run '^$' -bench BenchmarkPieceLatency -benchtime 2x
 func BenchmarkPieceLatency(b *testing.B) {
