@@ -1,8 +1,10 @@
 package loader
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -14,8 +16,8 @@ import (
 // two slices' edges fall inside the same row group (one ends in it, the next
 // starts in it), the pages both need are read from storage by the first and
 // served to the second from memory. It holds, per shared row group and
-// column, one contiguous range of fetched bytes, grown as readers ask for
-// pages next to it, until every reader that reads the row group is done
+// column, the ranges of fetched bytes readers asked for (one range where
+// they overlap or touch), until every reader that reads the row group is done
 // with it (RowGroupReader's last piece of it, or Close); at most maxBytes in
 // all (beyond that, fetches are the reader's own, as without a share). It is
 // safe for concurrent use; fetches of one shared column chunk wait for each
@@ -26,9 +28,9 @@ type FetchShare struct {
 	mu      sync.Mutex
 	max     int64
 	held    int64
-	claims  map[[2]int]int // readers not yet done, per shared row group (file, index)
-	entries map[shareKey]*shareEntry
-	locks   map[shareKey]*sync.Mutex // one fetch at a time per column chunk
+	claims  map[[2]int]int             // readers not yet done, per shared row group (file, index)
+	entries map[shareKey][]*shareEntry // per column chunk: sorted, disjoint, not adjacent
+	locks   map[shareKey]*sync.Mutex   // one fetch at a time per column chunk
 
 	// Saved is the storage bytes that were served from the share instead of
 	// read again.
@@ -52,7 +54,7 @@ type shareEntry struct {
 // readers[k] readers will read pieces of, those with two or more, holding at
 // most maxBytes; nil when none is read by two.
 func NewFetchShare(readers map[[2]int]int, maxBytes int64) *FetchShare {
-	s := &FetchShare{rgs: map[[2]int]bool{}, max: maxBytes, claims: map[[2]int]int{}, entries: map[shareKey]*shareEntry{}, locks: map[shareKey]*sync.Mutex{}}
+	s := &FetchShare{rgs: map[[2]int]bool{}, max: maxBytes, claims: map[[2]int]int{}, entries: map[shareKey][]*shareEntry{}, locks: map[shareKey]*sync.Mutex{}}
 	for k, n := range readers {
 		if n >= 2 {
 			s.claims[k], s.rgs[k] = n, true
@@ -98,9 +100,11 @@ func (s *FetchShare) done(fi, rg int) {
 		return
 	}
 	delete(s.claims, k)
-	for key, e := range s.entries {
+	for key, es := range s.entries {
 		if key.file == fi && key.rg == rg {
-			s.held -= int64(len(e.data))
+			for _, e := range es {
+				s.held -= int64(len(e.data))
+			}
 			delete(s.entries, key)
 		}
 	}
@@ -133,11 +137,12 @@ func (s *FetchShare) fetch(ctx context.Context, ds *Dataset, fi, rg int, c forma
 	return s.fetchLocked(ctx, ds, key, c, stats)
 }
 
-// fetchLocked is fetch under the chunk's lock: the hit, or the growth of
-// its range (the storage read outside s.mu).
+// fetchLocked is fetch under the chunk's lock: the hit, or the range
+// asked for merged with the ranges it overlaps or touches, only the gaps
+// between them read (outside s.mu).
 //
-// Length: the hit, the range to read, the read of two gaps at most, and
-// the entry installed, in order.
+// Length: the hit, the merge, the read of the gaps, and the entry
+// installed, in order.
 func (s *FetchShare) fetchLocked(ctx context.Context, ds *Dataset, key shareKey, c format.Chunk, stats *ReadStats) (span, bool, error) {
 	lo, hi := c.Offset, c.Offset+c.Length
 	s.mu.Lock()
@@ -145,32 +150,34 @@ func (s *FetchShare) fetchLocked(ctx context.Context, ds *Dataset, key shareKey,
 		s.mu.Unlock()
 		return span{}, false, nil
 	}
-	e := s.entries[key]
-	if e != nil && lo >= e.off && hi <= e.off+int64(len(e.data)) {
-		s.mu.Unlock()
-		s.Saved.Add(c.Length)
-		return span{off: lo, n: c.Length, data: e.data[lo-e.off : hi-e.off], borrowed: true}, true, nil
+	var merged, kept []*shareEntry
+	ulo, uhi := lo, hi
+	for _, e := range s.entries[key] {
+		end := e.off + int64(len(e.data))
+		if lo >= e.off && hi <= end {
+			s.mu.Unlock()
+			s.Saved.Add(c.Length)
+			return span{off: lo, n: c.Length, data: e.data[lo-e.off : hi-e.off], borrowed: true}, true, nil
+		}
+		if e.off <= hi && end >= lo {
+			merged = append(merged, e)
+			ulo, uhi = min(ulo, e.off), max(uhi, end)
+		} else {
+			kept = append(kept, e)
+		}
 	}
-	var old int64
-	if e != nil && lo <= e.off+int64(len(e.data)) && hi >= e.off {
-		// Overlapping or adjacent: one range holding both.
-		old = int64(len(e.data))
-		lo, hi = min(lo, e.off), max(hi, e.off+old)
-	} else {
-		e = nil // disjoint (or none): replaced
+	grow := uhi - ulo
+	for _, e := range merged {
+		grow -= int64(len(e.data))
 	}
-	var prev int64
-	if p := s.entries[key]; p != nil {
-		prev = int64(len(p.data))
-	}
-	if s.held-prev+(hi-lo) > s.max {
+	if s.held+grow > s.max {
 		s.mu.Unlock()
 		return span{}, false, nil
 	}
-	s.held += hi - lo - prev // taken now: the bound holds while reading
+	s.held += grow // taken now: the bound holds while reading
 	s.mu.Unlock()
 
-	buf := make([]byte, hi-lo)
+	buf := make([]byte, uhi-ulo)
 	obj := ds.Files[key.file].Object
 	read := func(a, b int64) error {
 		if a >= b {
@@ -178,34 +185,39 @@ func (s *FetchShare) fetchLocked(ctx context.Context, ds *Dataset, key shareKey,
 		}
 		stats.Fetches.Add(1)
 		stats.FetchedBytes.Add(b - a)
-		return ds.store.ReadAt(ctx, obj, buf[a-lo:b-lo], a)
+		return ds.store.ReadAt(ctx, obj, buf[a-ulo:b-ulo], a)
 	}
 	var err error
-	if e != nil {
-		copy(buf[e.off-lo:], e.data)
-		if ov := min(c.Offset+c.Length, e.off+old) - max(c.Offset, e.off); ov > 0 {
+	at := ulo
+	for _, e := range merged { // sorted by offset: the gaps between them read
+		copy(buf[e.off-ulo:], e.data)
+		if ov := min(hi, e.off+int64(len(e.data))) - max(lo, e.off); ov > 0 {
 			s.Saved.Add(ov)
 		}
-		if err = read(lo, e.off); err == nil {
-			err = read(e.off+old, hi)
+		if err == nil {
+			err = read(at, e.off)
 		}
-	} else {
-		err = read(lo, hi)
+		at = e.off + int64(len(e.data))
+	}
+	if err == nil {
+		err = read(at, uhi)
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sp := span{off: c.Offset, n: c.Length, data: buf[c.Offset-lo : c.Offset+c.Length-lo], borrowed: true}
+	sp := span{off: lo, n: c.Length, data: buf[lo-ulo : hi-ulo], borrowed: true}
 	if err != nil || s.claims[[2]int{key.file, key.rg}] <= 0 {
-		// Failed (the entry before stays), or every reader is done (done
-		// dropped the entry before and its bytes): nothing is installed,
-		// so what was taken for it is given back.
-		s.held -= hi - lo - prev
+		// Failed (the ranges before stay), or every reader is done (done
+		// dropped them and their bytes): nothing is installed, so what was
+		// taken for it is given back.
+		s.held -= grow
 		if err != nil {
 			return span{}, false, fmt.Errorf("loader: %s row group %d: %w", obj.URI, key.rg, err)
 		}
 		return sp, true, nil
 	}
-	s.entries[key] = &shareEntry{off: lo, data: buf}
+	es := append(kept, &shareEntry{off: ulo, data: buf})
+	slices.SortFunc(es, func(a, b *shareEntry) int { return cmp.Compare(a.off, b.off) })
+	s.entries[key] = es
 	return sp, true, nil
 }
