@@ -40,6 +40,11 @@ type piecePlan struct {
 	pieceRows    int64
 	readerBudget int64
 	windowAhead  int64 // W > 0: what reading one window of rows costs (see above); 0 otherwise
+	// shareBytes bounds the pages held to be fetched once for the slices
+	// of a stream that read pieces of the same row group (edgeShare): one
+	// row group's fetched bytes per pair of neighbouring slices, at most a
+	// slice's share; 0 with one slice.
+	shareBytes int64
 }
 
 // sliceShare returns one slice's even share of a stream's read-ahead
@@ -121,5 +126,15 @@ func (p *Pipeline) planPieces(pl *pipelinePlan) (piecePlan, error) {
 	rows := max(int64(avail/perRow/4)/b*b, b)
 	pieceBytes := int64(float64(rows)*perRow + 0.5)
 	reader := max(int64(avail)-2*pieceBytes, pieceBytes) + whole
-	return piecePlan{pieceRows: rows, readerBudget: reader, windowAhead: ahead}, nil
+	var shared int64
+	if n >= 2 {
+		var most int64
+		for _, f := range pl.ds.Files {
+			for _, m := range f.RowGroups {
+				most = max(most, m.Bytes)
+			}
+		}
+		shared = min((n-1)*most, share)
+	}
+	return piecePlan{pieceRows: rows, readerBudget: reader, windowAhead: ahead, shareBytes: shared}, nil
 }

@@ -172,10 +172,15 @@ func (p *Pipeline) fileSelection(ctx context.Context, fds *loader.Dataset, fi in
 	if len(undecided) == 0 {
 		return fs, nil
 	}
+	readAhead, unreserve, err := p.reserveFilterRead(ctx, fds, fi, undecided)
+	if err != nil {
+		return nil, err
+	}
+	defer unreserve()
 	rd := fds.NewReader(ctx, undecided, p.cfg.mem,
-		loader.WithReaderReadAhead(max(p.cfg.readAhead, loader.DefaultReadAhead)),
+		loader.WithReaderReadAhead(readAhead),
 		loader.WithReaderDecodeWorkers(runtime.GOMAXPROCS(0)))
-	defer rd.Close()
+	defer rd.Close() // before unreserve: the reader's memory is returned first
 	for range undecided {
 		rec, ref, err := rd.Next()
 		if errors.Is(err, io.EOF) {
@@ -194,6 +199,41 @@ func (p *Pipeline) fileSelection(ctx context.Context, fds *loader.Dataset, fi in
 	}
 	p.filterStats.DecodedBytes.Add(rd.Stats().FetchedBytes.Load())
 	return fs, nil
+}
+
+// reserveFilterRead takes from the server's memory account (--memory-budget)
+// what reading the filter columns of the row groups undecided of file fi
+// holds: the reader's read-ahead (the server's, at most what those row
+// groups cost; one row group even when larger), plus the row group being
+// evaluated and its masks (a byte per row, three times). Where that does not
+// fit now, it waits for the least that evaluates them (no read-ahead: one
+// row group fetched while the one before is evaluated), for at most the
+// server's idle timeout, as a stream's reservation does (reserveBytes). It
+// returns the reader's read-ahead and the function that returns the bytes.
+func (p *Pipeline) reserveFilterRead(ctx context.Context, fds *loader.Dataset, fi int, undecided []loader.RowGroupRef) (int64, func(), error) {
+	var sum, most, rows int64
+	for _, r := range undecided {
+		m := fds.Files[fi].RowGroups[r.Index]
+		c := m.Bytes + m.DecodedBytes
+		sum += c
+		most, rows = max(most, c), max(rows, m.Rows)
+	}
+	readAhead := min(max(p.cfg.readAhead, loader.DefaultReadAhead), sum)
+	held := most + 3*rows // the record evaluated, and Eval's masks
+	mem := p.serverLimits().Memory
+	if mem == nil {
+		return readAhead, func() {}, nil
+	}
+	if n := max(readAhead, most) + held; mem.TryReserve(n) {
+		return readAhead, func() { mem.Unreserve(n) }, nil
+	}
+	n := most + held
+	what := fmt.Sprintf("filters: evaluating the filter columns of %s (%d row groups, the largest %d bytes compressed plus decoded)",
+		fds.Files[fi].Object.URI, len(undecided), most)
+	if err := p.reserveBytes(ctx, n, what); err != nil {
+		return 0, nil, err
+	}
+	return 0, func() { mem.Unreserve(n) }, nil
 }
 
 // pruneRowGroup is the footer's verdict on row group ri of file fi: its

@@ -27,9 +27,18 @@ func filterBenchSpec(index bool) datagen.Spec {
 	return s
 }
 
-func filterBenchDataset(b *testing.B, index bool) string {
+// filterBenchLargeSpec is filterBenchSpec in 2 files of 100,000-row row
+// groups (4 row groups; features chunks of 12.8 MB: 13 pages of 1 MiB, or
+// 200 of 64 KiB with an index).
+func filterBenchLargeSpec(index bool) datagen.Spec {
+	s := filterBenchSpec(index)
+	s.Files, s.RowGroupRows = 2, 100_000
+	return s
+}
+
+func filterBenchDataset(b *testing.B, spec datagen.Spec) string {
 	dir := b.TempDir()
-	if _, err := datagen.Write(context.Background(), datagen.LocalCreator{}, dir, filterBenchSpec(index)); err != nil {
+	if _, err := datagen.Write(context.Background(), datagen.LocalCreator{}, dir, spec); err != nil {
 		b.Fatal(err)
 	}
 	return dir
@@ -96,36 +105,50 @@ func filterRun(b *testing.B, dir, filters string, d int) (bytes int64, plan, epo
 // time with no selection cached; epoch-ms, streaming the epoch;
 // plan-vs-epoch, plan-ms over the unfiltered epoch's time. With D = 4, a
 // stream whose edge falls inside a kept row group reads that row group
-// whole, as its neighbour does (DESIGN.md, invariant 3): with 10% of the
-// rows kept, those edges weigh ten times more than unfiltered; where the
-// file has a page index and small pages, the stream reads the pages of its
-// kept rows alone (a piece of the physical rows that hold them).
+// pages, as its neighbour does (DESIGN.md, invariant 3), except that the
+// slices of one stream fetch the pages they share once (loader.FetchShare):
+// with 10% of the rows kept, those edges weigh ten times more than
+// unfiltered. Datasets: 10,000-row row groups (about 2 pages of 1 MiB per
+// features chunk) and 100,000-row ones (13 pages), with 1 MiB pages and no
+// page index, or 64 KiB pages and a page index.
 //
 //	go test ./feed -run '^$' -bench Filter -benchtime 3x
 func BenchmarkFilter(b *testing.B) {
+	small := []filterVariant{
+		{"sorted-10pct-aligned", `[["id", "<", 40000]]`},
+		{"sorted-10pct-unaligned", `[["id", ">=", 15000], ["id", "<", 55000]]`},
+		{"unsorted-10pct", `[["label", "<", 100]]`},
+	}
+	large := []filterVariant{
+		{"sorted-10pct-inside", `[["id", ">=", 150000], ["id", "<", 190000]]`},
+		{"sorted-10pct-across", `[["id", ">=", 180000], ["id", "<", 220000]]`},
+		{"unsorted-10pct", `[["label", "<", 100]]`},
+	}
 	for _, layout := range []struct {
-		name  string
-		index bool
-	}{{"pages=1MiB", false}, {"pages=64KiB+index", true}} {
-		dir := filterBenchDataset(b, layout.index)
+		name     string
+		spec     datagen.Spec
+		variants []filterVariant
+	}{
+		{"rg=10k/pages=1MiB", filterBenchSpec(false), small},
+		{"rg=10k/pages=64KiB+index", filterBenchSpec(true), small},
+		{"rg=100k/pages=1MiB", filterBenchLargeSpec(false), large},
+		{"rg=100k/pages=64KiB+index", filterBenchLargeSpec(true), large},
+	} {
+		dir := filterBenchDataset(b, layout.spec)
 		for _, d := range []int{1, 4} {
-			benchFilterRuns(b, layout.name, dir, d)
+			benchFilterRuns(b, layout.name, dir, d, layout.variants)
 		}
 	}
 }
 
+// filterVariant is one filter of BenchmarkFilter.
+type filterVariant struct{ name, filters string }
+
 // benchFilterRuns runs the filters of BenchmarkFilter on dir with D = d.
-func benchFilterRuns(b *testing.B, layout, dir string, d int) {
-	{
-		allBytes, _, allEpoch, allRows := filterRun(b, dir, "", d)
-		for _, v := range []struct{ name, filters string }{
-			{"unfiltered", ""},
-			{"sorted-10pct-aligned", `[["id", "<", 40000]]`},
-			{"sorted-10pct-unaligned", `[["id", ">=", 15000], ["id", "<", 55000]]`},
-			{"unsorted-10pct", `[["label", "<", 100]]`},
-		} {
-			benchFilterRun(b, fmt.Sprintf("%s/D=%d/%s", layout, d, v.name), dir, v.filters, d, allBytes, allRows, allEpoch)
-		}
+func benchFilterRuns(b *testing.B, layout, dir string, d int, variants []filterVariant) {
+	allBytes, _, allEpoch, allRows := filterRun(b, dir, "", d)
+	for _, v := range append([]filterVariant{{"unfiltered", ""}}, variants...) {
+		benchFilterRun(b, fmt.Sprintf("%s/D=%d/%s", layout, d, v.name), dir, v.filters, d, allBytes, allRows, allEpoch)
 	}
 }
 

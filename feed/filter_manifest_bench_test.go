@@ -20,7 +20,7 @@ import (
 //
 //	go test ./feed -run '^$' -bench FilterPlanStored -benchtime 5x
 func BenchmarkFilterPlanStored(b *testing.B) {
-	dir := filterBenchDataset(b, false)
+	dir := filterBenchDataset(b, filterBenchSpec(false))
 	const stored = `[["label", "<", 100]]`
 	writeManifestWithSelections(b, dir, stored)
 	for _, v := range []struct{ name, manifest, filters string }{

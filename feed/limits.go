@@ -36,7 +36,9 @@ import (
 //     slice's readers at least one shuffle window of rows read ahead), or
 //     with a read-ahead of 0 one row group per slice (also in an elastic
 //     epoch, which reads whole row groups); never more than the dataset's
-//     compressed plus decoded bytes;
+//     compressed plus decoded bytes; plus, where the stream's slices read
+//     pieces, the pages of row groups shared by neighbouring slices, fetched
+//     once (piecePlan.shareBytes);
 //   - the shuffle window's rows each slice holds (W rows at the dataset's
 //     decoded bytes per row, at most a stream's rows);
 //   - sliceOverhead per slice (its reader, cutter and decode workers);
@@ -115,8 +117,8 @@ func (p *Pipeline) sizeOf(pl *pipelinePlan) planSize {
 	if pl.rem != nil {
 		ra = max(ra, n*maxRG)
 	}
-	sz.readAhead = min(ra, total)
-	sz.tokens = tokensAhead(pl.toks, pl.ds, sz.readAhead)
+	sz.readAhead = min(ra, total) + float64(pl.pieces.shareBytes)
+	sz.tokens = tokensAhead(pl.toks, pl.ds, min(ra, total))
 	if w := pl.cfg.plan.Window; w > 0 {
 		streamRows := float64(pl.plan.N())/float64(pl.cfg.plan.D) + 1
 		sz.window = n * min(float64(w), streamRows) * varRow
@@ -203,11 +205,26 @@ func (p *Pipeline) checkMemory(pl *pipelinePlan) error {
 // waiting until it fits or ctx ends; it returns the bytes taken, for
 // unreserve.
 func (p *Pipeline) reserve(ctx context.Context, pl *pipelinePlan) (int64, error) {
-	l := p.serverLimits()
-	if l.Memory == nil {
+	if p.serverLimits().Memory == nil {
 		return 0, nil
 	}
 	n := int64(math.Min(p.sizeOf(pl).reserve, math.MaxInt64/2))
+	if err := p.reserveBytes(ctx, n, "this stream"); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// reserveBytes takes n bytes from the server's memory account for what
+// (a stream, a filter's evaluation), waiting until they fit, for at most
+// the server's idle timeout (then transport.ErrTooManyStreams: retry later),
+// or until ctx ends. n over the whole budget is transport.ErrTooLarge at
+// once.
+func (p *Pipeline) reserveBytes(ctx context.Context, n int64, what string) error {
+	l := p.serverLimits()
+	if l.Memory == nil {
+		return nil
+	}
 	wctx := ctx
 	if l.IdleTimeout > 0 {
 		var cancel context.CancelFunc
@@ -218,10 +235,10 @@ func (p *Pipeline) reserve(ctx context.Context, pl *pipelinePlan) (int64, error)
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			// The server's memory stayed taken by other streams: like a
 			// server at its stream limit, busy for now.
-			return 0, fmt.Errorf("feed: %w: this stream needs %d bytes of the server's memory budget of %d bytes, and other streams held it for the idle timeout (%v): retry later",
-				transport.ErrTooManyStreams, n, l.Memory.Limit(), l.IdleTimeout)
+			return fmt.Errorf("feed: %w: %s needs %d bytes of the server's memory budget of %d bytes, and other streams held it for the idle timeout (%v): retry later",
+				transport.ErrTooManyStreams, what, n, l.Memory.Limit(), l.IdleTimeout)
 		}
-		return 0, fmt.Errorf("feed: waiting for %d bytes of the server's memory budget for this stream: %w", n, err)
+		return fmt.Errorf("feed: waiting for %d bytes of the server's memory budget for %s: %w", n, what, err)
 	}
-	return n, nil
+	return nil
 }

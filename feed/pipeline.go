@@ -37,6 +37,8 @@ type pipelineConfig struct {
 	loadOpts  []loader.Option
 	cacheTTL  time.Duration
 	readAhead int64
+	// noEdgeShare: each slice fetches its own pages (tests compare with it)
+	noEdgeShare bool
 	// selections caches the rows filters keep (filter.go).
 	selections filter.Store
 	// tokenizers caches parsed tokenizers by content (tokenizer.go).

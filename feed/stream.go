@@ -92,10 +92,36 @@ func (s *pipelineStream) plainSlices(pos batching.Position) ([]*sliceCut, error)
 		} else {
 			sc.refs, sc.groups = s.readRefs(pos, d)
 		}
-		s.startReader(sc)
 		out = append(out, sc)
 	}
+	share := s.edgeShare(out)
+	for _, sc := range out {
+		s.startReader(sc, share)
+	}
 	return out, nil
+}
+
+// edgeShare returns the FetchShare of the row groups that several of scs
+// read pieces of (where one slice's edge and the next's fall inside the same
+// row group: with a filter on a sorted column, the row groups at the edges
+// of the kept range), so that their pages are fetched once, within the
+// plan's bound (piecePlan.shareBytes); nil when there is none.
+func (s *pipelineStream) edgeShare(scs []*sliceCut) *loader.FetchShare {
+	if s.pl.pieces.shareBytes <= 0 || len(scs) < 2 || s.cfg.noEdgeShare {
+		return nil
+	}
+	readers := map[[2]int]int{}
+	for _, sc := range scs {
+		seen := map[[2]int]bool{}
+		for _, r := range sc.refs {
+			k := [2]int{r.File, r.Index}
+			if (r.Start != 0 || r.End != 0) && !seen[k] {
+				seen[k] = true
+				readers[k]++
+			}
+		}
+	}
+	return loader.NewFetchShare(readers, s.pl.pieces.shareBytes)
 }
 
 // readAhead opens the next epoch's slices, so that their readers fetch and
@@ -124,7 +150,7 @@ func (s *pipelineStream) readAhead() {
 
 // addSlice adds sc to the current epoch, its reader started.
 func (s *pipelineStream) addSlice(sc *sliceCut) {
-	s.startReader(sc)
+	s.startReader(sc, nil)
 	s.slices = append(s.slices, sc)
 }
 
@@ -133,13 +159,13 @@ func (s *pipelineStream) addSlice(sc *sliceCut) {
 // read-ahead budget (of which, when it reads pieces, the part planPieces
 // leaves in flight; with a shuffle window, at least one window of rows:
 // budget.go) and of the cores for decoding.
-func (s *pipelineStream) startReader(sc *sliceCut) {
+func (s *pipelineStream) startReader(sc *sliceCut, share *loader.FetchShare) {
 	if len(sc.refs) > 0 {
 		pl := s.pl
 		n := len(pl.cfg.slices)
 		budget := pl.pieces.budgetFor(sliceShare(s.cfg.readAhead, n), sc.segs != nil)
 		workers := max(runtime.GOMAXPROCS(0)/n, 1)
-		opts := []loader.ReaderOption{loader.WithReaderReadAhead(budget), loader.WithReaderDecodeWorkers(workers)}
+		opts := []loader.ReaderOption{loader.WithReaderReadAhead(budget), loader.WithReaderDecodeWorkers(workers), loader.WithReaderFetchShare(share)}
 		if len(pl.toks) > 0 {
 			// Kept rows are taken, then tokenized, as each record is decoded.
 			opts = append(opts, loader.WithReaderTransform(prepareRead(pl.ds, pl.toks, pl.cutIn, pl.selection, sc.groups, sc.segs, sc.refs, workers, s.mem)))

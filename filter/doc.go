@@ -17,7 +17,9 @@
 // (min, max, null count, and where given its dictionary, every distinct
 // value, and its bloom filter), says whether no row, every row or some rows
 // may match; Eval, on the decoded filter columns of a row group, says exactly
-// which rows match, as a Selection (sorted runs of physical rows). Selections
+// which rows match, as a Selection (sorted runs of physical rows), each term
+// a typed loop over the column's values and validity bitmap (a dictionary
+// column's dictionary evaluated once, its indices gathered). Selections
 // are cached per file and predicate behind the Store interface (an LRU in
 // memory by default), and stored in a dataset's manifest as facts of kind
 // SelectionFactKind (EncodeFileSelection, DecodeFileSelection).

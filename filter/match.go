@@ -1,8 +1,6 @@
 package filter
 
 import (
-	"fmt"
-
 	"github.com/apache/arrow-go/v18/arrow"
 )
 
@@ -72,28 +70,6 @@ func (m *ordMatcher[T]) match(v T) bool {
 		return c > 0
 	}
 	return c >= 0
-}
-
-func (m *ordMatcher[T]) eval(arr arrow.Array, out []bool) error {
-	g, err := getterOf(arr, m.get)
-	if err != nil {
-		return fmt.Errorf("column %q: %v", m.col, err)
-	}
-	nm := m.nullMatches()
-	if arr.NullN() == 0 {
-		for i := range out {
-			out[i] = m.match(g(i))
-		}
-		return nil
-	}
-	for i := range out {
-		if arr.IsNull(i) {
-			out[i] = nm
-		} else {
-			out[i] = m.match(g(i))
-		}
-	}
-	return nil
 }
 
 // prune is the term's verdict on a row group with statistics st: its

@@ -132,34 +132,55 @@ func (b *Bound) Prune(stats func(column string) ColumnStats) Verdict {
 }
 
 // Eval returns the rows of rec (a row group's decoded filter columns, at
-// least) that the predicate keeps.
+// least) that the predicate keeps: each term a typed loop over its column
+// (eval.go), the terms of a conjunction and-ed, the conjunctions or-ed.
 func (b *Bound) Eval(rec arrow.RecordBatch) (*Selection, error) {
 	n := int(rec.NumRows())
-	keep := make([]bool, n)
-	conj := make([]bool, n)
-	term := make([]bool, n)
 	cols := map[string]arrow.Array{}
 	for i, f := range rec.Schema().Fields() {
 		cols[f.Name] = rec.Column(i)
 	}
-	for _, c := range b.any {
-		for i := range conj {
-			conj[i] = true
+	keep := make([]bool, n)
+	var conj, term []bool
+	for ci, c := range b.any {
+		switch {
+		case len(b.any) == 1:
+			conj = keep // the only conjunction: its result is the selection
+		case conj == nil:
+			conj = make([]bool, n)
 		}
-		for _, m := range c {
+		if len(c) == 0 {
+			fill(conj, true)
+		}
+		for ti, m := range c {
 			arr, ok := cols[m.column()]
 			if !ok {
 				return nil, fmt.Errorf("filter: %w: column %q is not among the decoded columns", ErrInvalid, m.column())
 			}
-			if err := m.eval(arr, term); err != nil {
+			dst := conj
+			if ti > 0 {
+				if term == nil {
+					term = make([]bool, n)
+				}
+				dst = term
+			}
+			if err := m.eval(arr, dst); err != nil {
 				return nil, fmt.Errorf("filter: %w", err)
 			}
-			for i, t := range term {
-				conj[i] = conj[i] && t
+			if ti > 0 {
+				for i, t := range term {
+					conj[i] = conj[i] && t
+				}
 			}
 		}
-		for i, t := range conj {
-			keep[i] = keep[i] || t
+		if len(b.any) > 1 {
+			if ci == 0 {
+				copy(keep, conj)
+				continue
+			}
+			for i, t := range conj {
+				keep[i] = keep[i] || t
+			}
 		}
 	}
 	return fromMask(keep), nil

@@ -46,7 +46,9 @@
 // engine stays beside arrow-go because it is faster on the columns it
 // serves (BenchmarkPageEngine, route.go). The fast routes also decode row
 // ranges alone (pieces.go): their pages are located by the chunk's offset
-// index, or by walking the page headers in 64 KiB windows (a list's v1
+// index, or by walking the page headers (64 KiB windows, 4 KiB at each
+// page once they are larger than that, read ahead at once where pages are
+// of one size; a list's v1
 // pages by their repetition levels), and only the pages of a range are
 // fetched and decoded; every other column of a piece is decoded whole once
 // per Shared and sliced.

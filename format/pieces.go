@@ -25,7 +25,10 @@ import (
 // snappy, zstd or gzip. Its pages are located with the column chunk's
 // offset index when the file has one (one small read; the page locations
 // and first rows), else by walking the page headers in bounded windows
-// (pageWindow bytes at a time), which finds the rows of every page of a
+// (pageWindow bytes at a time; once the pages walked are larger than that,
+// hopWindow bytes at each page's start: its header alone; where the last
+// two pages were of one size, the next hopsAhead headers at that stride
+// are read at once: pagehops.go), which finds the rows of every page of a
 // primitive or fixed_size_list column and of v2 pages; a list column's v1
 // pages, whose headers count values, not rows, are placed by their
 // repetition levels, read one page at a time (for SNAPPY from the start of

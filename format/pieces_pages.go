@@ -15,8 +15,13 @@ import (
 // and which rows each holds, and decoding only the pages of a row range.
 
 // pageWindow is the bytes read at a time to walk page headers without an
-// offset index.
-const pageWindow = 64 << 10
+// offset index, and hopWindow the bytes read at a page's start once the
+// pages walked are larger than pageWindow (each window then holds one
+// header: its page's body is not needed).
+const (
+	pageWindow = 64 << 10
+	hopWindow  = 4 << 10
+)
 
 // pageLoc is one data page of a column chunk: its bytes (header and body)
 // in the file and the slots it holds: rows, or for a fixed_size_list[n]
@@ -115,19 +120,26 @@ func (d *parquetDecoder) locatePages(ctx context.Context, rg int, c *colDecoder,
 		return nil, nil // decoding the chunk whole reports it
 	}
 	it := newPageWindows(chunkLen, lim)
+	want := int64(pageWindow)
+	hops := hopReads{src: d.src, stats: stats, chunkOff: chunkOff, chunkLen: chunkLen}
+	defer hops.release()
+	var prev, last int64 // the sizes of the last two pages walked
 	for it.pos < chunkLen {
-		w := min(int64(cap(buf)), chunkLen-it.pos)
+		if int64(cap(buf)) < want {
+			bufpool.Put(buf)
+			buf = bufpool.Get(want)
+		}
+		w := min(want, chunkLen-it.pos)
 		win, wpos := buf[:w], chunkOff+it.pos
-		if err := d.src.ReadAt(ctx, win, wpos); err != nil {
+		if err := hops.read(ctx, win, it.pos); err != nil {
 			return nil, err
 		}
-		stats.Fetches.Add(1)
-		stats.FetchedBytes.Add(w)
 		it.window(win, it.pos)
 		parsed := 0
 		var h pageHead
 		for it.next(&h, false) {
 			pos := chunkOff + h.at
+			prev, last = last, h.hdr+h.size
 			var n int64
 			switch h.kind {
 			case pageDataV1:
@@ -165,12 +177,22 @@ func (d *parquetDecoder) locatePages(ctx context.Context, rg int, c *colDecoder,
 		if it.Err() != nil {
 			return nil, nil // a header that does not parse: decoding the chunk whole reports it
 		}
-		if parsed == 0 && it.pos < chunkLen {
-			if cap(buf) >= 16<<20 {
+		switch {
+		case parsed == 0 && it.pos < chunkLen:
+			if want >= 16<<20 {
 				return nil, nil
 			}
-			bufpool.Put(buf)
-			buf = bufpool.Get(int64(cap(buf)) * 2) // a header larger than the window (large statistics)
+			want *= 2 // a header larger than the window (large statistics)
+		case c.kind != kindList && last > pageWindow:
+			// Pages larger than a window: read the next header alone (a
+			// list's levels are read from the window: keep it whole), and
+			// where the pages are of one size, the next ones' at once.
+			want = hopWindow
+			if prev == last {
+				hops.predict(ctx, it.pos, last)
+			}
+		default:
+			want = pageWindow
 		}
 	}
 	if !placed(locs, c.slot(rows), chunkOff, end) {

@@ -55,6 +55,9 @@
 // to the read-ahead budget from the row group's first piece until its last
 // is decoded ([RowGroupReader.PeakInFlight] counts it). Planning still reads
 // no data page; the pages are located when a piece is first charged.
+// Readers given one [FetchShare] (a stream's slices) fetch the pages of a row
+// group they all read pieces of once: the share holds them, in Go memory up
+// to its bound, until every one of those readers is done with the row group.
 //
 // With an arrowmem.PoolAllocator (or any arrowmem.UninitializedAllocator) the
 // values of fixed-width columns are decoded into memory that is not cleared

@@ -128,7 +128,7 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // formatPiece is rows [start, end) of row group ref as format decodes it.
 func (ds *Dataset) formatPiece(ref RowGroupRef, p piece) format.Piece {
 	return format.Piece{RG: ref.Index, Lo: p.start, Hi: p.end, Mem: p.mem, Stats: &p.stats.Stats, Shared: &p.e.pages,
-		Fetch: chunkFetcher{ds: ds, fi: ref.File, stats: p.stats}}
+		Fetch: chunkFetcher{ds: ds, fi: ref.File, stats: p.stats, share: p.share}}
 }
 
 // pieceCharge returns what reading rows [start, end) of row group ref
@@ -166,7 +166,8 @@ type piece struct {
 	start, end int64
 	mem        memory.Allocator
 	stats      *ReadStats
-	e          *rgEntry // the reader's entry of the row group: what its pieces share
+	e          *rgEntry    // the reader's entry of the row group: what its pieces share
+	share      *FetchShare // nil, or the pages shared with other readers
 }
 
 // readPiece reads rows [start, end) of row group ref into a record.

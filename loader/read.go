@@ -45,6 +45,8 @@ type span struct {
 	n     int64
 	data  []byte
 	unmap func()
+	// borrowed: data belongs to a FetchShare (not pooled, not released here)
+	borrowed bool
 }
 
 // spanReader serves a decoder's reads from the fetched ranges of one row
@@ -148,6 +150,7 @@ func releaseSpans(spans []span) {
 	for i := range spans {
 		s := &spans[i]
 		switch {
+		case s.borrowed:
 		case s.unmap != nil:
 			s.unmap()
 		case s.data != nil:
@@ -297,9 +300,20 @@ type chunkFetcher struct {
 	ds    *Dataset
 	fi    int
 	stats *ReadStats
+	share *FetchShare // nil: none
 }
 
 func (f chunkFetcher) Fetch(ctx context.Context, rg int, chunks []format.Chunk) (format.Fetched, error) {
+	if len(chunks) == 1 && f.share.shares(f.fi, rg) {
+		sp, ok, err := f.share.fetch(ctx, f.ds, f.fi, rg, chunks[0], f.stats)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			obj := f.ds.Files[f.fi].Object
+			return &spanReader{ctx: ctx, store: f.ds.store, obj: obj, spans: []span{sp}, stats: f.stats}, nil
+		}
+	}
 	r, err := f.ds.fetchChunks(ctx, f.fi, rg, chunks, f.stats)
 	if err != nil {
 		return nil, err // not a nil *spanReader in an interface

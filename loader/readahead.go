@@ -25,10 +25,11 @@ import (
 // Close must be called (also after an error or io.EOF); it cancels work in
 // flight and releases every record not handed out.
 type RowGroupReader struct {
-	budget   int64 // in-flight bytes
-	workers  int   // concurrent decodes
-	reads    int   // row groups or pieces in flight (fetching or decoding)
-	maxPiece int64 // bytes per piece; 0: refs as given
+	budget   int64       // in-flight bytes
+	workers  int         // concurrent decodes
+	reads    int         // row groups or pieces in flight (fetching or decoding)
+	maxPiece int64       // bytes per piece; 0: refs as given
+	share    *FetchShare // nil, or where pieces' pages shared with other readers are fetched
 	xform    Transform
 	ds       *Dataset
 	ctx      context.Context
@@ -240,7 +241,7 @@ func (r *RowGroupReader) pieces(refs []RowGroupRef) []RowGroupRef {
 // them, which stay pinned until the row group's last piece is decoded.
 func (r *RowGroupReader) pieceCost(p *pending) (cost, pin int64, err error) {
 	start, end := p.ref.span()
-	return r.ds.pieceCharge(r.ctx, p.ref, piece{start: start, end: end, stats: &r.stats, e: p.ent})
+	return r.ds.pieceCharge(r.ctx, p.ref, piece{start: start, end: end, stats: &r.stats, e: p.ent, share: r.share})
 }
 
 // pieceDone records that p's piece was decoded, and releases its row
@@ -267,6 +268,7 @@ func (r *RowGroupReader) pieceDone(p *pending) {
 		delete(r.entries, [2]int{p.ref.File, p.ref.Index})
 		r.mu.Unlock()
 		r.unpin(pin)
+		r.share.done(p.ref.File, p.ref.Index)
 	}
 }
 
@@ -347,7 +349,7 @@ func (r *RowGroupReader) read(k int, p *pending, mem memory.Allocator, gate deco
 		p.rec, p.err = r.ds.readRowGroup(r.ctx, ref.File, ref.Index, mem, &r.stats, gate)
 	} else {
 		start, end := ref.span()
-		p.rec, p.err = r.ds.readPiece(r.ctx, ref, piece{start: start, end: end, mem: mem, stats: &r.stats, e: p.ent})
+		p.rec, p.err = r.ds.readPiece(r.ctx, ref, piece{start: start, end: end, mem: mem, stats: &r.stats, e: p.ent, share: r.share})
 		gate.leave()
 		if p.err == nil {
 			r.stats.Pieces.Add(1)
@@ -414,10 +416,11 @@ func (r *RowGroupReader) Close() error {
 		}
 	}
 	r.wg.Wait()
-	for _, e := range r.entries {
+	for k, e := range r.entries {
 		e.mu.Lock()
 		e.release()
 		e.mu.Unlock()
+		r.share.done(k[0], k[1])
 	}
 	r.entries = nil
 	return nil
