@@ -108,6 +108,7 @@ func PackAligned(in []PackInput, length, rows int, rule ListRule, mem memory.All
 type packInput struct {
 	name    string
 	list    arrow.Array
+	parts   []arrow.Array // instead of list: its rows in parts, in order (ApplyParts)
 	to      castTarget
 	cast    bool
 	fill    []byte
@@ -206,7 +207,7 @@ func packColumns(ins []packInput, length, rows int, rule ListRule, mem memory.Al
 		}
 	}()
 	for _, in := range ins {
-		lr, err := prepareList(in.name, in.list, in.to, in.cast, in.fillSet, mem)
+		lr, err := prepareInput(in, mem)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -283,9 +284,10 @@ func packMaterialize(lr *listRows, lens []int, lay packLayout, length, rows int,
 		}
 		k := lens[i]
 		dst := out[int(r)*rowBytes+int(lay.pos[i])*w:]
-		s := int(lr.starts[i]) * w
-		copy(dst[:k*w], lr.vals[s:s+k*w])
-		lr.fillNulls(i, k, dst, in.fill)
+		src, j := lr.at(i)
+		s := int(src.starts[j]) * w
+		copy(dst[:k*w], src.vals[s:s+k*w])
+		src.fillNulls(j, k, dst, in.fill)
 	}
 	child := shapeNewData(in.to.dt, rows*length, []*memory.Buffer{nil, vb}, nil, 0)
 	return shapeMakeArray(shapeNewData(in.outType, rows, []*memory.Buffer{nil}, []arrow.ArrayData{child}, 0))
