@@ -66,7 +66,6 @@ func TestApplyPartsMatchesApply(t *testing.T) {
 	}
 }
 
-
 // TestApplyPartsRowError: a row error of a later part counts rows from the
 // first part's first row.
 func TestApplyPartsRowError(t *testing.T) {
