@@ -218,7 +218,7 @@ func (s *Shaper) Apply(rec arrow.RecordBatch, mem memory.Allocator) (arrow.Recor
 		}
 	}
 	if s.packing {
-		packed, err := s.applyPack([]arrow.RecordBatch{rec}, mem)
+		packed, err := s.applyPack([]arrow.RecordBatch{rec}, nil, mem)
 		if err != nil {
 			return nil, err
 		}
@@ -279,7 +279,7 @@ func (s *Shaper) Apply(rec arrow.RecordBatch, mem memory.Allocator) (arrow.Recor
 // applyPack packs every column of the rows of parts, in order (all are
 // packed columns, checked by NewShaper), and returns the output columns in
 // schema order.
-func (s *Shaper) applyPack(parts []arrow.RecordBatch, mem memory.Allocator) ([]arrow.Array, error) {
+func (s *Shaper) applyPack(parts []arrow.RecordBatch, tags []int32, mem memory.Allocator) ([]arrow.Array, error) {
 	// The first packed column in []Column order leads: its lengths set the
 	// layout and its segment ids and positions follow it.
 	lead := s.in.FieldIndices(s.pack.Name)[0]
@@ -309,7 +309,7 @@ func (s *Shaper) applyPack(parts []arrow.RecordBatch, mem memory.Allocator) ([]a
 		at[i] = k
 	}
 	rows := PackedRows(int(nrows), s.pack.PackRatio)
-	packed, seg, pos, err := packColumns(ins, s.pack.Length, rows, s.pack.Overflow, mem)
+	packed, seg, pos, tagged, err := packColumns(ins, tags, s.pack.Length, rows, s.pack.Overflow, mem)
 	if err != nil {
 		if errors.Is(err, ErrPackOverflow) {
 			err = fmt.Errorf("%w (PackRatio %v: %d source rows -> %d packed rows)", err, s.pack.PackRatio, nrows, rows)
@@ -322,6 +322,9 @@ func (s *Shaper) applyPack(parts []arrow.RecordBatch, mem memory.Allocator) ([]a
 		if i == lead {
 			out = append(out, seg, pos)
 		}
+	}
+	if tagged != nil {
+		out = append(out, tagged)
 	}
 	return out, nil
 }
