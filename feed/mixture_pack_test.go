@@ -241,3 +241,30 @@ func TestMixturePackedRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestMixturePackedOverflow: a slice whose rows do not fit its packed rows
+// fails the stream at that step, naming the step, the slice, its sources in
+// order and the ratio that would fit; nothing is dropped.
+func TestMixturePackedOverflow(t *testing.T) {
+	dir := writeTextDataset(t)
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	p := newTestPipeline(t, mem)
+	req := packedMixture(dir, func(int) transport.Column {
+		return transport.Column{Name: "text", Tokenizer: filepath.Join(dir, "tokenizer.json"), Length: 16, PackRatio: 6, Overflow: "truncate"}
+	})
+	st, err := p.Open(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, err = st.Next(context.Background())
+	if !errors.Is(err, shape.ErrPackOverflow) {
+		t.Fatalf("Next: %v, want a packing overflow", err)
+	}
+	for _, s := range []string{"mixture step 0 slice 0", "packing the slice's 6 rows", "sources in order", "lower the packing ratio", "PackRatio 6: 6 source rows -> 1 packed rows"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q lacks %q", err, s)
+		}
+	}
+}

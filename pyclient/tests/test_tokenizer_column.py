@@ -393,6 +393,36 @@ def test_mixture_of_packed_tokenized_sources(corpus, trained):
     assert {w for w, _ in got} == {0, 1}
 
 
+def test_mixture_of_packed_sources_resumes(corpus, trained):
+    """A packed mixture's state resumes step for step (the rows follow from
+    the composition's source rows); an elastic resume whose packed batch
+    would change shape (8 -> 2 devices, b 2 -> 8 at pack_ratio 3: 8 x 1
+    rows, then 2 x 3) is refused when the Loader is built, naming both."""
+    glob, _ = corpus
+    toks = (trained["gpt2"], trained["llama2"])
+    mix = _packed_sources(glob, toks, 2048)
+    with meshfeed.Loader(mix, global_batch_size=16, sharding=sharding(), last_batch="drop") as a:
+        it = iter(a)
+        next(it)
+        saved = a.state()
+        rest = [{k: np.asarray(v) for k, v in b.items()} for b in it]
+    with meshfeed.Loader(mix, global_batch_size=16, sharding=sharding(), last_batch="drop", state=saved) as b:
+        again = [{k: np.asarray(v) for k, v in x.items()} for x in b]
+    assert len(again) == len(rest) > 0
+    for s, (x, y) in enumerate(zip(again, rest)):
+        assert set(x) == {"text", "text_segment_ids", "text_positions", "source"}
+        for k in y:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=f"step {s} key {k}")
+    three = _packed_sources(glob, toks, 2048, pack_ratio=3)
+    with meshfeed.Loader(three, global_batch_size=16, sharding=sharding(), last_batch="drop") as a:
+        next(iter(a))
+        saved = a.state()
+    two = NamedSharding(jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",)), P("data"))
+    with pytest.raises(meshfeed.InvalidRequestError, match=r"elastic switch from num_slices 8 to 2 with pack_ratio 3"):
+        meshfeed.Loader(three, global_batch_size=16, sharding=two, last_batch="drop", state=saved,
+                        elastic=True).close()
+
+
 def test_mixture_packing_refusals(corpus, trained):
     """Sources that pack differently are refused naming both; concatenated
     packing is refused saying why and what to use."""
