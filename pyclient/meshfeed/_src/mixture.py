@@ -148,9 +148,17 @@ class Mixture:
             or ``"all_exhausted"``. Every process knows the steps at
             construction (``loader.steps_per_epoch``, from the server's plan).
         source_column: when set, each batch gets an int32 array of that name
-            holding each row's source index (-1 on padding rows).
+            holding each row's source index (-1 on padding rows). When the
+            sources pack (the same ``Column(..., length=L, pack_ratio=r)`` in
+            every source), it is per token instead, shaped like the packed
+            tokens (``(B', L)``, -1 on padding tokens), for per-source loss
+            weights.
         seed: seeds the order of the sources' rows inside each slice and the
             sources without a shuffle seed of their own.
+
+    With packing, each step's composed rows (the weights count documents)
+    are packed first-fit into ``ceil(b / r)`` rows a slice, as one dataset's
+    slice; ``pack="concat"`` is refused (it counts tokens).
 
     A mixture is one pass (``num_epochs=1``). ``Loader(state=...,
     reweight=True)`` resumes a state with changed weights, or sources added
