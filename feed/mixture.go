@@ -53,8 +53,10 @@ type mixturePlan struct {
 	srcs   []*mixSource
 	mix    *batching.Mixture
 	in     *arrow.Schema // the sources' common schema after shaping
-	schema *arrow.Schema // every slice sent: in, the source column, the mask
+	schema *arrow.Schema // every slice sent: in, the source column, the mask; packed: the packer's and the source per token
 	slices []int
+	packer *shape.Shaper // packs each slice's rows (mixture_pack.go); nil: no packing
+	ratio  float64       // the packer's pack_ratio
 	mask   string
 	pad    bool
 }
@@ -77,6 +79,7 @@ func (p *Pipeline) planMixture(ctx context.Context, req *transport.Request) (*mi
 		return nil, fmt.Errorf("feed: %w", err)
 	}
 	mp := &mixturePlan{req: req, slices: req.Slices, mask: req.Mask(), pad: policy == batching.Pad}
+	var packs [][]shape.Column
 	for i, s := range m.Sources {
 		name := sourceName(i, s)
 		sub := &transport.Request{Version: req.Version, Datasets: s.Datasets, Columns: s.Columns, GlobalBatchSize: req.GlobalBatchSize,
@@ -85,9 +88,11 @@ func (p *Pipeline) planMixture(ctx context.Context, req *transport.Request) (*mi
 		if err != nil {
 			return nil, fmt.Errorf("feed: mixture %s: %w", name, err)
 		}
-		if cfg.packed || cfg.concat != nil {
-			return nil, fmt.Errorf("feed: %w: mixture %s: pack_ratio and pack \"concat\" are not supported in a mixture (packing changes the row counts the composition is made of)", transport.ErrBadRequest, name)
+		if cfg.concat != nil {
+			return nil, fmt.Errorf("feed: %w: mixture %s: %s", transport.ErrBadRequest, name, errMixtureConcat)
 		}
+		own, pk := splitPacking(cfg.shaping, s.Rename) // mixture_pack.go
+		packs = append(packs, pk)
 		ds, err := p.dataset(ctx, s.Datasets, cfg.columns, cfg.fills, cfg.manifest)
 		if err != nil {
 			return nil, fmt.Errorf("feed: mixture %s: %w", name, err)
@@ -120,8 +125,8 @@ func (p *Pipeline) planMixture(ctx context.Context, req *transport.Request) (*mi
 			return nil, fmt.Errorf("feed: %w: mixture %s: %v", transport.ErrBadRequest, name, err)
 		}
 		src.shaped = src.renamed
-		if len(cfg.shaping) > 0 {
-			cols := slices.Clone(cfg.shaping)
+		if len(own) > 0 {
+			cols := slices.Clone(own)
 			for j := range cols {
 				if to, ok := s.Rename[cols[j].Name]; ok {
 					cols[j].Name = to
@@ -134,11 +139,18 @@ func (p *Pipeline) planMixture(ctx context.Context, req *transport.Request) (*mi
 		}
 		mp.srcs = append(mp.srcs, src)
 	}
+	pack, err := samePacking(mp.srcs, packs) // mixture_pack.go
+	if err != nil {
+		return nil, err
+	}
 	if mp.in, err = commonSchema(mp.srcs); err != nil {
 		return nil, err
 	}
 	if mp.schema, err = batching.MixtureSliceSchema(mp.in, policy, m.SourceColumn, mp.mask); err != nil {
 		return nil, fmt.Errorf("feed: %w: %v: choose another source_column or mask_column", transport.ErrBadRequest, err)
+	}
+	if err := mp.planPacking(pack, policy); err != nil {
+		return nil, err
 	}
 	if mp.mix, err = p.newMixture(mp, policy); err != nil {
 		return nil, err
@@ -159,6 +171,11 @@ func (p *Pipeline) newMixture(mp *mixturePlan, policy batching.Policy) (*batchin
 	cfg := batching.MixtureConfig{GlobalBatch: mp.req.GlobalBatchSize, D: mp.req.NumSlices, Seed: mp.req.Seed,
 		Policy: policy, Stop: stop, NumSteps: m.Stop.NumSteps}
 	if e := mp.req.Elastic; e != nil && e.FromSlices != mp.req.NumSlices {
+		if mp.packer != nil {
+			if err := checkPackedSwitch(mp.req.GlobalBatchSize, e.FromSlices, mp.req.NumSlices, mp.ratio); err != nil {
+				return nil, err
+			}
+		}
 		cfg.Elastic = &batching.Switch{FromD: e.FromSlices, Epoch: e.Epoch, Step: e.Step}
 	}
 	for _, h := range m.History {
@@ -283,7 +300,7 @@ func (p *Pipeline) checkMixtureStep(mp *mixturePlan) error {
 	step := mp.stepBytes()
 	if step > float64(l.MaxMessageSize) {
 		return fmt.Errorf("feed: %w: a step of this mixture holds about %.0f bytes (%d slices of %d rows), over the server's max message size of %d bytes (--max-message-size): lower global_batch_size or the slices per request",
-			transport.ErrTooLarge, step, len(mp.slices), mp.mix.SliceRows(), l.MaxMessageSize)
+			transport.ErrTooLarge, step, len(mp.slices), mp.packedRows(), l.MaxMessageSize)
 	}
 	return nil
 }
@@ -294,7 +311,7 @@ func (mp *mixturePlan) stepBytes() float64 {
 	for _, s := range mp.srcs {
 		varRow = max(varRow, tokenRowBytes(s.toks, s.ds.ArrowRowBytes()))
 	}
-	return float64(len(mp.slices)) * float64(mp.mix.SliceRows()) * schemaRowBytes(mp.schema, varRow)
+	return float64(len(mp.slices)) * float64(mp.packedRows()) * schemaRowBytes(mp.schema, varRow)
 }
 
 // mixtureInfo is Info for a mixture.

@@ -67,8 +67,10 @@ func (p *Pipeline) openMixture(ctx context.Context, req *transport.Request, mem 
 	s := &mixStream{mp: mp, mem: mem, ctx: sctx, cancel: cancel, walk: mp.mix.Composition().Walk(),
 		counts: make([]int64, len(mp.srcs)), budget: sliceShare(p.cfg.readAhead, n),
 		workers:   max(runtime.GOMAXPROCS(0)/n, 1),
-		cols:      batching.NewPartColumns(mem, mp.in, mp.schema, len(mp.srcs), int64(mp.mix.SliceRows())),
 		unreserve: func() { p.serverLimits().Memory.Unreserve(reserved) }}
+	if mp.packer == nil {
+		s.cols = batching.NewPartColumns(mem, mp.in, mp.schema, len(mp.srcs), int64(mp.mix.SliceRows()))
+	}
 	if err := s.walk.Skip(req.Start.Step); err != nil {
 		s.Close()
 		return nil, err
@@ -213,7 +215,9 @@ func (s *mixStream) next() (transport.Step, error) {
 // rows of the step, shaped, in the step's source order, as parts (views of
 // the sources' records, PartColumns.Parts), not joined: the transport joins
 // them as it sends them, where it copies the step anyway (the
-// shared-memory wire's slot) or without a copy (Flight).
+// shared-memory wire's slot) or without a copy (Flight). With packing, the
+// packer joins them, packing the parts' sequences into one new record
+// (each copied once), and the slice is that record.
 func (s *mixStream) slice(st, k, d int, pos []int64) ([]arrow.RecordBatch, int64, error) {
 	mix := s.mp.mix
 	var parts []arrow.RecordBatch
@@ -239,6 +243,13 @@ func (s *mixStream) slice(st, k, d int, pos []int64) ([]arrow.RecordBatch, int64
 			srcs = append(srcs, i)
 		}
 		total += real
+	}
+	if pk := s.mp.packer; pk != nil {
+		rec, err := pk.ApplyParts(parts, s.mp.req.Mixture.SourceColumn, srcs, s.mem)
+		if err != nil {
+			return nil, 0, fmt.Errorf("packing the slice's %d rows (sources in order %v; the row named counts from the slice's first row): %w", total, mix.Order(st, d), err)
+		}
+		return []arrow.RecordBatch{rec}, rec.NumRows(), nil
 	}
 	recs, err := s.cols.Parts(parts, reals, srcs)
 	return recs, total, err

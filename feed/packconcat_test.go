@@ -381,7 +381,7 @@ func TestConcatBadInput(t *testing.T) {
 			r.Mixture = &transport.Mixture{Sources: []transport.MixtureSource{{Datasets: r.Datasets, Columns: r.Columns, Weight: 1}},
 				Stop: transport.MixtureStop{Rule: "num_steps", NumSteps: 1}}
 			r.Datasets, r.Columns, r.Shuffle, r.Epochs = nil, nil, transport.Shuffle{}, 1
-		}, []string{`pack "concat" are not supported in a mixture`}},
+		}, []string{`pack "concat" is not supported in a mixture`, "use pack_ratio"}},
 	} {
 		req := base()
 		tc.edit(req)

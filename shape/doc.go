@@ -14,6 +14,9 @@
 //
 // # Caveats
 //
+//   - Shaper.ApplyParts packs the rows of several records (a mixture's slice,
+//     one part per source block) as Apply packs them joined, without joining
+//     them first, and can tag each token with its part's tag.
 //   - Records returned by Shaper.Apply belong to the caller, who releases them;
 //     the input record is not released. A column that needs no work is passed
 //     through as the same array (retained), not copied.

@@ -218,7 +218,7 @@ func (s *Shaper) Apply(rec arrow.RecordBatch, mem memory.Allocator) (arrow.Recor
 		}
 	}
 	if s.packing {
-		packed, err := s.applyPack(rec, mem)
+		packed, err := s.applyPack([]arrow.RecordBatch{rec}, nil, mem)
 		if err != nil {
 			return nil, err
 		}
@@ -276,9 +276,10 @@ func (s *Shaper) Apply(rec arrow.RecordBatch, mem memory.Allocator) (arrow.Recor
 	return out, nil
 }
 
-// applyPack packs every column of rec (all are packed columns, checked by
-// NewShaper) and returns the output columns in schema order.
-func (s *Shaper) applyPack(rec arrow.RecordBatch, mem memory.Allocator) ([]arrow.Array, error) {
+// applyPack packs every column of the rows of parts, in order (all are
+// packed columns, checked by NewShaper), and returns the output columns in
+// schema order.
+func (s *Shaper) applyPack(parts []arrow.RecordBatch, tags []int32, mem memory.Allocator) ([]arrow.Array, error) {
 	// The first packed column in []Column order leads: its lengths set the
 	// layout and its segment ids and positions follow it.
 	lead := s.in.FieldIndices(s.pack.Name)[0]
@@ -289,18 +290,29 @@ func (s *Shaper) applyPack(rec arrow.RecordBatch, mem memory.Allocator) ([]arrow
 			order = append(order, i)
 		}
 	}
+	var nrows int64
+	for _, p := range parts {
+		nrows += p.NumRows()
+	}
 	ins := make([]packInput, len(order))
 	at := make([]int, len(s.steps)) // pack input per input field
 	for k, i := range order {
 		st := s.steps[i]
-		ins[k] = packInput{name: s.in.Field(i).Name, list: rec.Column(i), to: st.to, cast: st.cast, fill: st.fill, fillSet: st.col.Fill.IsSet(), outType: st.outType}
+		ins[k] = packInput{name: s.in.Field(i).Name, to: st.to, cast: st.cast, fill: st.fill, fillSet: st.col.Fill.IsSet(), outType: st.outType}
+		if len(parts) == 1 {
+			ins[k].list = parts[0].Column(i)
+		} else {
+			for _, p := range parts {
+				ins[k].parts = append(ins[k].parts, p.Column(i))
+			}
+		}
 		at[i] = k
 	}
-	rows := PackedRows(int(rec.NumRows()), s.pack.PackRatio)
-	packed, seg, pos, err := packColumns(ins, s.pack.Length, rows, s.pack.Overflow, mem)
+	rows := PackedRows(int(nrows), s.pack.PackRatio)
+	packed, seg, pos, tagged, err := packColumns(ins, tags, s.pack.Length, rows, s.pack.Overflow, mem)
 	if err != nil {
 		if errors.Is(err, ErrPackOverflow) {
-			err = fmt.Errorf("%w (PackRatio %v: %d source rows -> %d packed rows)", err, s.pack.PackRatio, rec.NumRows(), rows)
+			err = fmt.Errorf("%w (PackRatio %v: %d source rows -> %d packed rows)", err, s.pack.PackRatio, nrows, rows)
 		}
 		return nil, err
 	}
@@ -310,6 +322,9 @@ func (s *Shaper) applyPack(rec arrow.RecordBatch, mem memory.Allocator) ([]arrow
 		if i == lead {
 			out = append(out, seg, pos)
 		}
+	}
+	if tagged != nil {
+		out = append(out, tagged)
 	}
 	return out, nil
 }

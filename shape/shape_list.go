@@ -25,6 +25,11 @@ type listRows struct {
 	valid  []byte  // element validity (bit voff+i), nil when no element is null
 	voff   int
 	hold   arrow.ArrayData // the data behind vals
+	// With parts (Shaper.ApplyParts): row r is row rowIn[r] of parts[partOf[r]];
+	// lens and n are the parts' together, the other fields unused.
+	parts  []*listRows
+	partOf []int32
+	rowIn  []int32
 }
 
 func (lr *listRows) release() {
@@ -32,6 +37,18 @@ func (lr *listRows) release() {
 		lr.hold.Release()
 		lr.hold = nil
 	}
+	for _, p := range lr.parts {
+		p.release()
+	}
+	lr.parts = nil
+}
+
+// at returns the listRows holding row r and r's row in it.
+func (lr *listRows) at(r int) (*listRows, int) {
+	if lr.partOf == nil {
+		return lr, r
+	}
+	return lr.parts[lr.partOf[r]], int(lr.rowIn[r])
 }
 
 // listElemField returns the element field of a list, large_list or

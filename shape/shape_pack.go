@@ -93,7 +93,7 @@ func PackAligned(in []PackInput, length, rows int, rule ListRule, mem memory.All
 		}
 		ins[i] = packInput{name: p.Name, list: p.List, to: to, fill: fill, fillSet: p.Fill.IsSet(), outType: shapeFixedType(elem, to, length)}
 	}
-	out, seg, pos, err := packColumns(ins, length, rows, rule, mem)
+	out, seg, pos, _, err := packColumns(ins, nil, length, rows, rule, mem)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -108,6 +108,7 @@ func PackAligned(in []PackInput, length, rows int, rule ListRule, mem memory.All
 type packInput struct {
 	name    string
 	list    arrow.Array
+	parts   []arrow.Array // instead of list: its rows in parts, in order (ApplyParts)
 	to      castTarget
 	cast    bool
 	fill    []byte
@@ -192,12 +193,17 @@ func aligned(ins []packInput, lrs []*listRows) error {
 }
 
 // packColumns packs ins[0] and its aligned columns into rows of length.
-func packColumns(ins []packInput, length, rows int, rule ListRule, mem memory.Allocator) (packed []arrow.Array, segmentIDs, positions arrow.Array, err error) {
+// With tags (one per part of ins[0].parts, or one for its list), it also
+// returns each token's part's tag, -1 for padding (packTags).
+//
+// Length: the steps of packing in order (prepare, check, place, report an
+// overflow, materialize, segment ids and positions), each short.
+func packColumns(ins []packInput, tags []int32, length, rows int, rule ListRule, mem memory.Allocator) (packed []arrow.Array, segmentIDs, positions, tagged arrow.Array, err error) {
 	if len(ins) == 0 {
-		return nil, nil, nil, fmt.Errorf("shape: nothing to pack: %w", ErrShape)
+		return nil, nil, nil, nil, fmt.Errorf("shape: nothing to pack: %w", ErrShape)
 	}
 	if rows < 0 {
-		return nil, nil, nil, fmt.Errorf("shape: column %q: negative row count %d: %w", ins[0].name, rows, ErrShape)
+		return nil, nil, nil, nil, fmt.Errorf("shape: column %q: negative row count %d: %w", ins[0].name, rows, ErrShape)
 	}
 	lrs := make([]*listRows, 0, len(ins))
 	defer func() {
@@ -206,18 +212,18 @@ func packColumns(ins []packInput, length, rows int, rule ListRule, mem memory.Al
 		}
 	}()
 	for _, in := range ins {
-		lr, err := prepareList(in.name, in.list, in.to, in.cast, in.fillSet, mem)
+		lr, err := prepareInput(in, mem)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		lrs = append(lrs, lr)
 	}
 	head := lrs[0]
 	if err := aligned(ins, lrs); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if err := head.checkLength(ins[0].name, length, rule); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	lens := make([]int, head.n)
 	tokens, nonEmpty := 0, 0
@@ -235,7 +241,7 @@ func packColumns(ins []packInput, length, rows int, rule ListRule, mem memory.Al
 		for needed < len(all.used) && all.used[needed] > 0 {
 			needed++
 		}
-		return nil, nil, nil, fmt.Errorf("shape: column %q: packing %d sequences (%d tokens) first-fit into rows of Length %d needs %d rows, but only %d are available; lower the packing ratio (rows = ceil(b / ratio)) to at most %.4g for this slice of b=%d rows, or raise Length: %w",
+		return nil, nil, nil, nil, fmt.Errorf("shape: column %q: packing %d sequences (%d tokens) first-fit into rows of Length %d needs %d rows, but only %d are available; lower the packing ratio (rows = ceil(b / ratio)) to at most %.4g for this slice of b=%d rows, or raise Length: %w",
 			ins[0].name, nonEmpty, tokens, length, needed, rows, float64(head.n)/float64(needed), head.n, ErrPackOverflow)
 	}
 
@@ -263,7 +269,10 @@ func packColumns(ins []packInput, length, rows int, rule ListRule, mem memory.Al
 	posData := shapeNewData(arrow.PrimitiveTypes.Int32, rows*length, []*memory.Buffer{nil, pb}, nil, 0)
 	segmentIDs = shapeMakeArray(shapeNewData(idsType, rows, []*memory.Buffer{nil}, []arrow.ArrayData{segData}, 0))
 	positions = shapeMakeArray(shapeNewData(idsType, rows, []*memory.Buffer{nil}, []arrow.ArrayData{posData}, 0))
-	return out, segmentIDs, positions, nil
+	if tags != nil {
+		tagged = packTags(head, lens, lay, tags, length, rows, mem)
+	}
+	return out, segmentIDs, positions, tagged, nil
 }
 
 // packMaterialize writes one column's packed tokens: one copy per sequence,
@@ -283,9 +292,10 @@ func packMaterialize(lr *listRows, lens []int, lay packLayout, length, rows int,
 		}
 		k := lens[i]
 		dst := out[int(r)*rowBytes+int(lay.pos[i])*w:]
-		s := int(lr.starts[i]) * w
-		copy(dst[:k*w], lr.vals[s:s+k*w])
-		lr.fillNulls(i, k, dst, in.fill)
+		src, j := lr.at(i)
+		s := int(src.starts[j]) * w
+		copy(dst[:k*w], src.vals[s:s+k*w])
+		src.fillNulls(j, k, dst, in.fill)
 	}
 	child := shapeNewData(in.to.dt, rows*length, []*memory.Buffer{nil, vb}, nil, 0)
 	return shapeMakeArray(shapeNewData(in.outType, rows, []*memory.Buffer{nil}, []arrow.ArrayData{child}, 0))

@@ -347,15 +347,127 @@ def test_mixture_reweight_with_another_tokenizer_is_another_source(corpus, train
 
 
 
-def test_mixture_of_packed_tokenized_sources_is_refused_at_plan(corpus, trained):
-    """Packing changes the rows a source gives a step, which a mixture's
-    composition counts: a packed source (here a tokenized one) is refused
-    when the Loader plans, naming the source and pack_ratio."""
+def _packed_sources(glob: str, toks: tuple, pl: int, **col) -> meshfeed.Mixture:
+    """Two halves of the corpus, each its text tokenized with its own file
+    and packed (pack_ratio 2 unless col says otherwise)."""
+    kw = {"overflow": "truncate", "pack_ratio": 2, **col}
+    srcs = [meshfeed.Source(glob, weight=w, filters=[("id", op, DOCS // 2)], shuffle=meshfeed.Shuffle(seed=i, window=8),
+                            columns={"text": meshfeed.Column(tokenizer=t, length=pl, **kw)})
+            for i, (op, t, w) in enumerate(zip(("<", ">="), toks, (0.6, 0.4)))]
+    return meshfeed.Mixture(srcs, stop="first_exhausted", source_column="source", seed=1)
+
+
+def test_mixture_of_packed_tokenized_sources(corpus, trained):
+    """A mixture of two tokenized sources (gpt2 and llama2 files) packed
+    first-fit: every step's slices of 16 composed rows become 8 packed rows
+    of PL tokens; each segment's ids are its document's ids by its source's
+    tokenizer (``tokenizers``), positions count from 0, the per-token
+    source column is constant over a segment and -1 on padding; no
+    document comes twice, and every step holds B documents."""
+    glob, texts = corpus
+    refs = {0: tokenizers.Tokenizer.from_file(str(trained["gpt2"])),
+            1: tokenizers.Tokenizer.from_file(str(trained["llama2"]))}
+    PL, PB = 1024, 32
+    want = {s: {tuple(e.ids[:PL]) for e in refs[s].encode_batch(texts[lo:hi])}
+            for s, (lo, hi) in enumerate(((0, DOCS // 2), (DOCS // 2, DOCS)))}
+    two = NamedSharding(jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",)), P("data"))
+    got: collections.Counter = collections.Counter()
+    steps = 0
+    with meshfeed.Loader(_packed_sources(glob, (trained["gpt2"], trained["llama2"]), PL), global_batch_size=PB,
+                         sharding=two, last_batch="drop") as loader:
+        for batch in loader:
+            steps += 1
+            toks, segs, pos, src = (np.asarray(batch[k]) for k in ("text", "text_segment_ids", "text_positions", "source"))
+            assert toks.shape == src.shape == (PB // 2, PL) and src.dtype == np.int32
+            for row, seg, p, sr in zip(toks, segs, pos, src):
+                assert (sr[seg == 0] == -1).all() and (row[seg == 0] == 0).all()
+                for s in np.unique(seg[seg > 0]):
+                    at = np.nonzero(seg == s)[0]
+                    assert (p[at] == np.arange(len(at))).all()
+                    (which,) = set(sr[at].tolist())
+                    ids = tuple(row[at].tolist())
+                    assert ids in want[which], f"source {which}: a segment that is no document's ids by its tokenizer"
+                    got[(which, ids)] += 1
+    assert steps > 0 and sum(got.values()) == steps * PB
+    assert set(got.values()) == {1}
+    assert {w for w, _ in got} == {0, 1}
+
+
+def test_mixture_of_packed_sources_resumes(corpus, trained):
+    """A packed mixture's state resumes step for step (the rows follow from
+    the composition's source rows); an elastic resume whose packed batch
+    would change shape (8 -> 2 devices, b 2 -> 8 at pack_ratio 3: 8 x 1
+    rows, then 2 x 3) is refused when the Loader is built, naming both."""
     glob, _ = corpus
-    srcs = [meshfeed.Source(glob, weight=1.0, filters=[("id", op, DOCS // 2)],
-                            columns={"text": meshfeed.Column(tokenizer=trained["gpt2"], length=L,
-                                                             overflow="truncate", pack_ratio=2)})
-            for op in ("<", ">=")]
-    with pytest.raises(meshfeed.InvalidRequestError, match=r"mixture source 0 \(.*\): pack_ratio is not supported"):
+    toks = (trained["gpt2"], trained["llama2"])
+    mix = _packed_sources(glob, toks, 2048)
+    with meshfeed.Loader(mix, global_batch_size=16, sharding=sharding(), last_batch="drop") as a:
+        it = iter(a)
+        next(it)
+        saved = a.state()
+        rest = [{k: np.asarray(v) for k, v in b.items()} for b in it]
+    with meshfeed.Loader(mix, global_batch_size=16, sharding=sharding(), last_batch="drop", state=saved) as b:
+        again = [{k: np.asarray(v) for k, v in x.items()} for x in b]
+    assert len(again) == len(rest) > 0
+    for s, (x, y) in enumerate(zip(again, rest)):
+        assert set(x) == {"text", "text_segment_ids", "text_positions", "source"}
+        for k in y:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=f"step {s} key {k}")
+    three = _packed_sources(glob, toks, 2048, pack_ratio=3)
+    with meshfeed.Loader(three, global_batch_size=16, sharding=sharding(), last_batch="drop") as a:
+        next(iter(a))
+        saved = a.state()
+    two = NamedSharding(jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",)), P("data"))
+    with pytest.raises(meshfeed.InvalidRequestError, match=r"elastic switch from num_slices 8 to 2 with pack_ratio 3"):
+        meshfeed.Loader(three, global_batch_size=16, sharding=two, last_batch="drop", state=saved,
+                        elastic=True).close()
+
+
+def test_mixture_packing_refusals(corpus, trained):
+    """Sources that pack differently are refused naming both; concatenated
+    packing is refused saying why and what to use."""
+    glob, _ = corpus
+    toks = (trained["gpt2"], trained["llama2"])
+    m = _packed_sources(glob, toks, 256)
+    m2 = _packed_sources(glob, toks, 512)
+    srcs = [m.sources[0], m2.sources[1]]
+    with pytest.raises(meshfeed.InvalidRequestError, match=r"mixture source 1 \(.*\) packs \"text\" \(length 512.* but source 0"):
         meshfeed.Loader(meshfeed.Mixture(srcs, stop="first_exhausted", seed=1), global_batch_size=B,
                         sharding=sharding(), last_batch="drop").close()
+    concat = _packed_sources(glob, toks, 256, pack="concat", pack_ratio=0)
+    with pytest.raises(meshfeed.InvalidRequestError, match=r"pack \"concat\" is not supported in a mixture.*use pack_ratio"):
+        meshfeed.Loader(concat, global_batch_size=B, sharding=sharding(), last_batch="drop").close()
+
+
+def test_bench_mixture_spec_takes_column_fields(corpus, trained, tmp_path, binary):
+    """``bench --mixture SPEC.json``: a spec's column objects take Column's
+    fields (tokenizer, add_special_tokens, length, overflow, pack_ratio), as
+    a name-keyed object or a list of objects with names; the spec is the
+    Mixture built in Python (same identities), the bench reads its steps of
+    packed rows; an unknown field is refused naming it."""
+    import json
+    glob, _ = corpus
+    spec = {"sources": [
+        {"data": glob, "weight": 0.6, "filters": [["id", "<", DOCS // 2]], "shuffle": {"seed": 0, "window": 8},
+         "columns": {"text": {"tokenizer": str(trained["gpt2"]), "length": 1024, "overflow": "truncate", "pack_ratio": 2}}},
+        {"data": glob, "weight": 0.4, "filters": [["id", ">=", DOCS // 2]], "shuffle": {"seed": 1, "window": 8},
+         "columns": [{"name": "text", "tokenizer": str(trained["llama2"]), "length": 1024, "overflow": "truncate",
+                      "pack_ratio": 2}]}],
+        "stop": "first_exhausted", "source_column": "source", "seed": 1}
+    m = meshfeed._src.mixture.mixture_from_spec(spec)
+    want = _packed_sources(glob, (trained["gpt2"], trained["llama2"]), 1024)
+    assert [s.identity() for s in m.sources] == [s.identity() for s in want.sources]
+    path = tmp_path / "mix.json"
+    path.write_text(json.dumps(spec))
+    out = tmp_path / "bench.json"
+    env = dict(os.environ, MESHFEED_BIN=binary)
+    r = subprocess.run([sys.executable, "-m", "meshfeed", "bench", "--mixture", str(path), "--global-batch-size", "64",
+                        "--mesh", "data=8", "--json", str(out), "--no-progress"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    with meshfeed.Loader(m, global_batch_size=64, sharding=sharding(), last_batch="drop") as ld:
+        steps = ld.steps_per_epoch
+    assert json.loads(out.read_text())["steps"] == steps > 0
+    spec["sources"][0]["columns"]["text"]["packratio"] = 2
+    with pytest.raises(meshfeed.InvalidRequestError, match=r"sources\[0\] column 'text'.*pack_ratio"):
+        meshfeed._src.mixture.mixture_from_spec(spec)

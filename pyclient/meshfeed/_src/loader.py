@@ -319,7 +319,9 @@ class Loader:
             cfg = resume_config(cfg, state, self._reweight and not self._reweight_planned)
         self._cfg = cfg
         self._layout = layout_of(cfg.sharding, cfg.global_batch_size)
-        self._rows = packed_layout(self._layout, cfg.wire_columns)  # packed columns deliver fewer rows
+        # Packed columns deliver fewer rows (a mixture's sources pack alike, so its first's say).
+        packing = cfg.wire_columns if cfg.mixture is None else cfg.mixture.sources[0]._columns
+        self._rows = packed_layout(self._layout, packing)
         self._finalizer = weakref.finalize(self, _close_all, self._box, self._sbox, self._tbox)
         try:
             if cfg.transform is not None:  # workers start first: they load while the server plans

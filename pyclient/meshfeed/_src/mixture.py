@@ -148,9 +148,17 @@ class Mixture:
             or ``"all_exhausted"``. Every process knows the steps at
             construction (``loader.steps_per_epoch``, from the server's plan).
         source_column: when set, each batch gets an int32 array of that name
-            holding each row's source index (-1 on padding rows).
+            holding each row's source index (-1 on padding rows). When the
+            sources pack (the same ``Column(..., length=L, pack_ratio=r)`` in
+            every source), it is per token instead, shaped like the packed
+            tokens (``(B', L)``, -1 on padding tokens), for per-source loss
+            weights.
         seed: seeds the order of the sources' rows inside each slice and the
             sources without a shuffle seed of their own.
+
+    With packing, each step's composed rows (the weights count documents)
+    are packed first-fit into ``ceil(b / r)`` rows a slice, as one dataset's
+    slice; ``pack="concat"`` is refused (it counts tokens).
 
     A mixture is one pass (``num_epochs=1``). ``Loader(state=...,
     reweight=True)`` resumes a state with changed weights, or sources added
@@ -327,12 +335,18 @@ def mixture_from_spec(spec: Mapping[str, Any]) -> Mixture:
     --mixture``)::
 
         {"sources": [{"data": "/data/web/*.parquet", "weight": 0.7,
-                      "columns": ["text"], "rename": {"content": "text"},
+                      "columns": {"text": {"tokenizer": "/tok/tokenizer.json", "length": 2048,
+                                           "overflow": "truncate", "pack_ratio": 4}},
+                      "rename": {"content": "text"},
                       "shuffle": {"seed": 1, "window": 4096},
                       "filters": [["lang", "==", "en"]]}, ...],
          "stop": "first_exhausted", "source_column": "source", "seed": 0}
 
-    ``stop`` is an int number of steps or a rule name."""
+    ``stop`` is an int number of steps or a rule name. A source's
+    ``columns`` is a list of names, or of objects with a ``name`` and
+    :class:`meshfeed.Column`'s fields (``tokenizer``, ``add_special_tokens``,
+    ``dtype``, ``length``, ``overflow``, ``fill``, ``pack_ratio``, ...), or an
+    object mapping each name to such fields (or null)."""
     from .config import Shuffle
     if not isinstance(spec, Mapping) or not isinstance(spec.get("sources"), list):
         raise InvalidRequestError(f"mixture spec {spec!r}: want an object with a list of sources")
@@ -346,11 +360,41 @@ def mixture_from_spec(spec: Mapping[str, Any]) -> Mixture:
             raise InvalidRequestError(f"mixture spec sources[{i}] {s!r}: want data, and optionally weight, "
                                       "columns, rename, shuffle ({seed, window}), filters")
         sh = s.get("shuffle")
-        srcs.append(Source(s["data"], weight=s.get("weight", 1.0), columns=s.get("columns"), rename=s.get("rename"),
+        srcs.append(Source(s["data"], weight=s.get("weight", 1.0), columns=_spec_columns(i, s.get("columns")),
+                           rename=s.get("rename"),
                            shuffle=Shuffle(**sh) if isinstance(sh, Mapping) else sh, filters=s.get("filters")))
     return Mixture(srcs, stop=spec.get("stop", "first_exhausted"), source_column=spec.get("source_column"),
                    seed=spec.get("seed", 0))
 
+
+def _spec_columns(i: int, cols: Any) -> Any:
+    """A spec source's ``columns`` as Source takes them: names stay names;
+    column objects (``{"name": ..., fields}`` in a list, or ``{name: fields}``)
+    become :class:`meshfeed.Column` s, their fields checked by it."""
+    from .config import Column
+    fields = {f.name for f in dataclasses.fields(Column)}
+
+    def column(name: Any, obj: Any) -> Any:
+        if obj is None:
+            return None
+        if not isinstance(obj, Mapping) or set(obj) - fields:
+            raise InvalidRequestError(f"mixture spec sources[{i}] column {name!r}: {obj!r}: want an object of "
+                                      f"meshfeed.Column fields ({', '.join(sorted(fields))}) or null")
+        return Column(**obj)
+
+    if isinstance(cols, Mapping):
+        return {name: column(name, obj) for name, obj in cols.items()}
+    if isinstance(cols, list) and any(isinstance(c, Mapping) for c in cols):
+        out = {}
+        for c in cols:
+            if isinstance(c, str):
+                out[c] = None
+            elif isinstance(c, Mapping) and isinstance(c.get("name"), str):
+                out[c["name"]] = column(c["name"], {k: v for k, v in c.items() if k != "name"})
+            else:
+                raise InvalidRequestError(f"mixture spec sources[{i}] columns: {c!r}: want a name or an object with a name")
+        return out
+    return cols
 
 
 def _integer_weights(weights: Sequence[float]) -> list[int]:
