@@ -414,6 +414,11 @@ func TestMixtureBadInput(t *testing.T) {
 			r.Mixture.History = []transport.WeightSpan{{FromStep: 0, Weights: []float64{1, 1, 1}, Positions: []int64{0, 0}}}
 			r.Mixture.WeightsFrom = 3
 		}, codes.InvalidArgument, []string{"history[0].positions has 2 positions for 3 sources"}},
+		{"num_steps before the positions", func(r *transport.Request) {
+			r.Mixture.Stop = transport.MixtureStop{Rule: "num_steps", NumSteps: 4}
+			r.Mixture.History = []transport.WeightSpan{{FromStep: 0, Weights: []float64{1, 1, 1}}}
+			r.Mixture.WeightsFrom, r.Mixture.WeightsFromPositions = 5, []int64{1, 1, 1}
+		}, codes.FailedPrecondition, []string{"num_steps=4 is before step 5"}},
 		{"switch before the positions", func(r *transport.Request) {
 			r.Mixture.History = []transport.WeightSpan{{FromStep: 0, Weights: []float64{1, 1, 1}}}
 			r.Mixture.WeightsFrom, r.Mixture.WeightsFromPositions = 5, []int64{1, 1, 1}
