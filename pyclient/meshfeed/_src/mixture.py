@@ -324,7 +324,7 @@ def resume_config(cfg: Any, state: Mapping[str, Any], reweight: bool,
         sw, switch = state.get("elastic"), None
         if isinstance(sw, Mapping) and int(sw.get("epoch", 0)) == 0:
             B = int(cfg.global_batch_size)
-            switch = (B // int(sw["from_slices"]), B // int(fp["num_slices"]), int(sw["step"]))
+            switch = (B // int(sw["from_slices"]), B // int(state["fingerprint"]["num_slices"]), int(sw["step"]))
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
         raise StateMismatchError(f"state position {state.get('position')!r}, mixture {state.get('mixture')!r} "
                                  f"or elastic {state.get('elastic')!r}: {e}") from e
