@@ -198,8 +198,9 @@ func NewSwitchedComposition(rowsBefore, rowsFrom, at int, spans []WeightSpan) (*
 			return nil, fmt.Errorf("%w: weight span %d (from step %d) has %d weights, want one per source (%d)", ErrInvalidWeights, j, s.FromStep, len(s.Weights), c.n)
 		}
 		u, err := QuantizeWeights(s.Weights)
-		if err != nil && j < last && len(s.Weights) > 0 && len(s.Weights) <= MaxSources {
-			u, err = make([]uint64, len(s.Weights)), nil // never walked
+		if err != nil && j < last && allZero(s.Weights) {
+			// Never walked: the sources it weighted were removed since.
+			u, err = make([]uint64, len(s.Weights)), nil
 		}
 		if err != nil {
 			if len(spans) > 1 {
@@ -227,6 +228,11 @@ func NewSwitchedComposition(rowsBefore, rowsFrom, at int, spans []WeightSpan) (*
 		return nil, fmt.Errorf("%w: the elastic switch at step %d is before step %d, where the weight history's positions start, and no span at the switch carries positions", ErrInvalidPosition, at, o)
 	}
 	return c, nil
+}
+
+// allZero reports whether weights are one or more zeros.
+func allZero(weights []float64) bool {
+	return len(weights) > 0 && !slices.ContainsFunc(weights, func(w float64) bool { return w != 0 })
 }
 
 // checkStart checks span j's Start: one count >= 0 per source, all 0 at

@@ -251,3 +251,43 @@ func checkStopsAgree(t *testing.T, ctx string, x *reweightRun, B, step int) {
 		}
 	}
 }
+
+// TestCompositionStartsAtPositions: a walk begins at the last span carrying
+// positions, standing at them; the spans before are not walked (all-zero
+// weights there, left by a removed source, are accepted; malformed ones are
+// not); steps before it are refused; so are positions of the wrong length
+// or not 0 at step 0.
+func TestCompositionStartsAtPositions(t *testing.T) {
+	c, err := NewComposition(4, []WeightSpan{{Weights: []float64{0, 0}}, {FromStep: 2, Weights: []float64{1, 0}},
+		{FromStep: 6, Weights: []float64{1, 3}, Start: []int64{13, 0}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := c.Walk()
+	if w.Step() != 6 || !slices.Equal(w.Cum(), []int64{13, 0}) || c.Origin() != 6 {
+		t.Fatalf("walk starts at step %d counts %v, want step 6 at [13 0]", w.Step(), w.Cum())
+	}
+	counts := make([]int64, 2)
+	if err := w.Next(counts); err != nil || !slices.Equal(w.Cum(), []int64{14, 3}) {
+		t.Fatalf("first step from the positions: %v %v, want counts [14 3]", err, w.Cum())
+	}
+	if err := c.Walk().Skip(5); !errors.Is(err, ErrInvalidPosition) {
+		t.Errorf("skip to a step before the positions: %v, want ErrInvalidPosition", err)
+	}
+	if _, err := c.CumAt(3); !errors.Is(err, ErrInvalidPosition) {
+		t.Errorf("counts before the positions: %v, want ErrInvalidPosition", err)
+	}
+	for name, spans := range map[string][]WeightSpan{
+		"negative weight before": {{Weights: []float64{-1, 1}}, {FromStep: 2, Weights: []float64{1, 1}, Start: []int64{1, 1}}},
+		"short positions":        {{Weights: []float64{1, 1}}, {FromStep: 2, Weights: []float64{1, 1}, Start: []int64{1}}},
+		"positions at step 0":    {{Weights: []float64{1, 1}, Start: []int64{0, 1}}},
+		"all zero from there":    {{Weights: []float64{1, 1}}, {FromStep: 2, Weights: []float64{0, 0}, Start: []int64{1, 1}}},
+	} {
+		if _, err := NewComposition(4, spans); !errors.Is(err, ErrInvalidWeights) {
+			t.Errorf("%s: %v, want ErrInvalidWeights", name, err)
+		}
+	}
+	if _, err := NewSwitchedComposition(2, 4, 3, []WeightSpan{{Weights: []float64{1}}, {FromStep: 5, Weights: []float64{1}, Start: []int64{6}}}); !errors.Is(err, ErrInvalidPosition) {
+		t.Errorf("a switch before the positions without a span there: %v, want ErrInvalidPosition", err)
+	}
+}
