@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -47,6 +48,11 @@ const MaxSources = 1024
 type WeightSpan struct {
 	FromStep int
 	Weights  []float64
+	// Start, when set, holds every source's count C_i(FromStep) (rows per
+	// slice before the span): walks start at the last span that carries
+	// it, so the spans before it (whose sources may since have been
+	// removed) are never recomputed. Nil: walked from the spans before.
+	Start []int64
 }
 
 // qspan is a WeightSpan with quantized weights and its slice rows.
@@ -55,6 +61,7 @@ type qspan struct {
 	u     []uint64
 	total uint64
 	b     int64
+	start []int64 // C(from), or nil
 }
 
 // QuantizeWeights checks weights (finite, >= 0, not all 0) and returns them
@@ -133,9 +140,10 @@ func decimalWeights(weights []float64) ([]uint64, bool) {
 // function of the slice rows b, the weight spans and the step. It is
 // immutable and safe for concurrent use; a Walker walks it.
 type Composition struct {
-	b     int64 // of the last span
-	n     int   // sources
-	spans []qspan
+	b      int64 // of the last span
+	n      int   // sources
+	spans  []qspan
+	origin int // the last span with a start: where walks begin
 }
 
 // NewComposition checks and quantizes the spans: the first starts at step
@@ -151,6 +159,13 @@ func NewComposition(sliceRows int, spans []WeightSpan) (*Composition, error) {
 // elastic switch of the data-parallel degree, B unchanged): a span starts
 // at step at (with the weights of the span that holds it), so that its
 // quotas count the rows per slice from there, as a reweighting's do.
+//
+// Walks begin at the last span with a Start (step 0 without one); the
+// weights of the spans before it are checked for form only (a source removed
+// since made them ours to ignore). A switch before that span needs a span
+// with a Start at the switch: its counts are the switch's.
+//
+// Length: the checks of every span, then the switch's span, in one pass.
 func NewSwitchedComposition(rowsBefore, rowsFrom, at int, spans []WeightSpan) (*Composition, error) {
 	for _, b := range []int{rowsBefore, rowsFrom} {
 		if b <= 0 || b > MaxGlobalBatch {
@@ -164,7 +179,16 @@ func NewSwitchedComposition(rowsBefore, rowsFrom, at int, spans []WeightSpan) (*
 		return nil, fmt.Errorf("%w: no weights", ErrInvalidWeights)
 	}
 	c := &Composition{b: int64(rowsFrom), n: len(spans[0].Weights)}
+	last := 0 // the last span with a Start
 	for j, s := range spans {
+		if s.Start != nil {
+			last = j
+		}
+	}
+	for j, s := range spans {
+		if err := checkStart(s, j, c.n); err != nil {
+			return nil, err
+		}
 		switch {
 		case j == 0 && s.FromStep != 0:
 			return nil, fmt.Errorf("%w: the first weight span starts at step %d, want 0", ErrInvalidWeights, s.FromStep)
@@ -174,6 +198,10 @@ func NewSwitchedComposition(rowsBefore, rowsFrom, at int, spans []WeightSpan) (*
 			return nil, fmt.Errorf("%w: weight span %d (from step %d) has %d weights, want one per source (%d)", ErrInvalidWeights, j, s.FromStep, len(s.Weights), c.n)
 		}
 		u, err := QuantizeWeights(s.Weights)
+		if err != nil && j < last && allZero(s.Weights) {
+			// Never walked: the sources it weighted were removed since.
+			u, err = make([]uint64, len(s.Weights)), nil
+		}
 		if err != nil {
 			if len(spans) > 1 {
 				return nil, fmt.Errorf("weights from step %d: %w", s.FromStep, err)
@@ -184,16 +212,72 @@ func NewSwitchedComposition(rowsBefore, rowsFrom, at int, spans []WeightSpan) (*
 		for _, v := range u {
 			total += v
 		}
-		sp := qspan{from: s.FromStep, u: u, total: total, b: int64(rowsFrom)}
+		sp := qspan{from: s.FromStep, u: u, total: total, b: int64(rowsFrom), start: s.Start}
 		if s.FromStep < at {
 			sp.b = int64(rowsBefore)
+		}
+		if j == last {
+			c.origin = len(c.spans)
 		}
 		c.spans = append(c.spans, sp)
 		if at > s.FromStep && (j+1 == len(spans) || spans[j+1].FromStep > at) {
 			c.spans = append(c.spans, qspan{from: at, u: u, total: total, b: int64(rowsFrom)})
 		}
 	}
+	if o := c.spans[c.origin].from; at > 0 && at < o && c.startAt(at) == nil {
+		return nil, fmt.Errorf("%w: the elastic switch at step %d is before step %d, where the weight history's positions start, and no span at the switch carries positions", ErrInvalidPosition, at, o)
+	}
 	return c, nil
+}
+
+// allZero reports whether weights are one or more zeros.
+func allZero(weights []float64) bool {
+	return len(weights) > 0 && !slices.ContainsFunc(weights, func(w float64) bool { return w != 0 })
+}
+
+// checkStart checks span j's Start: one count >= 0 per source, all 0 at
+// step 0.
+func checkStart(s WeightSpan, j, n int) error {
+	if s.Start == nil {
+		return nil
+	}
+	if len(s.Start) != n {
+		return fmt.Errorf("%w: weight span %d (from step %d) has %d positions, want one per source (%d)", ErrInvalidWeights, j, s.FromStep, len(s.Start), n)
+	}
+	for i, v := range s.Start {
+		if v < 0 || (s.FromStep == 0 && v != 0) || v > int64(s.FromStep)*MaxGlobalBatch {
+			return fmt.Errorf("%w: weight span %d (from step %d): source %d's position %d is impossible there", ErrInvalidWeights, j, s.FromStep, i, v)
+		}
+	}
+	return nil
+}
+
+// startAt returns the Start of the span that begins at step, nil if none.
+func (c *Composition) startAt(step int) []int64 {
+	for _, sp := range c.spans {
+		if sp.from == step && sp.start != nil {
+			return sp.start
+		}
+	}
+	return nil
+}
+
+// Origin returns the step where walks begin: the last span carrying its
+// sources' positions (0 without one). Steps before it are not computed.
+func (c *Composition) Origin() int { return c.spans[c.origin].from }
+
+// CumAt returns C_i(step) for every source: a span's Start where one begins
+// at step, else walked from the origin. A step before the origin without a
+// Start is an error wrapping ErrInvalidPosition.
+func (c *Composition) CumAt(step int) ([]int64, error) {
+	if s := c.startAt(step); s != nil {
+		return slices.Clone(s), nil
+	}
+	w := c.Walk()
+	if err := w.Skip(step); err != nil {
+		return nil, err
+	}
+	return slices.Clone(w.Cum()), nil
 }
 
 // Sources returns the number of sources.
@@ -220,7 +304,7 @@ func (c *Composition) spanAt(step int) *qspan {
 // LastSpanStart returns the step where the last weight span starts.
 func (c *Composition) LastSpanStart() int { return c.spans[len(c.spans)-1].from }
 
-// Walker walks a Composition step by step from step 0. It is not safe for
+// Walker walks a Composition step by step from its origin. It is not safe for
 // concurrent use.
 type Walker struct {
 	c     *Composition
@@ -232,10 +316,17 @@ type Walker struct {
 	order []int   // scratch
 }
 
-// Walk returns a walker at step 0.
+// Walk returns a walker at the origin (Origin; step 0 without positions
+// in the spans), standing at the counts there.
 func (c *Composition) Walk() *Walker {
-	return &Walker{c: c, cum: make([]int64, c.n), base: make([]int64, c.n),
+	w := &Walker{c: c, cum: make([]int64, c.n), base: make([]int64, c.n),
 		due: make([]int64, c.n), order: make([]int, 0, c.n)}
+	if sp := c.spans[c.origin]; sp.start != nil {
+		copy(w.cum, sp.start)
+		copy(w.base, sp.start)
+	}
+	w.step, w.span = c.spans[c.origin].from, c.origin
+	return w
 }
 
 // Step returns the step the next call of Next counts.
@@ -298,8 +389,13 @@ func (w *Walker) Next(counts []int64) error {
 	return nil
 }
 
-// Skip advances the walker to step (>= Step()).
+// Skip advances the walker to step (>= Step()). A step before the
+// walker's is an error wrapping ErrInvalidPosition (before the origin: the
+// ticket's history does not give its counts).
 func (w *Walker) Skip(step int) error {
+	if step < w.step {
+		return fmt.Errorf("%w: step %d is before step %d, where the mixture's weight history gives the sources' positions (a resumed run starts there or later)", ErrInvalidPosition, step, w.step)
+	}
 	counts := make([]int64, w.c.n)
 	for w.step < step {
 		if err := w.Next(counts); err != nil {

@@ -192,8 +192,11 @@ func (m *Mixture) done(i, step int, cum int64) bool {
 func (m *Mixture) planStop() error {
 	n := len(m.src)
 	w := m.comp.Walk()
+	if o := w.Step(); m.cfg.Stop == StopNumSteps && m.cfg.NumSteps < o {
+		return fmt.Errorf("%w: stop num_steps=%d is before step %d, where the weight history resumes: nothing left to deliver", ErrInvalidMixture, m.cfg.NumSteps, o)
+	}
 	counts := make([]int64, n)
-	prev := make([]int64, n)
+	prev := slices.Clone(w.Cum())
 	for {
 		k := w.Step()
 		cum := w.Cum()

@@ -135,11 +135,11 @@ func (m *Mixture) planSwitch() error {
 		}
 		return nil
 	}
-	w := m.comp.Walk()
-	if err := w.Skip(sw.Step); err != nil {
+	base, err := m.comp.CumAt(sw.Step)
+	if err != nil {
 		return err
 	}
-	copy(m.base, w.Cum())
+	copy(m.base, base)
 	m.rem = make([]*sourceRemainder, n)
 	for i, p := range m.src {
 		cfg := p.cfg

@@ -179,9 +179,9 @@ func (p *Pipeline) newMixture(mp *mixturePlan, policy batching.Policy) (*batchin
 		cfg.Elastic = &batching.Switch{FromD: e.FromSlices, Epoch: e.Epoch, Step: e.Step}
 	}
 	for _, h := range m.History {
-		cfg.Spans = append(cfg.Spans, batching.WeightSpan{FromStep: h.FromStep, Weights: h.Weights})
+		cfg.Spans = append(cfg.Spans, batching.WeightSpan{FromStep: h.FromStep, Weights: h.Weights, Start: h.Positions})
 	}
-	cur := batching.WeightSpan{FromStep: m.WeightsFrom}
+	cur := batching.WeightSpan{FromStep: m.WeightsFrom, Start: m.WeightsFromPositions}
 	for _, s := range m.Sources {
 		cur.Weights = append(cur.Weights, s.Weight)
 	}

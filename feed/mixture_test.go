@@ -319,6 +319,57 @@ func TestMixtureResume(t *testing.T) {
 	}
 }
 
+// TestMixtureReweightRemovesSource: a ticket resuming at k without source 1
+// (reweight: the history's spans carry the sources' positions) delivers,
+// on every slice, sources 0 and 2 continuing exactly from the rows they
+// had delivered before k (the uninterrupted run's next rows), none skipped
+// or replayed; a start before the positions is refused.
+func TestMixtureReweightRemovesSource(t *testing.T) {
+	seed := testseed.Get(t, 0, "")
+	r := rand.New(rand.NewPCG(seed, 1))
+	dirs := mixDirs(t)
+	p := newTestPipeline(t, checkedMem(t))
+	const B, D = 12, 4
+	stop := transport.MixtureStop{Rule: "num_steps", NumSteps: 30}
+	all := []int{0, 1, 2, 3}
+	full := readMixture(t, p, mixRequest(dirs, []float64{0.5, 0.3, 0.2}, B, D, all, transport.LastBatchDrop, stop))
+	k := 1 + r.IntN(15)
+	seq := func(steps [][][]mixRow, src int64, d int) []int64 {
+		var out []int64
+		for _, st := range steps {
+			for _, x := range st[d] {
+				if x.src == src {
+					out = append(out, x.id)
+				}
+			}
+		}
+		return out
+	}
+	rw := mixRequest(dirs, []float64{0.6, 0, 0.4}, B, D, all, transport.LastBatchDrop, stop)
+	rw.Mixture.Sources = slices.Delete(rw.Mixture.Sources, 1, 2)
+	rw.Mixture.History = []transport.WeightSpan{{FromStep: 0, Weights: []float64{0.5, 0.2}, Positions: []int64{0, 0}}}
+	rw.Mixture.WeightsFrom = k
+	rw.Mixture.WeightsFromPositions = []int64{int64(len(seq(full[:k], 0, 0))), int64(len(seq(full[:k], 2, 0)))}
+	rw.Start.Step = k
+	after := readMixture(t, p, rw)
+	if len(after) != 30-k {
+		t.Fatalf("seed %d k %d: %d steps after the resume, want %d", seed, k, len(after), 30-k)
+	}
+	for j, old := range []int64{0, 2} {
+		for d := range D {
+			got, want := seq(after, int64(j), d), seq(full[k:], old, d)
+			n := min(len(got), len(want))
+			if n == 0 || !slices.Equal(got[:n], want[:n]) {
+				t.Fatalf("seed %d k %d: source %d on slice %d continues with %v, the rows after those it delivered are %v", seed, k, old, d, got[:n], want[:n])
+			}
+		}
+	}
+	rw.Start.Step = k - 1
+	if _, err := p.Open(context.Background(), rw); !errors.Is(err, batching.ErrInvalidPosition) || !strings.Contains(err.Error(), fmt.Sprintf("step %d is before step %d", k-1, k)) {
+		t.Errorf("start before the positions: %v, want ErrInvalidPosition naming both steps", err)
+	}
+}
+
 // TestMixtureBadInput: each bad mixture is refused when planned, naming the
 // source.
 func TestMixtureBadInput(t *testing.T) {
@@ -359,6 +410,20 @@ func TestMixtureBadInput(t *testing.T) {
 			r.Mixture.History = []transport.WeightSpan{{FromStep: 0, Weights: []float64{1, 1}}}
 			r.Mixture.WeightsFrom = 3
 		}, codes.InvalidArgument, []string{"history[0] has 2 weights for 3 sources"}},
+		{"positions of other sources", func(r *transport.Request) {
+			r.Mixture.History = []transport.WeightSpan{{FromStep: 0, Weights: []float64{1, 1, 1}, Positions: []int64{0, 0}}}
+			r.Mixture.WeightsFrom = 3
+		}, codes.InvalidArgument, []string{"history[0].positions has 2 positions for 3 sources"}},
+		{"num_steps before the positions", func(r *transport.Request) {
+			r.Mixture.Stop = transport.MixtureStop{Rule: "num_steps", NumSteps: 4}
+			r.Mixture.History = []transport.WeightSpan{{FromStep: 0, Weights: []float64{1, 1, 1}}}
+			r.Mixture.WeightsFrom, r.Mixture.WeightsFromPositions = 5, []int64{1, 1, 1}
+		}, codes.FailedPrecondition, []string{"num_steps=4 is before step 5"}},
+		{"switch before the positions", func(r *transport.Request) {
+			r.Mixture.History = []transport.WeightSpan{{FromStep: 0, Weights: []float64{1, 1, 1}}}
+			r.Mixture.WeightsFrom, r.Mixture.WeightsFromPositions = 5, []int64{1, 1, 1}
+			r.Elastic, r.Start.Step = &transport.Elastic{FromSlices: 2, Step: 3}, 5
+		}, codes.FailedPrecondition, []string{"elastic switch at step 3 is before step 5", "no span at the switch carries positions"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := mixRequest(dirs, []float64{0.5, 0.3, 0.2}, 12, 4, []int{0}, transport.LastBatchPad, first)

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"slices"
 )
@@ -25,6 +26,10 @@ type Mixture struct {
 	// WeightsFrom is the step from which the sources' weights apply: after
 	// the last span of History; 0 without History.
 	WeightsFrom int `json:"weights_from,omitempty"`
+	// WeightsFromPositions, when set, holds every source's position (rows
+	// per slice delivered before step WeightsFrom), as History's spans'
+	// Positions.
+	WeightsFromPositions []int64 `json:"weights_from_positions,omitempty"`
 }
 
 // MixtureSource is one source of a mixture: a dataset as a request names
@@ -67,6 +72,11 @@ type MixtureStop struct {
 type WeightSpan struct {
 	FromStep int       `json:"from_step"`
 	Weights  []float64 `json:"weights"`
+	// Positions, when set, holds every source's position at FromStep (rows
+	// per slice delivered before it; 0 for a source added later): the
+	// server computes positions from the last span carrying them, so a
+	// source removed since need not be in the ticket.
+	Positions []int64 `json:"positions,omitempty"`
 }
 
 // MaxMixtureSources bounds a mixture's sources.
@@ -157,11 +167,29 @@ func (r *Request) validateMixture(p *problems) {
 		if len(h.Weights) != len(m.Sources) {
 			p.add("mixture.history[%d] has %d weights for %d sources (a source added later has weight 0 before it)", j, len(h.Weights), len(m.Sources))
 		}
+		checkPositions(p, fmt.Sprintf("mixture.history[%d].positions", j), h.Positions, len(m.Sources), h.FromStep)
 	}
+	checkPositions(p, "mixture.weights_from_positions", m.WeightsFromPositions, len(m.Sources), m.WeightsFrom)
 	if n := len(m.History); n > 0 && m.WeightsFrom <= m.History[n-1].FromStep {
 		p.add("mixture.weights_from %d is not after the last history span (from step %d)", m.WeightsFrom, m.History[n-1].FromStep)
 	} else if n == 0 && m.WeightsFrom != 0 {
 		p.add("mixture.weights_from %d without history: the weights apply from step 0", m.WeightsFrom)
+	}
+}
+
+// checkPositions adds the problems of a span's positions: absent, or one
+// per source, >= 0, all 0 at step 0.
+func checkPositions(p *problems, field string, pos []int64, n, step int) {
+	if pos == nil {
+		return
+	}
+	if len(pos) != n {
+		p.add("%s has %d positions for %d sources (a source added later has position 0)", field, len(pos), n)
+	}
+	for i, v := range pos {
+		if v < 0 || (step == 0 && v != 0) {
+			p.add("%s[%d] is %d: a position is >= 0, and 0 at step 0", field, i, v)
+		}
 	}
 }
 

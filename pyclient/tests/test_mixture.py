@@ -209,3 +209,66 @@ def test_batch_inference_refuses_a_mixture(tmp_path, binary, sources):
                         "--out", str(tmp_path / "p.parquet"), "--batch-size", "64"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode != 0 and "reads one dataset" in r.stderr, r.stderr
+
+
+def _seq(steps, i, d):
+    """The ids of source ``i``'s rows on slice ``d``, in delivery order."""
+    return [r[1] for st in steps for r in st[d] if r[0] == i]
+
+
+def test_mixture_reweight_removing_a_source_continues_the_others(mix_server, sources):
+    """Resuming with reweight=True without source 1: sources 0 and 2 go on,
+    on every slice, with exactly the rows after those delivered before the
+    resume (the uninterrupted run's next rows), none skipped or replayed;
+    the state after the resume walks on from there. Then source 1 comes back
+    as a new source (from its start), the others again continuing."""
+    seed = int(os.environ.get("MESHFEED_TEST_SEED", random.randrange(1 << 30)))
+    print(f"MESHFEED_TEST_SEED={seed}")
+    rnd = random.Random(seed)
+
+    def mix(keep, weights, stop=30):
+        srcs = [meshfeed.Source(sources[i], weight=w, columns=["id", "label"], rename={"label": "y"},
+                                shuffle=meshfeed.Shuffle(seed=i, window=16) if i != 1 else None)
+                for i, w in zip(keep, weights)]
+        return meshfeed.Mixture(srcs, stop=stop, source_column="source", seed=3)
+
+    kw = dict(global_batch_size=B, sharding=_sharding(), server=mix_server.address)
+    full_mix = mix([0, 1, 2], [0.5, 0.3, 0.2])
+    with meshfeed.Loader(full_mix, **kw) as ld:
+        full = [_rows(batch, sources) for batch in ld]
+    k = rnd.randrange(1, 20)
+    with meshfeed.Loader(full_mix, **kw) as ld:
+        it = iter(ld)
+        for _ in range(k):
+            next(it)
+        state = ld.state()
+    srcs2 = [sources[0], sources[2]]
+    with meshfeed.Loader(mix([0, 2], [0.6, 0.4]), state=state, reweight=True, **kw) as ld:
+        it = iter(ld)
+        after = [_rows(next(it), srcs2) for _ in range(5)]
+        state2 = ld.state()
+    assert len(after) == 5
+    for new_i, old_i in enumerate([0, 2]):
+        for d in range(D):
+            got, want = _seq(after, new_i, d), _seq(full[k:], old_i, d)
+            n = min(len(got), len(want))
+            assert n > 0 and got[:n] == want[:n], (
+                f"seed {seed} k {k}: source {old_i} slice {d} does not continue from its saved position: "
+                f"delivered before {_seq(full[:k], old_i, d)[-3:]}, then {got[:n]}, want {want[:n]}")
+    assert state2["mixture"]["positions"] == [
+        state["mixture"]["positions"][old_i] + len(_seq(after, new_i, 0)) for new_i, old_i in enumerate([0, 2])]
+    # Source 1 back (a new source: from its start), reweighting again.
+    with meshfeed.Loader(mix([2, 0, 1], [0.3, 0.3, 0.4]), state=state2, reweight=True, **kw) as ld:
+        it = iter(ld)
+        again = [_rows(next(it), [sources[2], sources[0], sources[1]]) for _ in range(3)]
+    with meshfeed.Loader(mix([1], [1.0]), **kw) as ld:
+        only1 = [_rows(batch, [sources[1]]) for batch in ld]
+    for new_i, old_i in enumerate([2, 0]):
+        for d in range(D):
+            got = _seq(again, new_i, d)
+            want = _seq(full[k:], old_i, d)[len(_seq(after, 1 - new_i, d)):]
+            n = min(len(got), len(want))
+            assert n > 0 and got[:n] == want[:n], (seed, k, old_i, d, got, want)
+    for d in range(D):
+        got = _seq(again, 2, d)
+        assert got == _seq(only1, 0, d)[:len(got)], (seed, k, d)

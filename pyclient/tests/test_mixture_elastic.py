@@ -154,3 +154,47 @@ def test_mixture_elastic_with_reweight(mix_server, sources):  # noqa: F811
         for d in range(8):
             fresh = [r for st in after for r in st[d] if r[0] == i][:lens[d]]
             assert fresh and not set(fresh) & seen, (i, d)
+
+
+def test_mixture_reweight_after_the_switch_removing_a_source(mix_server, sources):  # noqa: F811
+    """4 -> 8 devices at step k1, then at k2 > k1 a reweight without source
+    1: sources 0 and 2 go on, on every new slice, with exactly the rows the
+    uninterrupted run (switched at k1, not reweighted) delivers after k2.
+    The ticket carries the positions at the switch (the client walks the
+    saved mixture for them): the server needs them for the remainders, and
+    cannot recompute them without source 1."""
+    seed = int(os.environ.get("MESHFEED_TEST_SEED", random.randrange(1 << 30)))
+    print(f"MESHFEED_TEST_SEED={seed}")
+    rnd = random.Random(seed)
+
+    def mix(keep, weights):
+        return meshfeed.Mixture([meshfeed.Source(sources[i], weight=w, columns=["id", "label"], rename={"label": "y"},
+                                                 shuffle=meshfeed.Shuffle(seed=i, window=16) if i != 1 else None)
+                                 for i, w in zip(keep, weights)], stop=30, source_column="source", seed=3)
+
+    kw = dict(global_batch_size=B, server=mix_server.address)
+    full = mix([0, 1, 2], [0.5, 0.3, 0.2])
+    k1 = rnd.randrange(1, 8)
+    with meshfeed.Loader(full, sharding=_sharding(4), **kw) as ld:
+        it = iter(ld)
+        for _ in range(k1):
+            next(it)
+        state = json.loads(json.dumps(ld.state()))
+    with meshfeed.Loader(full, sharding=_sharding(8), state=state, elastic=True, **kw) as ld:
+        run = [_rows(b, sources, 8) for b in ld]
+    k2 = k1 + rnd.randrange(1, 6)
+    with meshfeed.Loader(full, sharding=_sharding(8), state=state, elastic=True, **kw) as ld:
+        it = iter(ld)
+        for _ in range(k2 - k1):
+            next(it)
+        mid = json.loads(json.dumps(ld.state()))
+    assert mid["elastic"]["step"] == k1
+    with meshfeed.Loader(mix([0, 2], [0.7, 0.3]), sharding=_sharding(8), state=mid, reweight=True, **kw) as ld:
+        after = [_rows(b, [sources[0], sources[2]], 8) for b in ld]
+    assert len(after) == 30 - k2
+    for j, i in enumerate([0, 2]):
+        for d in range(8):
+            got = [r[1] for st in after for r in st[d] if r[0] == j]
+            want = [r[1] for st in run[k2 - k1:] for r in st[d] if r[0] == i]
+            n = min(len(got), len(want))
+            assert n > 0 and got[:n] == want[:n], (seed, k1, k2, i, d, got[:n], want[:n])

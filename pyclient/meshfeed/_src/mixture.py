@@ -28,6 +28,7 @@ _RULES: tuple[str, ...] = get_args(StopRule)
 class _Span:
     from_step: int
     weights: tuple[float, ...]
+    positions: tuple[int, ...] | None = None  # C_i(from_step) per slice, by source
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +175,7 @@ class Mixture:
     seed: int = 0
     history: tuple[_Span, ...] = dataclasses.field(default=(), repr=False)
     weights_from: int = dataclasses.field(default=0, repr=False)
+    weights_from_positions: tuple[int, ...] | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -204,11 +206,18 @@ class Mixture:
             out["source_column"] = self.source_column
         if self.history:
             out["history"] = [{"from_step": h.from_step, "weights": list(h.weights)} for h in self.history]
+            for h, o in zip(self.history, out["history"]):
+                if h.positions is not None:
+                    o["positions"] = list(h.positions)
             out["weights_from"] = self.weights_from
+            if self.weights_from_positions is not None:
+                out["weights_from_positions"] = list(self.weights_from_positions)
         return out
 
     def reweighted(self, saved: Mapping[str, Any], step: int,
-                   tokenizers: Sequence[Mapping[str, str]] | None = None) -> "Mixture":
+                   tokenizers: Sequence[Mapping[str, str]] | None = None,
+                   positions: Sequence[int] | None = None,
+                   switch: tuple[int, int, int] | None = None) -> "Mixture":
         """This mixture resuming a run whose ticket's mixture was ``saved``
         (from a state's fingerprint) at ``step``: the saved weight history,
         mapped onto these sources by identity (a source added now had weight
@@ -216,28 +225,60 @@ class Mixture:
         ``tokenizers`` (per source, column name to SHA-256, as the server
         plans them) name a tokenized column's tokenizer by content, as the
         fingerprint does: a tokenizer.json moved is the same source, another
-        one another source."""
+        one another source.
+
+        ``positions`` (the state's, per saved source) are the sources'
+        positions at ``step``: the span from ``step`` carries them (0 for a
+        source added now), and so does every span of the saved history
+        that did, so that the server never recomputes the spans before
+        (a removed source changed them; docs/DESIGN.md, "Weights over
+        time"). ``switch`` ``(rows per slice before, after, step)`` names the
+        saved run's elastic switch: when it lies before ``step`` a span with
+        its positions (walked on the saved mixture) starts there too."""
         try:
             old_ids = [_identity_of(s) for s in saved["sources"]]
-            old_spans = [(int(h["from_step"]), [float(w) for w in h["weights"]]) for h in saved.get("history", [])]
-            old_spans.append((int(saved.get("weights_from", 0)), [float(s["weight"]) for s in saved["sources"]]))
+            old_spans = _wire_spans(saved)
         except (KeyError, TypeError, ValueError) as e:
             raise StateMismatchError(f"state's mixture {saved!r} is malformed: {e}") from e
+        if switch is not None and 0 < switch[2] < step and not any(f == switch[2] for f, _, _ in old_spans):
+            at = Positions.of_spans(old_spans, len(old_ids), switch[1], switch[:1] + switch[2:]).at(switch[2])
+            j = max(j for j, (f, _, _) in enumerate(old_spans) if f < switch[2])
+            old_spans.insert(j + 1, (switch[2], old_spans[j][1], at))
         sums = list(tokenizers or [])
         mine = [_identity_of(_hashed(s.identity(), sums[i] if i < len(sums) else {}))
                 for i, s in enumerate(self.sources)]
         spans: list[_Span] = []
-        for frm, ws in old_spans:
+        for frm, ws, pos in old_spans:
             if frm >= step:
                 break
             by_id = dict(zip(old_ids, ws))
-            spans.append(_Span(from_step=frm, weights=tuple(by_id.get(i, 0.0) for i in mine)))
+            at_id = None if pos is None else dict(zip(old_ids, pos))
+            spans.append(_Span(from_step=frm, weights=tuple(by_id.get(i, 0.0) for i in mine),
+                               positions=None if at_id is None else tuple(at_id.get(i, 0) for i in mine)))
         if not spans:
             return self
         if all(w == 0 for w in spans[0].weights) and len(spans) == 1:
             raise StateMismatchError("reweight: none of this mixture's sources was in the saved mixture; "
                                      "start a new run instead of resuming this state")
-        return dataclasses.replace(self, history=tuple(spans), weights_from=step)
+        now = None
+        if positions is not None:
+            if len(positions) != len(old_ids):
+                raise StateMismatchError(f"state's mixture positions {list(positions)!r}: want one per source "
+                                         f"of its mixture ({len(old_ids)})")
+            at_id = dict(zip(old_ids, (int(p) for p in positions)))
+            now = tuple(at_id.get(i, 0) for i in mine)
+        return dataclasses.replace(self, history=tuple(spans), weights_from=step, weights_from_positions=now)
+
+
+def _wire_spans(mix: Mapping[str, Any]) -> list[tuple[int, list[float], list[int] | None]]:
+    """A ticket mixture's weight spans: (from step, weights, positions or None)."""
+    def pos(p: Any) -> list[int] | None:
+        return None if p is None else [int(v) for v in p]
+    out = [(int(h["from_step"]), [float(w) for w in h["weights"]], pos(h.get("positions")))
+           for h in mix.get("history", [])]
+    out.append((int(mix.get("weights_from", 0)), [float(s["weight"]) for s in mix["sources"]],
+                pos(mix.get("weights_from_positions"))))
+    return out
 
 
 def _hashed(identity: dict[str, Any], sums: Mapping[str, str]) -> dict[str, Any]:
@@ -263,7 +304,7 @@ def mixture_diffs(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[st
         for k in sorted(set(a) | set(b)):
             if a.get(k) != b.get(k):
                 out.append(f"source {i} {k}: state has {b.get(k)!r}, this loader has {a.get(k)!r}")
-    for k in ("stop", "source_column", "history", "weights_from"):
+    for k in ("stop", "source_column", "history", "weights_from", "weights_from_positions"):
         if mine.get(k) != theirs.get(k):
             out.append(f"{k}: state has {theirs.get(k)!r}, this loader has {mine.get(k)!r}")
     return out
@@ -284,9 +325,18 @@ def resume_config(cfg: Any, state: Mapping[str, Any], reweight: bool,
         return cfg
     try:
         step = int(state["position"]["step"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise StateMismatchError(f"state position {state.get('position')!r}: {e}") from e
-    return dataclasses.replace(cfg, data=cfg.mixture.reweighted(saved, step, tokenizers))
+        rec = state.get("mixture")
+        positions = None
+        if isinstance(rec, Mapping) and rec.get("positions") is not None and int(rec.get("step", -1)) == step:
+            positions = [int(p) for p in rec["positions"]]
+        sw, switch = state.get("elastic"), None
+        if isinstance(sw, Mapping) and int(sw.get("epoch", 0)) == 0:
+            B = int(cfg.global_batch_size)
+            switch = (B // int(sw["from_slices"]), B // int(state["fingerprint"]["num_slices"]), int(sw["step"]))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+        raise StateMismatchError(f"state position {state.get('position')!r}, mixture {state.get('mixture')!r} "
+                                 f"or elastic {state.get('elastic')!r}: {e}") from e
+    return dataclasses.replace(cfg, data=cfg.mixture.reweighted(saved, step, tokenizers, positions, switch))
 
 
 def check_fingerprints(mine: dict[str, Any], theirs: Mapping[str, Any], reweight: bool) -> tuple[dict, dict]:
@@ -314,7 +364,7 @@ def _without_hashes(mix: Mapping[str, Any]) -> Any:
 def _tokenizer_diffs(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> str | None:
     """When two mixtures differ only in tokenizers (fingerprints name them
     by SHA-256): a message naming each changed column with both hashes."""
-    rest = ("stop", "source_column", "history", "weights_from")
+    rest = ("stop", "source_column", "history", "weights_from", "weights_from_positions")
     if _without_hashes(mine) != _without_hashes(theirs) or any(mine.get(k) != theirs.get(k) for k in rest):
         return None
     lines = []
@@ -423,21 +473,46 @@ class Positions:
     steps before it counted the old slice rows."""
 
     def __init__(self, mixture: Mixture, slice_rows: int, switch: tuple[int, int] | None = None):
-        spans = [(h.from_step, list(h.weights)) for h in mixture.history]
-        spans.append((mixture.weights_from, [s.weight for s in mixture.sources]))
+        spans = [(h.from_step, list(h.weights), None if h.positions is None else list(h.positions))
+                 for h in mixture.history]
+        spans.append((mixture.weights_from, [s.weight for s in mixture.sources],
+                      None if mixture.weights_from_positions is None else list(mixture.weights_from_positions)))
+        self._init(spans, len(mixture.sources), slice_rows, switch)
+
+    @classmethod
+    def of_spans(cls, spans: Sequence[tuple[int, Sequence[float], Sequence[int] | None]], n: int,
+                 slice_rows: int, switch: tuple[int, int] | None = None) -> "Positions":
+        """Positions of ``n`` sources over ``spans`` (from step, weights,
+        positions or None), as a ticket's mixture gives them."""
+        p = cls.__new__(cls)
+        p._init(spans, n, slice_rows, switch)
+        return p
+
+    def _init(self, spans: Sequence[tuple[int, Sequence[float], Sequence[int] | None]], n: int,
+              slice_rows: int, switch: tuple[int, int] | None) -> None:
+        # Walks begin at the last span that carries the positions at its
+        # start (the server's Composition.Walk): the spans before are never
+        # recomputed, their weights possibly those of removed sources.
+        origin = max((j for j, sp in enumerate(spans) if sp[2] is not None), default=0)
         old, at = switch if switch is not None else (slice_rows, 0)
         self._spans: list[tuple[int, list[int], int]] = []
-        for j, (frm, ws) in enumerate(spans):
+        for j, (frm, ws, _) in enumerate(spans):
+            if j < origin:
+                continue
             u = _integer_weights(ws)
             self._spans.append((frm, u, old if frm < at else slice_rows))
             if at > frm and (j + 1 == len(spans) or spans[j + 1][0] > at):
                 self._spans.append((at, u, slice_rows))
-        self._step, self._span = 0, 0
-        self._cum = [0] * len(mixture.sources)
+        start = spans[origin][2]
+        self._step, self._span = spans[origin][0], 0
+        self._cum = [0] * n if start is None else [int(v) for v in start]
         self._base = list(self._cum)
 
     def at(self, step: int) -> list[int]:
-        """C_i(step) for every source; ``step`` must not go back."""
+        """C_i(step) for every source; ``step`` must not go back (nor
+        before the last span carrying positions)."""
+        if step < self._step:
+            raise MeshfeedError(f"mixture positions at step {step}: the walk stands at step {self._step}")
         while self._step < step:
             self._next()
         return list(self._cum)
