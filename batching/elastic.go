@@ -80,16 +80,7 @@ func (p *Plan) Remainder(sw Switch) (*Remainder, error) {
 		r.offs[d+1] = r.offs[d] + max(0, old.delivered(d)-int64(sw.Step)*old.b)
 	}
 	r.m = r.offs[sw.FromD]
-	dd := int64(p.cfg.D)
-	r.lens, r.lo = make([]int64, p.cfg.D), make([]int64, p.cfg.D)
-	for d := range p.cfg.D {
-		i := int64(d)
-		r.lens[d] = r.m / dd
-		if i < r.m%dd {
-			r.lens[d]++
-		}
-		r.lo[d] = i*(r.m/dd) + min(i, r.m%dd)
-	}
+	r.lens, r.lo = splitRows(r.m, p.cfg.D)
 	return r, nil
 }
 

@@ -71,16 +71,7 @@ func newSourceRemainder(plan, old *Plan, pos int64) (*sourceRemainder, error) {
 		}
 	}
 	m := r.offs[len(r.offs)-1]
-	dd := int64(dNew)
-	r.lens, r.lo = make([]int64, dNew), make([]int64, dNew)
-	for d := range dNew {
-		i := int64(d)
-		r.lens[d] = m / dd
-		if i < m%dd {
-			r.lens[d]++
-		}
-		r.lo[d] = i*(m/dd) + min(i, m%dd)
-	}
+	r.lens, r.lo = splitRows(m, dNew)
 	return r, nil
 }
 

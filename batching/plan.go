@@ -171,24 +171,32 @@ func NewPlan(rowGroups []RowGroup, cfg Config) (*Plan, error) {
 		return nil, fmt.Errorf("%w: %d steps per epoch, at most %d", ErrInvalidConfig, steps, math.MaxInt32)
 	}
 	p := &Plan{
-		cfg:    cfg,
-		rgs:    append([]RowGroup(nil), rowGroups...),
-		n:      n,
-		b:      int64(cfg.GlobalBatch / cfg.D),
-		steps:  int(steps),
-		lens:   make([]int64, cfg.D),
-		starts: make([]int64, cfg.D),
+		cfg:   cfg,
+		rgs:   append([]RowGroup(nil), rowGroups...),
+		n:     n,
+		b:     int64(cfg.GlobalBatch / cfg.D),
+		steps: int(steps),
 	}
-	dd := int64(cfg.D)
-	for d := range p.lens {
-		i := int64(d)
-		p.lens[d] = n / dd
-		if i < n%dd {
-			p.lens[d]++
-		}
-		p.starts[d] = i*(n/dd) + min(i, n%dd)
-	}
+	p.lens, p.starts = splitRows(n, cfg.D)
 	return p, nil
+}
+
+// splitRows splits n rows into d contiguous streams as evenly as possible:
+// stream i has n/d rows, one more for the first n%d streams, and starts at
+// row i*(n/d) + min(i, n%d). Plans, remainders and mixture remainders all
+// split this way.
+func splitRows(n int64, d int) (lens, starts []int64) {
+	lens, starts = make([]int64, d), make([]int64, d)
+	dd := int64(d)
+	for s := range d {
+		i := int64(s)
+		lens[s] = n / dd
+		if i < n%dd {
+			lens[s]++
+		}
+		starts[s] = i*(n/dd) + min(i, n%dd)
+	}
+	return lens, starts
 }
 
 // Config returns the configuration of the plan.

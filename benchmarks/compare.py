@@ -572,13 +572,11 @@ def fmt_table(rows: list[dict]) -> str:
     base = next((r for r in rows if r["loader"] == "plain" and "error" not in r), None)
     for r in rows:
         if "error" in r:
-            err = r["error"].strip().splitlines()
-            lines.append(f"| {LABELS[r['loader']]} | 0 | failed: {err[0][:80] if err else ''} | | | | | | |")
+            lines.append(compare_text.failed_row(LABELS[r["loader"]], r["error"], 0, 80))
             continue
         rng = (f"; {r['rows_per_second_min']:,.0f}-{r['rows_per_second_max']:,.0f}" if r["runs"] > 1 else "")
         ratio = f"{r['rows_per_second'] / base['rows_per_second']:.2f}x" if base else ""
-        lines.append(f"| {LABELS[r['loader']]}{' (partial epoch: time cap)' if r['partial'] else ''}"
-                     f"{' (teardown failed: exit status %d)' % r['teardown_exit_status'] if r.get('teardown_exit_status') else ''} | {r['runs']} | "
+        lines.append(f"| {compare_text.row_name(LABELS[r['loader']], r)} | {r['runs']} | "
                      f"{r['rows_per_second']:,.0f}{rng} | {r['bytes_per_second'] / 1e9:.3f} | "
                      f"{r['cpu_seconds_per_gb']:.1f} | {r['peak_memory_bytes'] / 2**20:,.0f} MiB | "
                      f"{r['time_to_first_batch_s']:.2f} s | {r.get('rows_per_second_with_first', 0.0):,.0f} | {ratio} |")

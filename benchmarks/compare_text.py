@@ -429,6 +429,21 @@ def index_line(s: dict, loops: dict, want: dict) -> str:
     return out + "."
 
 
+def row_name(label: str, r: dict) -> str:
+    """A result table's loader cell (this table's and compare.py's): the
+    label, with a note when the epoch was cut by the time cap or the
+    loader's teardown failed."""
+    return (f"{label}{' (partial epoch: time cap)' if r['partial'] else ''}"
+            f"{' (teardown failed: exit status %d)' % r['teardown_exit_status'] if r.get('teardown_exit_status') else ''}")
+
+
+def failed_row(label: str, error: str, line: int, width: int) -> str:
+    """A result table's row of a loader that failed: line `line` of its error
+    output, cut at `width` characters, in the third of the nine columns."""
+    err = error.strip().splitlines()
+    return f"| {label} | 0 | failed: {err[line][:width] if err else ''} | | | | | | |"
+
+
 def _best_baseline(rows: list[dict], key: str = EPOCH) -> dict | None:
     ok = [r for r in rows if r["loader"] in BASELINES and "error" not in r]
     return max(ok, key=lambda r: r[key]) if ok else None
@@ -441,13 +456,11 @@ def fmt_table(rows: list[dict]) -> str:
     for r in rows:
         name = LABELS[r["loader"]]
         if "error" in r:
-            err = r["error"].strip().splitlines()
-            lines.append(f"| {name} | 0 | failed: {err[-1][:100] if err else ''} | | | | | | |")
+            lines.append(failed_row(name, r["error"], -1, 100))
             continue
         rng = (f"; {r[EPOCH + '_min']:,.0f}-{r[EPOCH + '_max']:,.0f}" if r["runs"] > 1 else "")
         ratio = f"{r[EPOCH] / best[EPOCH]:.2f}x" if best else ""
-        lines.append(f"| {name}{' (partial epoch: time cap)' if r['partial'] else ''}"
-                     f"{' (teardown failed: exit status %d)' % r['teardown_exit_status'] if r.get('teardown_exit_status') else ''} | {r['runs']} | "
+        lines.append(f"| {row_name(name, r)} | {r['runs']} | "
                      f"{r[EPOCH]:,.0f}{rng} | {r['tokens_per_second']:,.0f} | {r['rows_per_second']:,.1f} | "
                      f"{r['cpu_seconds_per_mtok']:.2f} | {r['peak_memory_bytes'] / 2**20:,.0f} MiB | "
                      f"{r['time_to_first_batch_s']:.2f} s | {ratio} |")

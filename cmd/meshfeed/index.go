@@ -46,15 +46,11 @@ func runIndex(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	store, err := objstore.NewStore(ctx)
+	store, tok, err := openTokenizer(ctx, *tokPath)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	tok, err := readTokenizer(ctx, store, *tokPath)
-	if err != nil {
-		return err
-	}
 	start := time.Now()
 	m, err := manifest.Read(ctx, store, uri)
 	if errors.Is(err, objstore.ErrNotFound) {

@@ -48,15 +48,11 @@ func runTokenize(ctx context.Context, args []string) error {
 		fs.Usage()
 		return fmt.Errorf("tokenize: --tokenizer, --column and at least one dataset URI are required")
 	}
-	store, err := objstore.NewStore(ctx)
+	store, tok, err := openTokenizer(ctx, *tokPath)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	tok, err := readTokenizer(ctx, store, *tokPath)
-	if err != nil {
-		return err
-	}
 	ds, err := loader.Open(ctx, store, fs.Args(), loader.WithColumns(*column))
 	if err != nil {
 		return err
@@ -202,6 +198,21 @@ func tokenizeRows(ctx context.Context, ds *loader.Dataset, tok *tokenize.Tokeniz
 // maxTokenizerBytes bounds a tokenizer.json read into memory (the largest
 // public vocabularies are tens of MB).
 const maxTokenizerBytes = 1 << 30
+
+// openTokenizer opens the object store and reads the tokenizer.json at uri
+// through it (tokenize and index both do); the caller closes the store.
+func openTokenizer(ctx context.Context, uri string) (*objstore.Mux, *tokenize.Tokenizer, error) {
+	store, err := objstore.NewStore(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	tok, err := readTokenizer(ctx, store, uri)
+	if err != nil {
+		store.Close()
+		return nil, nil, err
+	}
+	return store, tok, nil
+}
 
 // readTokenizer reads a tokenizer.json through the store (any scheme it serves).
 func readTokenizer(ctx context.Context, store objstore.Store, uri string) (*tokenize.Tokenizer, error) {

@@ -12,41 +12,24 @@ writes ``state()`` at the end to ``state_out`` (process 0 only; every process
 reports its own state in the result so the test can compare them).
 """
 
-import argparse
 import json
-import os
-import signal
 import sys
 
-
-def _sigterm(signum, frame):  # let `with Loader(...)` stop this process's server
-    raise SystemExit(128 + signum)
+import distworker
 
 
 def main() -> int:
-    signal.signal(signal.SIGTERM, _sigterm)
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--process-id", type=int, required=True)
-    ap.add_argument("--num-processes", type=int, required=True)
-    ap.add_argument("--coordinator", required=True)
+    ap = distworker.parser()
     ap.add_argument("--data", required=True)
     ap.add_argument("--runs", required=True)
-    ap.add_argument("--out", required=True)
     ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--binary", default=None)
     args = ap.parse_args()
 
     import jax
-    import numpy as np
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    jax.config.update("jax_enable_x64", True)
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    if args.num_processes > 1:
-        jax.distributed.initialize(coordinator_address=args.coordinator, num_processes=args.num_processes,
-                                   process_id=args.process_id, initialization_timeout=30,
-                                   heartbeat_timeout_seconds=10, shutdown_timeout_seconds=30)
+    distworker.join(args)
     import meshfeed
 
     sharding = NamedSharding(jax.make_mesh((8,), ("data",)), P("data"))
@@ -62,30 +45,16 @@ def main() -> int:
                              num_epochs=2, state=state,
                              server_options=meshfeed.ServerOptions(binary=args.binary)) as loader:
             for i, batch in enumerate(loader):
-                shards = []
-                valid = {s.device: s for s in batch["valid"].addressable_shards}
-                for s in batch["id"].addressable_shards:
-                    start, stop, _ = s.index[0].indices(args.batch_size)
-                    shards.append({"start": start, "stop": stop, "ids": np.asarray(s.data).tolist(),
-                                   "valid": np.asarray(valid[s.device].data).tolist()})
+                shards = distworker.shards(batch, args.batch_size, ids="id", valid="valid")
                 run["steps"].append(shards)
                 if spec.get("steps") is not None and i + 1 >= spec["steps"]:
                     break
             run["state"] = loader.state()
         if spec.get("state_out") and jax.process_index() == 0:
-            tmp = spec["state_out"] + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(run["state"], f)
-            os.replace(tmp, spec["state_out"])
+            distworker.write_json(spec["state_out"], run["state"])
         result["runs"][spec["name"]] = run
 
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f)
-    os.replace(tmp, args.out)
-    if args.num_processes > 1:
-        jax.distributed.shutdown()
-    return 0
+    return distworker.finish(args, result)
 
 
 if __name__ == "__main__":
