@@ -40,7 +40,8 @@ import (
 //     pieces, the pages of row groups shared by neighbouring slices, fetched
 //     once (piecePlan.shareBytes);
 //   - the shuffle window's rows each slice holds (W rows at the dataset's
-//     decoded bytes per row, at most a stream's rows);
+//     decoded bytes per row, at most a stream's rows; under concatenated
+//     packing its documents' tokens, plus the ids of one row group);
 //   - sliceOverhead per slice (its reader, cutter and decode workers);
 //   - two steps: the one being cut and shaped, and its input;
 //   - with tokenized columns, the ids of the row groups in flight
@@ -125,6 +126,12 @@ func (p *Pipeline) sizeOf(pl *pipelinePlan) planSize {
 		if c := pl.concat; c != nil { // every slice holds windows of the one document sequence, tokenized
 			sz.window = n * min(float64(w), float64(c.plan.N())) * (4*float64(c.plan.Tokens())/float64(c.plan.N()) + 8)
 		}
+	}
+	if pl.concat != nil {
+		// Beside its window, a concatenated slice holds the ids of the
+		// row group its oldest document came in (its reader tokenized it
+		// whole): at most 4 bytes per decoded byte.
+		sz.window += n * 4 * maxRG
 	}
 	sz.overhead = n * sliceOverhead
 	sz.reserve = sz.readAhead + sz.tokens + sz.window + sz.overhead + 2*sz.step

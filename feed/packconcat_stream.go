@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -38,18 +37,17 @@ type concatStream struct {
 }
 
 // concatSlice is one slice's documents of one epoch: the tokens of the
-// documents at stream positions [base, base+len(starts)-1) (before the
-// shuffle window's permutation: the order they are read in), document i's
-// tokens ids[starts[i]:starts[i+1]].
+// documents at stream positions [chunks[0].first, held) (before the
+// shuffle window's permutation: the order they are read in), as its
+// reader tokenized them (packconcat_docs.go).
 type concatSlice struct {
 	d      int
 	rd     *loader.RowGroupReader // nil: the slice reads nothing
 	refs   []loader.RowGroupRef   // what rd reads, in order
 	segs   []batching.Segment     // per ref, the plan's rows it holds (the kept rows' numbering under filters)
 	got    int
-	base   int64
-	ids    []int32
-	starts []int64
+	held   int64
+	chunks []docChunk
 	cur    batching.ConcatCursor // the block of documents the last runs went through
 }
 
@@ -70,10 +68,10 @@ func (s *concatStream) openEpoch() {
 	cp := s.cp.plan
 	n := len(s.pl.cfg.slices)
 	for _, d := range s.pl.cfg.slices {
-		sc := &concatSlice{d: d, starts: []int64{0}}
+		sc := &concatSlice{d: d}
 		lo, hi := s.streamTokens(d)
 		_, _, r0, r1 := cp.DocRange(s.pos.Epoch, lo, hi)
-		sc.base = r0
+		sc.held = r0
 		for _, seg := range cp.ReadSegments(s.pos.Epoch, r0, r1) {
 			ref := s.pl.refs[seg.RowGroup]
 			lo, hi := seg.Start, seg.End
@@ -88,7 +86,10 @@ func (s *concatStream) openEpoch() {
 		if len(sc.refs) > 0 {
 			sc.rd = s.pl.ds.NewReader(s.ctx, sc.refs, s.mem,
 				loader.WithReaderReadAhead(sliceShare(s.cfg.readAhead, n)),
-				loader.WithReaderDecodeWorkers(max(runtime.GOMAXPROCS(0)/n, 1)))
+				loader.WithReaderDecodeWorkers(s.readerWorkers()),
+				// Kept rows are taken, then tokenized, as each record is
+				// decoded, ahead of the step that needs them.
+				loader.WithReaderTransform(s.concatRead(sc.refs, sc.segs, s.readerWorkers())))
 		}
 		s.slices = append(s.slices, sc)
 	}
@@ -144,6 +145,7 @@ func (s *concatStream) closeEpoch() {
 		if sc.rd != nil {
 			sc.rd.Close()
 		}
+		sc.release()
 	}
 	s.slices = nil
 }
@@ -258,75 +260,29 @@ func concatRecord(schema *arrow.Schema, bufs [3]*memory.Buffer, b, l, real int, 
 	return array.NewRecordBatch(schema, cols, int64(b))
 }
 
-// doc returns the tokens of run r's document.
-func (sc *concatSlice) doc(r batching.DocRun) []int32 {
-	i := r.Raw - sc.base
-	return sc.ids[sc.starts[i]:sc.starts[i+1]]
-}
-
-// docLen returns the tokens of the document at stream position raw.
-func (sc *concatSlice) docLen(raw int64) int64 {
-	i := raw - sc.base
-	return sc.starts[i+1] - sc.starts[i]
-}
-
-// fill reads and tokenizes documents until stream position need is held.
+// fill takes the tokenized documents from sc's reader until stream
+// position need is held.
 func (s *concatStream) fill(sc *concatSlice, need int64) error {
-	for sc.base+int64(len(sc.starts)-1) < need {
+	for sc.held < need {
 		if sc.rd == nil || sc.got >= len(sc.refs) {
 			return fmt.Errorf("stream %d needs document %d past the %d row groups read (internal error)", sc.d, need-1, len(sc.refs))
 		}
 		if err := s.ctx.Err(); err != nil {
 			return err
 		}
-		rec, ref, err := sc.rd.Next()
+		rec, _, err := sc.rd.Next()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = fmt.Errorf("stream %d: reader ended after %d of %d row groups", sc.d, sc.got, len(sc.refs))
 			}
 			return err
 		}
-		want, seg := sc.refs[sc.got], sc.segs[sc.got]
 		sc.got++
-		if sel := s.pl.selection(seg.RowGroup); sel != nil {
-			if rec, err = takeKept(rec, sel, seg, want, true, s.mem); err != nil {
-				return textErrorAt(s.pl.ds, ref, s.cp.col.name, err)
-			}
-			want = loader.RowGroupRef{} // rec now holds exactly the segment's rows
-		}
-		col := rec.Column(s.cp.text)
-		sliced := want.End > want.Start && rec.NumRows() != want.End-want.Start
-		if sliced {
-			col = array.NewSlice(col, want.Start, want.End)
-		}
-		sc.ids, sc.starts, err = EncodeStrings(s.cp.tok, col, s.cp.col.addSpecial, max(runtime.GOMAXPROCS(0)/len(s.slices), 1), sc.ids, sc.starts)
-		if sliced {
-			col.Release()
-		}
-		rec.Release()
-		if err != nil {
-			return textErrorAt(s.pl.ds, ref, s.cp.col.name, err)
+		if err := sc.hold(rec); err != nil {
+			return err
 		}
 	}
 	return nil
-}
-
-// drop forgets the documents before stream position before, moving what
-// is kept to the front once more than half of what is held is dropped.
-func (sc *concatSlice) drop(before int64) {
-	k := before - sc.base
-	if k <= 0 || 2*k < int64(len(sc.starts)) {
-		return
-	}
-	shift := sc.starts[k]
-	n := copy(sc.ids, sc.ids[shift:])
-	sc.ids = sc.ids[:n]
-	m := copy(sc.starts, sc.starts[k:])
-	sc.starts = sc.starts[:m]
-	for i := range sc.starts {
-		sc.starts[i] -= shift
-	}
-	sc.base = before
 }
 
 // Close implements transport.Stream.
