@@ -41,7 +41,8 @@ import (
 //     once (piecePlan.shareBytes);
 //   - the shuffle window's rows each slice holds (W rows at the dataset's
 //     decoded bytes per row, at most a stream's rows; under concatenated
-//     packing its documents' tokens, plus the ids of one row group);
+//     packing its documents' tokens, plus the ids of one row group, and
+//     the ids in flight twice: the next epoch's readers open early);
 //   - sliceOverhead per slice (its reader, cutter and decode workers);
 //   - two steps: the one being cut and shaped, and its input;
 //   - with tokenized columns, the ids of the row groups in flight
@@ -132,6 +133,10 @@ func (p *Pipeline) sizeOf(pl *pipelinePlan) planSize {
 		// row group its oldest document came in (its reader tokenized it
 		// whole): at most 4 bytes per decoded byte.
 		sz.window += n * 4 * maxRG
+		// The next epoch's readers open once the current epoch's have
+		// tokenized all they read (packconcat_stream.go openAhead): the
+		// ids those hold, not yet handed out, beside the new ones'.
+		sz.tokens *= 2
 	}
 	sz.overhead = n * sliceOverhead
 	sz.reserve = sz.readAhead + sz.tokens + sz.window + sz.overhead + 2*sz.step

@@ -34,13 +34,14 @@ var concatIDs = arrow.NewSchema([]arrow.Field{{Name: "ids", Type: arrow.ListOf(a
 // it decodes (loader.WithReaderTransform), ahead of the steps that need
 // it: take the segment's kept rows (or its rows of the row group), then
 // tokenize the text column into a record of concatIDs. Read k is refs[k]
-// for segs[k]. It runs up to workers at once, each encoding on workers /
+// for segs[k]; ready counts the reads done. It runs up to workers at once, each encoding on workers /
 // (the number running) goroutines, as prepareRead does.
-func (s *concatStream) concatRead(refs []loader.RowGroupRef, segs []batching.Segment, workers int) loader.Transform {
+func (s *concatStream) concatRead(refs []loader.RowGroupRef, segs []batching.Segment, ready *atomic.Int32, workers int) loader.Transform {
 	var running atomic.Int32
 	return func(k int, ref loader.RowGroupRef, rec arrow.RecordBatch) (arrow.RecordBatch, error) {
 		w := max(1, workers/int(running.Add(1)))
 		defer running.Add(-1)
+		defer ready.Add(1)
 		want, seg := refs[k], segs[k]
 		if sel := s.pl.selection(seg.RowGroup); sel != nil {
 			var err error

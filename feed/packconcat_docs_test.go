@@ -3,6 +3,8 @@ package feed
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -43,7 +45,8 @@ func TestConcatTokenizedAheadReleases(t *testing.T) {
 // TestConcatSizingHoldsARowGroup: the reservation of a concatenated stream
 // counts the ids of one row group per slice beside its shuffle window (a
 // slice holds the row group its oldest document came in), and with no
-// window still that row group; the ids in flight as for tokenized columns.
+// window still that row group; the ids in flight as for tokenized columns,
+// twice (the next epoch's readers open while the current's hold ids).
 func TestConcatSizingHoldsARowGroup(t *testing.T) {
 	dir := writeConcatText(t, 57, 2, 7)
 	tokPath := letterTokenizer(t, true)
@@ -65,8 +68,46 @@ func TestConcatSizingHoldsARowGroup(t *testing.T) {
 			cp := pl.concat.plan
 			want += 2 * float64(window) * (4*float64(cp.Tokens())/float64(cp.N()) + 8)
 		}
-		if sz.window != want || sz.tokens < 4*sz.readAhead-1 {
-			t.Errorf("window %d: sizes %+v, want window %.0f (one row group of ids per slice) and the ids in flight", window, sz, want)
+		if sz.window != want || sz.tokens != 2*tokensAhead(pl.toks, pl.ds, sz.readAhead) {
+			t.Errorf("window %d: sizes %+v, want window %.0f (one row group of ids per slice) and the ids in flight twice (two epochs' readers)", window, sz, want)
 		}
+	}
+}
+
+// TestConcatOpensNextEpochAhead: once every slice's reader has handed out
+// its epoch's row groups, the next epoch's readers are opened (so its
+// first documents are tokenized before its first step), not past the last
+// epoch; the stream's slices with it are the model's
+// (TestConcatTokenizedAheadReleases, two epochs).
+func TestConcatOpensNextEpochAhead(t *testing.T) {
+	dir := writeConcatText(t, 57, 2, 7)
+	tokPath := letterTokenizer(t, true)
+	p := newConcatPipeline(t)
+	ctx := context.Background()
+	st, err := p.Open(ctx, concatRequest(dir, tokPath, 8, 4, 2, []int{0, 1}, transport.LastBatchPad, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cs, ok := st.(*concatStream)
+	if !ok {
+		t.Fatalf("Open returned %T, not a concatStream", st)
+	}
+	aheadIn := map[int]bool{}
+	for {
+		step, err := st.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Next: %v", err)
+		}
+		if cs.ahead != nil {
+			aheadIn[step.Meta.Epoch] = true
+		}
+		step.Release()
+	}
+	if !aheadIn[0] || aheadIn[1] {
+		t.Errorf("next epoch's readers opened ahead in epochs %v, want in epoch 0 only (2 epochs)", aheadIn)
 	}
 }

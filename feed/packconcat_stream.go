@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -31,6 +32,7 @@ type concatStream struct {
 	cancel context.CancelFunc
 	pos    batching.Position
 	slices []*concatSlice // nil between epochs
+	ahead  []*concatSlice // the next epoch's, opened once every slice has read all of its own (openAhead)
 	closed bool
 
 	unreserve func()
@@ -46,6 +48,7 @@ type concatSlice struct {
 	refs   []loader.RowGroupRef   // what rd reads, in order
 	segs   []batching.Segment     // per ref, the plan's rows it holds (the kept rows' numbering under filters)
 	got    int
+	ready  atomic.Int32 // reads its reader has tokenized
 	held   int64
 	chunks []docChunk
 	cur    batching.ConcatCursor // the block of documents the last runs went through
@@ -65,8 +68,39 @@ func (s *concatStream) Schema() *arrow.Schema { return s.pl.schema }
 // openEpoch opens every slice's reader for epoch s.pos.Epoch from step
 // s.pos.Step.
 func (s *concatStream) openEpoch() {
+	s.slices = s.openSlices()
+}
+
+// openAhead opens the next epoch's readers once every slice's reader has
+// tokenized all of the current epoch's row groups (none is read any more:
+// what they hold is ids, limits.go counts them beside the next epoch's),
+// so that the next epoch's first row groups are read and tokenized while
+// the current epoch's last steps are packed.
+func (s *concatStream) openAhead() {
+	if s.ahead != nil {
+		return
+	}
+	for _, sc := range s.slices {
+		if sc.rd != nil && int(sc.ready.Load()) < len(sc.refs) {
+			return
+		}
+	}
+	next := batching.Position{Epoch: s.pos.Epoch + 1}
+	if e := s.pl.cfg.epochs; e > 0 && next.Epoch >= e {
+		return
+	}
+	cur := s.pos
+	s.pos = next
+	s.ahead = s.openSlices()
+	s.pos = cur
+}
+
+// openSlices opens every slice's reader for epoch s.pos.Epoch from step
+// s.pos.Step.
+func (s *concatStream) openSlices() []*concatSlice {
 	cp := s.cp.plan
 	n := len(s.pl.cfg.slices)
+	var out []*concatSlice
 	for _, d := range s.pl.cfg.slices {
 		sc := &concatSlice{d: d}
 		lo, hi := s.streamTokens(d)
@@ -89,10 +123,11 @@ func (s *concatStream) openEpoch() {
 				loader.WithReaderDecodeWorkers(s.readerWorkers()),
 				// Kept rows are taken, then tokenized, as each record is
 				// decoded, ahead of the step that needs them.
-				loader.WithReaderTransform(s.concatRead(sc.refs, sc.segs, s.readerWorkers())))
+				loader.WithReaderTransform(s.concatRead(sc.refs, sc.segs, &sc.ready, s.readerWorkers())))
 		}
-		s.slices = append(s.slices, sc)
+		out = append(out, sc)
 	}
+	return out
 }
 
 // elastic returns the remainder of an elastic switch when the current
@@ -141,13 +176,18 @@ func (s *concatStream) stepRows(d int) ([][2]int64, int) {
 
 // closeEpoch stops the epoch's readers.
 func (s *concatStream) closeEpoch() {
-	for _, sc := range s.slices {
+	closeConcatSlices(s.slices)
+	s.slices = nil
+}
+
+// closeConcatSlices stops the readers of ss and releases what they hold.
+func closeConcatSlices(ss []*concatSlice) {
+	for _, sc := range ss {
 		if sc.rd != nil {
 			sc.rd.Close()
 		}
 		sc.release()
 	}
-	s.slices = nil
 }
 
 // Next implements transport.Stream.
@@ -158,6 +198,9 @@ func (s *concatStream) Next(ctx context.Context) (transport.Step, error) {
 func (s *concatStream) next() (transport.Step, error) {
 	if err := advance(s.pl, &s.pos, s.closeEpoch); err != nil {
 		return transport.Step{}, err
+	}
+	if s.slices == nil && s.ahead != nil && s.pos.Step == 0 {
+		s.slices, s.ahead = s.ahead, nil
 	}
 	if s.slices == nil {
 		s.openEpoch()
@@ -172,6 +215,7 @@ func (s *concatStream) next() (transport.Step, error) {
 		step.Slices[i], step.Meta.RealRows[i] = rec, real
 	}
 	s.pos.Step++
+	s.openAhead()
 	return step, nil
 }
 
@@ -293,6 +337,8 @@ func (s *concatStream) Close() error {
 	s.closed = true
 	s.cancel()
 	s.closeEpoch()
+	closeConcatSlices(s.ahead)
+	s.ahead = nil
 	if s.unreserve != nil {
 		s.unreserve()
 	}
