@@ -10,7 +10,7 @@
 //
 // Counting (reading the column, tokenizing it) is package feed's, and
 // writing the fact into a manifest `meshfeed index`'s: this package does no
-// I/O and imports nothing of meshfeed.
+// I/O and imports nothing of meshfeed but internal/lru (the Store's cache).
 //
 // # Caveats
 //
