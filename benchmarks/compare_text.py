@@ -489,7 +489,7 @@ def targets(loops: dict, util: dict) -> list[str]:
     for kind, u in util.items():
         if "error" in u:
             continue
-        lines.append(f"- utilization >= 98% with a {kind} step at 80% of meshfeed's rate: "
+        lines.append(f"- utilization >= 98% with a {kind} step at 80% of meshfeed's rate over the epoch: "
                      f"{100 * u['utilization']:.2f}%, "
                      + verdict(u["utilization"] >= 0.98, f"{100 * (0.98 - u['utilization']):.2f} points short") + ".")
     return lines
