@@ -58,8 +58,7 @@ type bpeScratch struct {
 	heap  []mergeEntry
 	ranks []uint64
 	// cache maps the words this goroutine met to offset<<32 | count in ids
-	// (emptied when full); a word not there is looked up in the shared cache
-	// when sharing and at least wordCacheMinShared bytes long.
+	// (emptied when full); a word not there is looked up in the shared cache.
 	cache  map[string]uint64
 	ids    []int32
 	arena  cacheArena // the shared cache's entries this goroutine publishes
@@ -119,7 +118,7 @@ func (m *bpe) encodePart(sc *scratch, w string, dst []int32) []int32 {
 	}
 	mark := len(dst)
 	var e *cacheEntry
-	if sc.share && len(w) >= wordCacheMinShared {
+	if sc.share {
 		h := maphash.String(m.cache.seed, w)
 		if e = m.cache.get(w, h); e != nil {
 			dst = append(dst, e.ids...)

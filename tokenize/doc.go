@@ -56,6 +56,5 @@
 //     (at most 65,536 words of up to 256 bytes, emptied when full); idle
 //     scratch areas are kept by the Tokenizer for reuse. The goroutines of
 //     one EncodeBatch also share the Tokenizer's word cache (as large; lookups
-//     take no lock) for words of 16 bytes or more, so such a word is merged
-//     once however many workers meet it; shorter words each worker merges.
+//     take no lock), so a word is merged once however many workers meet it.
 package tokenize

@@ -21,19 +21,11 @@ import (
 // changed once published. When it holds wordCacheMax words, the next insert
 // replaces the whole table with an empty one (as each worker's cache was
 // emptied when full); goroutines still reading the old one finish with it.
-//
-// Only words of wordCacheMinShared bytes or more go through it: a shorter
-// word merges in less time than a lookup here costs when another core wrote
-// the slot (each sharing goroutine merges short words itself, into its own
-// map). Sharing every word made 2 workers spend 16 to 21% more CPU than 1
-// on a 2,000-document corpus, sharing from 16 bytes 7 to 14%, under load
-// (BENCHMARKS.md, "Two workers: one word cache").
 const (
-	wordCacheMinShared = 16      // shorter words are not shared
-	wordCacheMax       = 1 << 16 // words per table
-	wordCacheMaxWord   = 256     // longer words are not cached
-	wordCacheSlots     = 2 * wordCacheMax
-	wordCacheProbes    = 32 // slots looked at before giving up (an insert then caches nothing)
+	wordCacheMax     = 1 << 16 // words per table
+	wordCacheMaxWord = 256     // longer words are not cached
+	wordCacheSlots   = 2 * wordCacheMax
+	wordCacheProbes  = 32 // slots looked at before giving up (an insert then caches nothing)
 )
 
 type cacheEntry struct {
