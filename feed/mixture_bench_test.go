@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -181,7 +182,15 @@ func (r *mixBenchResult) add(o mixBenchResult) {
 // pool, timing them from Open.
 func mixBenchRun(b *testing.B, req *transport.Request, pool memory.Allocator, steps int) mixBenchResult {
 	mem := &peakAllocator{Allocator: pool}
-	p, err := NewPipeline(context.Background(), WithAllocator(mem))
+	opts := []Option{WithAllocator(mem)}
+	if v := os.Getenv("MESHFEED_MIX_BENCH_READ_AHEAD"); v != "" {
+		ra, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ra <= 0 {
+			b.Fatalf("MESHFEED_MIX_BENCH_READ_AHEAD=%q: want a positive number of bytes", v)
+		}
+		opts = append(opts, WithReadAhead(ra))
+	}
+	p, err := NewPipeline(context.Background(), opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
