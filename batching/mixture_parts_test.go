@@ -9,12 +9,12 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
-// TestPartColumnsJoinParts: a slice handed over as its parts
-// (PartColumns.Parts) is, joined, exactly the record JoinParts builds, with
+// TestPartColumnsjoinParts: a slice handed over as its parts
+// (PartColumns.Parts) is, joined, exactly the record joinParts builds, with
 // and without the source column and the mask, for random parts (real rows
 // first, padding, parts that are part real); and making the parts
 // allocates no column memory (views, no copy of the slice's rows).
-func TestPartColumnsJoinParts(t *testing.T) {
+func TestPartColumnsjoinParts(t *testing.T) {
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
@@ -46,7 +46,7 @@ func TestPartColumnsJoinParts(t *testing.T) {
 		if mem.CurrentAlloc() != before {
 			t.Fatalf("Parts allocated %d bytes: want views only", mem.CurrentAlloc()-before)
 		}
-		want, err := JoinParts(mem, idOnlySchema, out, parts, real, src, policy == Pad)
+		want, err := joinParts(mem, idOnlySchema, out, parts, real, src, policy == Pad)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +63,7 @@ func TestPartColumnsJoinParts(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !array.Equal(joined, want.Column(c)) {
-				t.Fatalf("seed %d round %d column %s: parts joined %v, JoinParts %v", seed, round, out.Field(c).Name, joined, want.Column(c))
+				t.Fatalf("seed %d round %d column %s: parts joined %v, joinParts %v", seed, round, out.Field(c).Name, joined, want.Column(c))
 			}
 			joined.Release()
 		}

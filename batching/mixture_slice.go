@@ -50,79 +50,8 @@ func PadRecord(mem memory.Allocator, sch *arrow.Schema, rec arrow.RecordBatch, n
 	return array.NewRecordBatch(sch, cols, int64(n)), nil
 }
 
-// JoinParts assembles one slice of a mixture's step from its parts (records
-// of schema in, one per source that has rows in the slice, in the slice's
-// source order): the real rows of every part (its first real[j] rows) in
-// part order, then the padding rows of every part, then the source column
-// (src[j] for part j's real rows, -1 for padding) when out has one, and the
-// mask under Pad (true for real rows). out is MixtureSliceSchema's. A single
-// part with no column to add is returned as it is (retained); otherwise
-// fixed-width columns are copied by memcpy of runs, others concatenated.
-func JoinParts(mem memory.Allocator, in, out *arrow.Schema, parts []arrow.RecordBatch, real []int64, src []int32, pad bool) (arrow.RecordBatch, error) {
-	var n, nReal int64
-	for j, p := range parts {
-		n += p.NumRows()
-		nReal += real[j]
-	}
-	extra := out.NumFields() - in.NumFields()
-	if len(parts) == 1 && extra == 0 {
-		parts[0].Retain()
-		return parts[0], nil
-	}
-	runs := make([]run, 0, 2*len(parts))
-	for j := range parts {
-		if real[j] > 0 {
-			runs = append(runs, run{src: j, row: 0, n: real[j]})
-		}
-	}
-	for j, p := range parts {
-		if p.NumRows() > real[j] {
-			runs = append(runs, run{src: j, row: real[j], n: p.NumRows() - real[j]})
-		}
-	}
-	cols := make([]arrow.Array, out.NumFields())
-	defer releaseAll(cols)
-	arrs := make([]arrow.Array, len(parts))
-	for c := 0; c < in.NumFields(); c++ {
-		for j, p := range parts {
-			arrs[j] = p.Column(c)
-		}
-		col, err := gatherColumn(mem, in.Field(c).Type, arrs, runs, n)
-		if err != nil {
-			return nil, fmt.Errorf("batching: mixture slice column %q: %w", in.Field(c).Name, err)
-		}
-		cols[c] = col
-	}
-	c := in.NumFields()
-	if c < out.NumFields() && out.Field(c).Type.ID() == arrow.INT32 {
-		bld := array.NewInt32Builder(mem)
-		bld.Reserve(int(n))
-		for j := range parts {
-			for k := int64(0); k < real[j]; k++ {
-				bld.UnsafeAppend(src[j])
-			}
-		}
-		for k := nReal; k < n; k++ {
-			bld.UnsafeAppend(-1)
-		}
-		cols[c] = bld.NewArray()
-		bld.Release()
-		c++
-	}
-	if pad {
-		mb := array.NewBooleanBuilder(mem)
-		mb.Reserve(int(n))
-		for k := int64(0); k < n; k++ {
-			mb.UnsafeAppend(k < nReal)
-		}
-		cols[c] = mb.NewArray()
-		mb.Release()
-	}
-	return array.NewRecordBatch(out, cols, n), nil
-}
-
 // PartColumns hands a mixture's slices over as their parts instead of
-// joining them (JoinParts): each part, a view of its source's records,
+// joining them into a copy: each part, a view of its source's records,
 // extended with the columns out adds (the source column, the mask) as
 // views of constant columns made once per stream. A consumer that needs
 // one record per slice joins the parts where it copies them anyway (the
@@ -175,11 +104,12 @@ func (c *PartColumns) Release() {
 }
 
 // Parts returns one slice of a mixture's step as records of schema out, in
-// the slice's row order, from its parts as JoinParts takes them: the real
+// the slice's row order, from its parts (one per source with rows in the
+// slice, in the slice's source order): the real
 // rows of every part (its first real[j] rows) in part order, then the
 // padding rows of every part, each run a view of its part with the source
 // column (src[j], or -1 for padding) and the mask (true for real rows)
-// added as views of the constant columns. Joined, they are JoinParts's
+// added as views of the constant columns. Joined, they are joinParts's
 // record. The caller keeps its references to parts and owns the result.
 func (c *PartColumns) Parts(parts []arrow.RecordBatch, real []int64, src []int32) ([]arrow.RecordBatch, error) {
 	var n int64

@@ -16,7 +16,7 @@ const srcOffset = 1 << 32
 
 // mixRun drives a mixture the way the server does: one SourceCursor per
 // (source, slice), records built only when a cutter asks for them, each
-// slice joined with JoinParts.
+// slice joined with joinParts.
 type mixRun struct {
 	t      *testing.T
 	m      *Mixture
@@ -145,7 +145,7 @@ func (r *mixRun) step() []arrow.RecordBatch {
 			reals = append(reals, real)
 			srcs = append(srcs, i)
 		}
-		rec, err := JoinParts(r.mem, r.in, r.out, parts, reals, srcs, m.Config().Policy == Pad)
+		rec, err := joinParts(r.mem, r.in, r.out, parts, reals, srcs, m.Config().Policy == Pad)
 		if err != nil {
 			r.t.Fatal(err)
 		}
