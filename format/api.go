@@ -41,6 +41,17 @@ type Fetcher interface {
 	Fetch(ctx context.Context, rg int, chunks []Chunk) (Fetched, error)
 }
 
+// HeldFetcher is a Fetcher that may hold bytes of the file in memory
+// already (loader's HeldChunks: read by a filter's plan). Locating a
+// column chunk's pages by their headers reads them from there when it
+// holds the whole chunk.
+type HeldFetcher interface {
+	Fetcher
+	// HeldBytes returns the bytes [off, off+n) of row group rg's file
+	// without copying, when they are held.
+	HeldBytes(rg int, off, n int64) ([]byte, bool)
+}
+
 // Chunk is the byte range of one projected column chunk of a row group.
 type Chunk struct {
 	Column string
