@@ -58,6 +58,10 @@
 // Readers given one [FetchShare] (a stream's slices) fetch the pages of a row
 // group they all read pieces of once: the share holds them, in Go memory up
 // to its bound, until every one of those readers is done with the row group.
+// A [HeldChunks] carries column chunks from one reader to the next across
+// requests (a filter's plan to its stream): a reader given it takes from it
+// whatever byte ranges it holds, bounded in bytes, time and the caller's
+// memory account.
 //
 // With an arrowmem.PoolAllocator (or any arrowmem.UninitializedAllocator) the
 // values of fixed-width columns are decoded into memory that is not cleared
