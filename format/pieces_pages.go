@@ -30,6 +30,7 @@ type pageLoc struct {
 	off, size   int64
 	first, rows int64 // slots
 	cont        bool  // a list page whose first values end the row begun before it
+	hdr         int64 // v1 pages located by their headers: the header's bytes (else 0)
 }
 
 // slot returns the slot of row r of c: r, or r*n for a fixed_size_list[n].
@@ -211,7 +212,11 @@ func (d *parquetDecoder) locatePages(ctx context.Context, rg int, c *colDecoder,
 				return nil, nil
 			}
 			if n >= 0 {
-				locs = append(locs, pageLoc{off: pos, size: h.hdr + h.size, first: first, rows: n})
+				var hdr int64
+				if h.kind == pageDataV1 {
+					hdr = h.hdr
+				}
+				locs = append(locs, pageLoc{off: pos, size: h.hdr + h.size, first: first, rows: n, hdr: hdr})
 				first += n
 			}
 			parsed++

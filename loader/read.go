@@ -404,6 +404,60 @@ func (f chunkFetcher) HeldBytes(rg int, off, n int64) ([]byte, bool) {
 	return f.held.bytes(f.ds.Files[f.fi].Object, rg, off, n, false)
 }
 
+// FetchSparse implements format.SparseFetcher: the parts of c read into
+// one pooled buffer of c's size, each a ranged read of its own (never
+// mapped); c whole from the held bytes when f's HeldChunks holds it. Where
+// f's FetchShare shares row group rg (other slices read pieces of it, and
+// may want the bytes this piece leaves out), each part goes through the
+// share, which reads only what it does not hold, and is copied into the
+// buffer: one copy of at most the two edge pages' parts, for not reading
+// a neighbour's part of a page twice.
+func (f chunkFetcher) FetchSparse(ctx context.Context, rg int, c format.Chunk, parts [][2]int64) (format.Fetched, error) {
+	obj := f.ds.Files[f.fi].Object
+	if rest, kept := heldSpans(f.held, obj, rg, []Chunk{c}, f.stats); len(rest) == 0 {
+		return &spanReader{ctx: ctx, store: f.ds.store, obj: obj, spans: kept, stats: f.stats}, nil
+	}
+	for _, p := range parts {
+		if p[0] < c.Offset || p[1] > c.Offset+c.Length || p[0] >= p[1] {
+			return nil, fmt.Errorf("loader: %s row group %d column %q: part [%d, %d) outside [%d, +%d)", obj.URI, rg, c.Column, p[0], p[1], c.Offset, c.Length)
+		}
+	}
+	buf := bufpool.Get(c.Length)
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i, p := range parts {
+		dst := buf[p[0]-c.Offset : p[1]-c.Offset]
+		if f.share.shares(f.fi, rg) {
+			sp, ok, err := f.share.fetch(ctx, f.ds, f.fi, rg, Chunk{Column: c.Column, Offset: p[0], Length: p[1] - p[0]}, f.stats)
+			if err != nil {
+				errs[i] = err
+				break
+			}
+			if ok {
+				copy(dst, sp.data)
+				continue
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f.ds.store.ReadAt(ctx, obj, dst, p[0])
+			if errs[i] == nil {
+				f.stats.Fetches.Add(1)
+				f.stats.FetchedBytes.Add(p[1] - p[0])
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			bufpool.Put(buf)
+			return nil, fmt.Errorf("loader: %s row group %d column %q: %w", obj.URI, rg, c.Column, err)
+		}
+	}
+	return &spanReader{ctx: ctx, store: f.ds.store, obj: obj, spans: []span{{off: c.Offset, n: c.Length, data: buf}}, stats: f.stats}, nil
+}
+
 func (f chunkFetcher) Fetch(ctx context.Context, rg int, chunks []format.Chunk) (format.Fetched, error) {
 	obj := f.ds.Files[f.fi].Object
 	chunks, kept := heldSpans(f.held, obj, rg, chunks, f.stats)

@@ -346,3 +346,38 @@ def test_bloom_filters_rule_row_groups_out(tmp_path, binary):
         rep = json.loads(out.stdout)
         assert rep["num_rows"] == pq.read_table(tmp_path / "a.parquet", filters=filters).num_rows
         assert rep["filter_row_groups"]["bloom_pruned"] > 0, (filters, rep["filter_row_groups"])
+
+
+def test_edge_pages_of_a_sorted_range_equal_pyarrow(tmp_path, binary):
+    """A fixed-size list in uncompressed 1 MiB v1 pages without a page index, and
+    a filter on the sorted id whose range starts and ends inside pages: the
+    pieces at the range's edges fetch of those pages only their headers, levels
+    and their own rows' values; the rows delivered (ids and features) are
+    pyarrow's, with one stream and with eight."""
+    n = 200_000
+    rng = np.random.default_rng(SEED)
+    feats = rng.standard_normal((n, 8), dtype=np.float32)
+    t = pa.table({"id": pa.array(np.arange(n), pa.int64()),
+                  "features": pa.FixedSizeListArray.from_arrays(pa.array(feats.ravel()), 8)})
+    path = tmp_path / "edges.parquet"
+    pq.write_table(t, path, row_group_size=100_000, data_page_size=1 << 20, compression="none", use_dictionary=False,
+                   write_page_index=False, data_page_version="1.0")
+    srv = LocalServer(binary, [str(tmp_path)])
+    try:
+        for filters in ([("id", ">=", 51234), ("id", "<", 148765)], [("id", ">=", 99000), ("id", "<", 101500)],
+                        [("id", ">", 7000), ("id", "<=", 9999)]):
+            want = pq.read_table(path, filters=filters)
+            want = dict(zip(want["id"].to_pylist(), want["features"].to_pylist()))
+            for sharding in (_replicated(), NamedSharding(jax.make_mesh((8,), ("data",)), P("data"))):
+                got = {}
+                with meshfeed.Loader(str(path), global_batch_size=64, sharding=sharding, server=srv.address,
+                                     columns=["id", "features"], last_batch="pad", filters=filters) as ld:
+                    for b in ld:
+                        m = np.asarray(b["valid"])
+                        for i, f, keep in zip(np.asarray(b["id"]).tolist(), np.asarray(b["features"]).tolist(), m):
+                            if keep:
+                                assert i not in got, f"{filters}: id {i} delivered twice"
+                                got[i] = f
+                assert got == want, f"{filters} ({sharding}): {len(got)} rows delivered, pyarrow keeps {len(want)}"
+    finally:
+        srv.stop()
