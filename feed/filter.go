@@ -35,6 +35,10 @@ import (
 // groups (or pieces: the physical rows spanning the piece's kept rows) as
 // before and take the kept rows right after decoding (selectRows), before
 // cutting; a row group whose rows are one run is sliced without a copy.
+// Where a filter column is also delivered, a single dataset's plan keeps
+// what it fetched of it in the Pipeline's loader.HeldChunks, and the
+// stream's readers take it from there (selectRowGroupsKeeping, claimHeld):
+// the column is read once per row group (DESIGN.md, "Filters", step 5).
 
 // FilterStats counts the planning work of filters since the Pipeline was
 // made. Fields are updated atomically.
