@@ -35,6 +35,10 @@ import (
 // groups (or pieces: the physical rows spanning the piece's kept rows) as
 // before and take the kept rows right after decoding (selectRows), before
 // cutting; a row group whose rows are one run is sliced without a copy.
+// Where a filter column is also delivered, a single dataset's plan keeps
+// what it fetched of it in the Pipeline's loader.HeldChunks, and the
+// stream's readers take it from there (selectRowGroupsKeeping, claimHeld):
+// the column is read once per row group (DESIGN.md, "Filters", step 5).
 
 // FilterStats counts the planning work of filters since the Pipeline was
 // made. Fields are updated atomically.
@@ -65,11 +69,30 @@ func WithSelectionStore(s filter.Store) Option {
 // selections (same indices; nil: every row), reading filter columns where
 // statistics do not decide.
 func (p *Pipeline) selectRowGroups(ctx context.Context, pred *filter.Predicate, ds *loader.Dataset) ([]loader.RowGroupRef, []*filter.Selection, error) {
+	return p.selectRowGroupsWith(ctx, pred, ds, nil)
+}
+
+// selectRowGroupsKeeping is selectRowGroups for a stream of ds that follows
+// (a single dataset's plan): the filter columns it reads that ds delivers
+// are kept in the Pipeline's HeldChunks for that stream's readers, which
+// then take them from memory instead of storage (heldClaims).
+func (p *Pipeline) selectRowGroupsKeeping(ctx context.Context, pred *filter.Predicate, ds *loader.Dataset) ([]loader.RowGroupRef, []*filter.Selection, error) {
+	var cols []string
+	for _, c := range pred.Columns() {
+		if len(ds.Schema.FieldIndices(c)) > 0 {
+			cols = append(cols, c)
+		}
+	}
+	return p.selectRowGroupsWith(ctx, pred, ds, p.cfg.held.NewKeeper(cols...))
+}
+
+// selectRowGroupsWith is selectRowGroups keeping with keep (nil: nothing).
+func (p *Pipeline) selectRowGroupsWith(ctx context.Context, pred *filter.Predicate, ds *loader.Dataset, keep *loader.Keeper) ([]loader.RowGroupRef, []*filter.Selection, error) {
 	if err := checkFilterColumns(pred, ds); err != nil {
 		return nil, nil, err
 	}
 	canon := pred.Canonical()
-	fsels, err := p.fileSelections(ctx, pred, ds)
+	fsels, err := p.fileSelections(ctx, pred, ds, keep)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -118,7 +141,7 @@ func schemaNames(s *arrow.Schema) string {
 // stores them in the Pipeline's store and in fsels. The filter columns are
 // opened as a dataset of their own (footers from the cache, nulls kept as
 // nulls, no fill), so that they need not be among the delivered columns.
-func (p *Pipeline) planSelections(ctx context.Context, pred *filter.Predicate, ds *loader.Dataset, missing []int, fsels []*filter.FileSelection) error {
+func (p *Pipeline) planSelections(ctx context.Context, pred *filter.Predicate, ds *loader.Dataset, missing []int, fsels []*filter.FileSelection, keep *loader.Keeper) error {
 	objs := make([]objstore.Object, len(missing))
 	for i, fi := range missing {
 		objs[i] = ds.Files[fi].Object
@@ -135,7 +158,7 @@ func (p *Pipeline) planSelections(ctx context.Context, pred *filter.Predicate, d
 		return fmt.Errorf("feed: filters on %s: %w: %w", fds.Files[0].Object.URI, transport.ErrBadRequest, err)
 	}
 	for i, f := range fds.Files {
-		fs, err := p.fileSelection(ctx, fds, i, bound)
+		fs, err := p.fileSelection(ctx, fds, i, bound, keep)
 		if err != nil {
 			return err
 		}
@@ -148,8 +171,10 @@ func (p *Pipeline) planSelections(ctx context.Context, pred *filter.Predicate, d
 
 // fileSelection computes the selection of file fi of fds (the filter
 // columns' dataset): statistics first, then the filter columns of the row
-// groups they leave undecided, read with a reader of their own.
-func (p *Pipeline) fileSelection(ctx context.Context, fds *loader.Dataset, fi int, bound *filter.Bound) (*filter.FileSelection, error) {
+// groups they leave undecided, read with a reader of their own, which
+// keeps their bytes with keep (nil: none) for the stream, except those of
+// the row groups the filter keeps no row of (never read again).
+func (p *Pipeline) fileSelection(ctx context.Context, fds *loader.Dataset, fi int, bound *filter.Bound, keep *loader.Keeper) (*filter.FileSelection, error) {
 	f := fds.Files[fi]
 	fs := &filter.FileSelection{RowGroups: make([]*filter.Selection, len(f.RowGroups))}
 	var undecided []loader.RowGroupRef
@@ -179,7 +204,8 @@ func (p *Pipeline) fileSelection(ctx context.Context, fds *loader.Dataset, fi in
 	defer unreserve()
 	rd := fds.NewReader(ctx, undecided, p.cfg.mem,
 		loader.WithReaderReadAhead(readAhead),
-		loader.WithReaderDecodeWorkers(runtime.GOMAXPROCS(0)))
+		loader.WithReaderDecodeWorkers(runtime.GOMAXPROCS(0)),
+		loader.WithReaderKeep(keep))
 	defer rd.Close() // before unreserve: the reader's memory is returned first
 	for range undecided {
 		rec, ref, err := rd.Next()
@@ -195,6 +221,9 @@ func (p *Pipeline) fileSelection(ctx context.Context, fds *loader.Dataset, fi in
 			return nil, fmt.Errorf("feed: filters on %s row group %d: %w", f.Object.URI, ref.Index, err)
 		}
 		fs.RowGroups[ref.Index] = sel
+		if sel.Count() == 0 {
+			p.cfg.held.Drop(f.Object, ref.Index)
+		}
 		p.filterStats.Evaluated.Add(1)
 	}
 	p.filterStats.DecodedBytes.Add(rd.Stats().FetchedBytes.Load())

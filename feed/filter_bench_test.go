@@ -97,8 +97,9 @@ func filterRun(b *testing.B, dir, filters string, d int) (bytes int64, plan, epo
 // BenchmarkFilter reads one epoch (id and 32 features, D = 1 and 4) of a dataset
 // sorted by id, unfiltered and with filters keeping 10% of its rows: on the
 // sorted column, aligned with row groups (the statistics decide every row
-// group) and not (two row groups half kept: their id column is read at plan
-// time, and they are read whole); and on the scattered label column (every
+// group) and not (two row groups partly kept: their id column is read at
+// plan time and kept for the stream, which takes it from there: HeldChunks);
+// and on the scattered label column (every
 // row group's label column read and evaluated at plan time, every row
 // group read). Reported per run: bytes-frac, the storage bytes read or
 // mapped (plan and epoch) over the unfiltered run's; plan-ms, the plan's

@@ -23,7 +23,7 @@ import (
 // fileSelections returns the selection of every file of ds by pred: from
 // the manifest's facts, the Pipeline's store, or computed (and then kept in
 // the store).
-func (p *Pipeline) fileSelections(ctx context.Context, pred *filter.Predicate, ds *loader.Dataset) ([]*filter.FileSelection, error) {
+func (p *Pipeline) fileSelections(ctx context.Context, pred *filter.Predicate, ds *loader.Dataset, keep *loader.Keeper) ([]*filter.FileSelection, error) {
 	canon := pred.Canonical()
 	store := newManifestSelections(ds, p.cfg.selections, &p.filterStats.Stored)
 	fsels := make([]*filter.FileSelection, len(ds.Files))
@@ -37,7 +37,7 @@ func (p *Pipeline) fileSelections(ctx context.Context, pred *filter.Predicate, d
 		}
 	}
 	if len(missing) > 0 {
-		if err := p.planSelections(ctx, pred, ds, missing, fsels); err != nil {
+		if err := p.planSelections(ctx, pred, ds, missing, fsels, keep); err != nil {
 			return nil, err
 		}
 	}
@@ -119,7 +119,7 @@ func FileSelections(ctx context.Context, ds *loader.Dataset, filters []byte) ([]
 		return nil, "", FilterCounts{}, err
 	}
 	defer p.Close()
-	fsels, err := p.fileSelections(ctx, pred, ds)
+	fsels, err := p.fileSelections(ctx, pred, ds, nil)
 	if err != nil {
 		return nil, "", FilterCounts{}, fmt.Errorf("feed: filters %s: %w", pred.Canonical(), err)
 	}

@@ -228,15 +228,20 @@ func (p *Pipeline) reserve(ctx context.Context, pl *pipelinePlan) (int64, error)
 }
 
 // reserveBytes takes n bytes from the server's memory account for what
-// (a stream, a filter's evaluation), waiting until they fit, for at most
+// (a stream, a filter's evaluation), dropping the filter columns held for
+// streams (HeldChunks.Shed) when they do not fit now, then waiting until
+// they fit, for at most
 // the server's idle timeout (then transport.ErrTooManyStreams: retry later),
 // or until ctx ends. n over the whole budget is transport.ErrTooLarge at
 // once.
 func (p *Pipeline) reserveBytes(ctx context.Context, n int64, what string) error {
 	l := p.serverLimits()
-	if l.Memory == nil {
+	if l.Memory == nil || l.Memory.TryReserve(n) {
 		return nil
 	}
+	// The filter columns plans kept for their streams yield first: those
+	// streams read them from storage instead.
+	p.cfg.held.Shed()
 	wctx := ctx
 	if l.IdleTimeout > 0 {
 		var cancel context.CancelFunc

@@ -45,6 +45,11 @@ type pipelineConfig struct {
 	tokenizers *TokenizerCache
 	// tokenCounts caches files' token counts (tokcount.go).
 	tokenCounts tokcount.Store
+	// heldBytes and heldTTL bound the filter columns a plan keeps for
+	// its stream (WithHeldChunks); held is them, made by NewPipeline.
+	heldBytes int64
+	heldTTL   time.Duration
+	held      *loader.HeldChunks
 }
 
 // validate reports every problem of the configuration at once.
@@ -52,6 +57,9 @@ func (c *pipelineConfig) validate() error {
 	var errs []error
 	if c.cacheTTL < 0 {
 		errs = append(errs, fmt.Errorf("feed: %w: cache TTL %v is negative (0 disables the cache)", transport.ErrConfig, c.cacheTTL))
+	}
+	if c.heldBytes < 0 || c.heldTTL < 0 {
+		errs = append(errs, fmt.Errorf("feed: %w: held filter columns: %d bytes, %v: negative (0 keeps none)", transport.ErrConfig, c.heldBytes, c.heldTTL))
 	}
 	if c.readAhead < 0 {
 		errs = append(errs, fmt.Errorf("feed: %w: read-ahead %d bytes is negative (0 reads one row group per slice at a time)", transport.ErrConfig, c.readAhead))
@@ -124,6 +132,16 @@ func WithCacheTTL(d time.Duration) Option {
 	return func(c *pipelineConfig) { c.cacheTTL = d }
 }
 
+// WithHeldChunks bounds what a filter's plan keeps of the filter columns it
+// read, for the stream that delivers those columns (filter.go): at most
+// maxBytes in all, each row group at most ttl, in the server's memory
+// account while held (loader.HeldChunks). Default loader.DefaultHeldBytes
+// and loader.DefaultHeldTTL; 0 keeps none (the stream reads them again);
+// negative is an error of NewPipeline.
+func WithHeldChunks(maxBytes int64, ttl time.Duration) Option {
+	return func(c *pipelineConfig) { c.heldBytes, c.heldTTL = maxBytes, ttl }
+}
+
 // Pipeline is the transport.Backend that serves real datasets: it opens the request's
 // datasets with package loader (projected to the requested columns), plans
 // the epochs with package batching, and streams each step as this client's
@@ -171,7 +189,8 @@ var _ transport.Backend = (*Pipeline)(nil)
 
 // NewPipeline returns a Pipeline. ctx is not retained.
 func NewPipeline(ctx context.Context, opts ...Option) (*Pipeline, error) {
-	cfg := pipelineConfig{mem: arrowmem.NewPoolAllocator(), cacheTTL: DefaultCacheTTL, readAhead: loader.DefaultReadAhead}
+	cfg := pipelineConfig{mem: arrowmem.NewPoolAllocator(), cacheTTL: DefaultCacheTTL, readAhead: loader.DefaultReadAhead,
+		heldBytes: loader.DefaultHeldBytes, heldTTL: loader.DefaultHeldTTL}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -191,6 +210,12 @@ func NewPipeline(ctx context.Context, opts ...Option) (*Pipeline, error) {
 		return nil, err
 	}
 	p := &Pipeline{cfg: cfg, cache: make(map[string]cachedDataset)}
+	p.cfg.held = loader.NewHeldChunks(cfg.heldBytes, cfg.heldTTL, func() loader.Account {
+		if m := p.serverLimits().Memory; m != nil {
+			return m
+		}
+		return nil
+	})
 	if cfg.store == nil {
 		m, err := objstore.NewStore(ctx, cfg.storeOpts...)
 		if err != nil {
@@ -207,6 +232,7 @@ func (p *Pipeline) Close() error {
 	p.mu.Lock()
 	p.cache = make(map[string]cachedDataset)
 	p.mu.Unlock()
+	p.cfg.held.Close()
 	if p.ownStore != nil {
 		return p.ownStore.Close()
 	}

@@ -53,7 +53,7 @@ func (p *Pipeline) planFor(ctx context.Context, req *transport.Request) (*pipeli
 	refs := ds.RowGroups()
 	var sels []*filter.Selection
 	if cfg.filter != nil {
-		if refs, sels, err = p.selectRowGroups(ctx, cfg.filter, ds); err != nil {
+		if refs, sels, err = p.selectRowGroupsKeeping(ctx, cfg.filter, ds); err != nil {
 			return nil, err
 		}
 	}

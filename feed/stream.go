@@ -95,10 +95,34 @@ func (s *pipelineStream) plainSlices(pos batching.Position) ([]*sliceCut, error)
 		out = append(out, sc)
 	}
 	share := s.edgeShare(out)
+	s.claimHeld(out)
 	for _, sc := range out {
 		s.startReader(sc, share)
 	}
 	return out, nil
+}
+
+// claimHeld tells the Pipeline's HeldChunks how many of scs's readers read
+// each row group, before any starts: the filter columns the plan kept of a
+// row group are dropped once those readers are all done with it (or
+// sooner: its bound, its time limit), not held for the rest of the epoch.
+func (s *pipelineStream) claimHeld(scs []*sliceCut) {
+	if s.cfg.held == nil {
+		return
+	}
+	readers := map[[2]int]int{}
+	for _, sc := range scs {
+		seen := map[[2]int]bool{}
+		for _, r := range sc.refs {
+			if k := [2]int{r.File, r.Index}; !seen[k] {
+				seen[k] = true
+				readers[k]++
+			}
+		}
+	}
+	for k, n := range readers {
+		s.cfg.held.Claim(s.pl.ds.Files[k[0]].Object, k[1], n)
+	}
 }
 
 // edgeShare returns the FetchShare of the row groups that several of scs
@@ -165,7 +189,8 @@ func (s *pipelineStream) startReader(sc *sliceCut, share *loader.FetchShare) {
 		n := len(pl.cfg.slices)
 		budget := pl.pieces.budgetFor(sliceShare(s.cfg.readAhead, n), sc.segs != nil)
 		workers := max(runtime.GOMAXPROCS(0)/n, 1)
-		opts := []loader.ReaderOption{loader.WithReaderReadAhead(budget), loader.WithReaderDecodeWorkers(workers), loader.WithReaderFetchShare(share)}
+		opts := []loader.ReaderOption{loader.WithReaderReadAhead(budget), loader.WithReaderDecodeWorkers(workers), loader.WithReaderFetchShare(share),
+			loader.WithReaderHeld(s.cfg.held)}
 		if len(pl.toks) > 0 {
 			// Kept rows are taken, then tokenized, as each record is decoded.
 			opts = append(opts, loader.WithReaderTransform(prepareRead(pl.ds, pl.toks, pl.cutIn, pl.selection, sc.groups, sc.segs, sc.refs, workers, s.mem)))

@@ -41,6 +41,29 @@ type Fetcher interface {
 	Fetch(ctx context.Context, rg int, chunks []Chunk) (Fetched, error)
 }
 
+// HeldFetcher is a Fetcher that may hold bytes of the file in memory
+// already (loader's HeldChunks: read by a filter's plan). Locating a
+// column chunk's pages by their headers reads them from there when it
+// holds the whole chunk.
+type HeldFetcher interface {
+	Fetcher
+	// HeldBytes returns the bytes [off, off+n) of row group rg's file
+	// without copying, when they are held.
+	HeldBytes(rg int, off, n int64) ([]byte, bool)
+}
+
+// SparseFetcher is a Fetcher that can fetch parts of a byte range alone
+// into one buffer of the range's size (the pages at a piece's edges: their
+// headers and levels, and the values of the piece's rows, not the others).
+type SparseFetcher interface {
+	Fetcher
+	// FetchSparse fetches the ranges parts (sorted, disjoint, inside c) of
+	// chunk c of row group rg: the Fetched's BytesAt(c.Offset, c.Length)
+	// holds them in place; its other bytes are undefined and must not be
+	// read.
+	FetchSparse(ctx context.Context, rg int, c Chunk, parts [][2]int64) (Fetched, error)
+}
+
 // Chunk is the byte range of one projected column chunk of a row group.
 type Chunk struct {
 	Column string
@@ -125,4 +148,7 @@ type Stats struct {
 	// FetchedBytes is the bytes those reads made available: read into
 	// buffers, or mapped.
 	FetchedBytes atomic.Int64
+	// SparseSkipped is the bytes of edge pages a piece did not fetch: the
+	// values of rows outside it in uncompressed pages (pieces_sparse.go).
+	SparseSkipped atomic.Int64
 }

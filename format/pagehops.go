@@ -42,8 +42,7 @@ func (h *hopReads) read(ctx context.Context, win []byte, pos int64) error {
 	if err := h.src.ReadAt(ctx, win, h.chunkOff+pos); err != nil {
 		return err
 	}
-	h.stats.Fetches.Add(1)
-	h.stats.FetchedBytes.Add(int64(len(win)))
+	countRead(h.stats, h.src, h.chunkOff+pos, int64(len(win)))
 	return nil
 }
 
@@ -71,8 +70,7 @@ func (h *hopReads) predict(ctx context.Context, pos, size int64) {
 				bufpool.Put(b)
 				return
 			}
-			h.stats.Fetches.Add(1)
-			h.stats.FetchedBytes.Add(int64(len(b)))
+			countRead(h.stats, h.src, h.chunkOff+at, int64(len(b)))
 			out <- got{at, b}
 		}()
 	}

@@ -37,7 +37,8 @@ func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLo
 	t := pageTail(locs, j) // and the pages ending the last row
 	off, n := locs[i].off, locs[t-1].off+locs[t-1].size-locs[i].off
 	first, slots := locs[i].first, locs[j-1].first+locs[j-1].rows-locs[i].first
-	ra, err := p.fetch.Fetch(ctx, p.rg, []Chunk{{Column: c.name, Offset: off, Length: n}})
+	md := &d.pf.Metadata().RowGroups[p.rg].Columns[c.leaf].MetaData
+	ra, err := d.fetchPages(ctx, p, md, locs[i:t], c.slot(start), c.slot(end))
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +50,6 @@ func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLo
 	if !ok {
 		return nil, nil
 	}
-	md := &d.pf.Metadata().RowGroups[p.rg].Columns[c.leaf].MetaData
 	if err := checkPages(b, md, d.maxBytes); err != nil {
 		return nil, fmt.Errorf("format: %s row group %d column %q pages %d..%d: %w", d.uri, p.rg, c.name, i, t-1, err)
 	}

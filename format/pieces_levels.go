@@ -53,8 +53,7 @@ func (lv *listLevels) at(ctx context.Context, off, n int64) ([]byte, error) {
 	if err := lv.src.ReadAt(ctx, b[have:], off+have); err != nil {
 		return nil, err
 	}
-	lv.stats.Fetches.Add(1)
-	lv.stats.FetchedBytes.Add(n - have)
+	countRead(lv.stats, lv.src, off+have, n-have)
 	return b, nil
 }
 

@@ -81,7 +81,7 @@ func TestPiecesLocateV1Lists(t *testing.T) {
 						rec.Release()
 						first += int(meta.Rows)
 						// Located: every page placed, rows adding up.
-						locs, err := d.locatePages(ctx, rg, &d.cols[0], &Stats{})
+						locs, err := d.locatePages(ctx, rg, &d.cols[0], d.src, &Stats{})
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -123,7 +123,7 @@ func TestPiecesV1ListCorruptLevels(t *testing.T) {
 		pq.WithDataPageSize(1<<10))
 	ctx := context.Background()
 	d := mustOpen(t, path, []string{"rtokens"}, testOptions()).parquet()
-	locs, err := d.locatePages(ctx, 0, &d.cols[0], &Stats{})
+	locs, err := d.locatePages(ctx, 0, &d.cols[0], d.src, &Stats{})
 	if err != nil || len(locs) < 3 {
 		t.Fatalf("located %d pages, %v: want several", len(locs), err)
 	}
@@ -324,7 +324,7 @@ func TestLocateV1ListEmptyLists(t *testing.T) {
 			ctx := context.Background()
 			for _, col := range []string{"etokens", "tokens"} {
 				d := mustOpen(t, path, []string{col}, testOptions()).parquet()
-				locs, err := d.locatePages(ctx, 0, &d.cols[0], &Stats{})
+				locs, err := d.locatePages(ctx, 0, &d.cols[0], d.src, &Stats{})
 				if err != nil {
 					t.Fatal(err)
 				}

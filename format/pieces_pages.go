@@ -30,6 +30,7 @@ type pageLoc struct {
 	off, size   int64
 	first, rows int64 // slots
 	cont        bool  // a list page whose first values end the row begun before it
+	hdr         int64 // v1 pages located by their headers: the header's bytes (else 0)
 }
 
 // slot returns the slot of row r of c: r, or r*n for a fixed_size_list[n].
@@ -69,7 +70,7 @@ func (d *parquetDecoder) pages(ctx context.Context, p piece, i int) ([]pageLoc, 
 	if locs, ok := e.locs[i]; ok {
 		return locs, nil
 	}
-	locs, err := d.locatePages(ctx, rg, &d.cols[i], stats)
+	locs, err := d.locatePages(ctx, rg, &d.cols[i], d.chunkSource(p, i), stats)
 	if err != nil {
 		return nil, fmt.Errorf("format: %s row group %d column %q: locating pages: %w", d.uri, rg, d.cols[i].name, err)
 	}
@@ -78,6 +79,48 @@ func (d *parquetDecoder) pages(ctx context.Context, p piece, i int) ([]pageLoc, 
 	}
 	e.locs[i] = locs
 	return locs, nil
+}
+
+// chunkSource returns where the page walk of column i of row group p.rg
+// reads: the chunk's bytes held by p's fetcher (format.HeldFetcher) when
+// it holds all of them, else the file.
+func (d *parquetDecoder) chunkSource(p piece, i int) Source {
+	h, ok := p.fetch.(HeldFetcher)
+	if !ok {
+		return d.src
+	}
+	off, n := chunkRange(&d.pf.Metadata().RowGroups[p.rg].Columns[d.cols[i].leaf].MetaData)
+	b, ok := h.HeldBytes(p.rg, off, n)
+	if !ok {
+		return d.src
+	}
+	return heldSource{Source: d.src, off: off, b: b}
+}
+
+// heldSource is a file whose bytes [off, off+len(b)) are b, in memory:
+// reads inside them are not fetches (counted), others go to the file.
+type heldSource struct {
+	Source
+	off int64
+	b   []byte
+}
+
+func (s heldSource) ReadAt(ctx context.Context, p []byte, off int64) error {
+	if off >= s.off && off+int64(len(p)) <= s.off+int64(len(s.b)) {
+		copy(p, s.b[off-s.off:])
+		return nil
+	}
+	return s.Source.ReadAt(ctx, p, off)
+}
+
+// countRead counts in stats a read of n bytes at off from src, unless src
+// held them in memory.
+func countRead(stats *Stats, src Source, off, n int64) {
+	if h, ok := src.(heldSource); ok && off >= h.off && off+n <= h.off+int64(len(h.b)) {
+		return
+	}
+	stats.Fetches.Add(1)
+	stats.FetchedBytes.Add(n)
 }
 
 // locatePages finds the data pages of column c in row group rg and the rows
@@ -99,7 +142,7 @@ func (d *parquetDecoder) pages(ctx context.Context, p piece, i int) ([]pageLoc, 
 //
 // Length: one walk, whose window, list levels and locations live across its
 // two loops.
-func (d *parquetDecoder) locatePages(ctx context.Context, rg int, c *colDecoder, stats *Stats) ([]pageLoc, error) {
+func (d *parquetDecoder) locatePages(ctx context.Context, rg int, c *colDecoder, src Source, stats *Stats) ([]pageLoc, error) {
 	cc := &d.pf.Metadata().RowGroups[rg].Columns[c.leaf]
 	md := &cc.MetaData
 	rows := d.rows(rg)
@@ -113,7 +156,7 @@ func (d *parquetDecoder) locatePages(ctx context.Context, rg int, c *colDecoder,
 	var first int64
 	buf := bufpool.Get(pageWindow)
 	defer func() { bufpool.Put(buf) }()
-	lv := listLevels{src: d.src, stats: stats}
+	lv := listLevels{src: src, stats: stats}
 	defer lv.release()
 	lim, err := chunkLimits(md, d.maxBytes)
 	if err != nil {
@@ -121,7 +164,7 @@ func (d *parquetDecoder) locatePages(ctx context.Context, rg int, c *colDecoder,
 	}
 	it := newPageWindows(chunkLen, lim)
 	want := int64(pageWindow)
-	hops := hopReads{src: d.src, stats: stats, chunkOff: chunkOff, chunkLen: chunkLen}
+	hops := hopReads{src: src, stats: stats, chunkOff: chunkOff, chunkLen: chunkLen}
 	defer hops.release()
 	var prev, last int64 // the sizes of the last two pages walked
 	for it.pos < chunkLen {
@@ -169,7 +212,11 @@ func (d *parquetDecoder) locatePages(ctx context.Context, rg int, c *colDecoder,
 				return nil, nil
 			}
 			if n >= 0 {
-				locs = append(locs, pageLoc{off: pos, size: h.hdr + h.size, first: first, rows: n})
+				var hdr int64
+				if h.kind == pageDataV1 {
+					hdr = h.hdr
+				}
+				locs = append(locs, pageLoc{off: pos, size: h.hdr + h.size, first: first, rows: n, hdr: hdr})
 				first += n
 			}
 			parsed++

@@ -47,7 +47,10 @@
 // the mapping covers those pages and is released after decoding), at most
 // one page more per streamed column at each end (for a list whose v1 pages
 // are cut inside rows, as arrow-go writes them, also the pages ending its
-// last row); pages its row group's pieces share are decoded or decompressed
+// last row; of the uncompressed v1 pages of a fixed-size list at its ends,
+// only their headers, levels and the piece's own values, read into a buffer
+// instead of mapped: format.SparseFetcher); pages its row group's pieces
+// share are decoded or decompressed
 // once (ReadStats.Reused, PagesReused). Every other column (dictionary-encoded,
 // nullable, booleans, strings, the types arrow-go decodes, Arrow IPC
 // batches) is decoded whole once per row group and reader; its pieces are
@@ -58,6 +61,10 @@
 // Readers given one [FetchShare] (a stream's slices) fetch the pages of a row
 // group they all read pieces of once: the share holds them, in Go memory up
 // to its bound, until every one of those readers is done with the row group.
+// A [HeldChunks] carries column chunks from one reader to the next across
+// requests (a filter's plan to its stream): a reader given it takes from it
+// whatever byte ranges it holds, bounded in bytes, time and the caller's
+// memory account.
 //
 // With an arrowmem.PoolAllocator (or any arrowmem.UninitializedAllocator) the
 // values of fixed-width columns are decoded into memory that is not cleared

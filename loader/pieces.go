@@ -127,9 +127,19 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // formatPiece is rows [start, end) of row group ref as format decodes it.
 func (ds *Dataset) formatPiece(ref RowGroupRef, p piece) format.Piece {
-	return format.Piece{RG: ref.Index, Lo: p.start, Hi: p.end, Mem: p.mem, Stats: &p.stats.Stats, Shared: &p.e.pages,
-		Fetch: chunkFetcher{ds: ds, fi: ref.File, stats: p.stats, share: p.share}}
+	var f format.Fetcher = chunkFetcher{ds: ds, fi: ref.File, stats: p.stats, share: p.share, held: p.held}
+	if testWholePages {
+		f = wholePages{f}
+	}
+	return format.Piece{RG: ref.Index, Lo: p.start, Hi: p.end, Mem: p.mem, Stats: &p.stats.Stats, Shared: &p.e.pages, Fetch: f}
 }
+
+// testWholePages, when set by a test, makes pieces fetch whole pages (no
+// format.SparseFetcher), to compare with.
+var testWholePages bool
+
+// wholePages is a Fetcher and nothing more.
+type wholePages struct{ format.Fetcher }
 
 // pieceCharge returns what reading rows [start, end) of row group ref
 // charges the read-ahead budget (see RowGroupReader.pieceCost): cost for
@@ -168,6 +178,7 @@ type piece struct {
 	stats      *ReadStats
 	e          *rgEntry    // the reader's entry of the row group: what its pieces share
 	share      *FetchShare // nil, or the pages shared with other readers
+	held       *HeldChunks // nil, or bytes held for the reader (WithReaderHeld)
 }
 
 // readPiece reads rows [start, end) of row group ref into a record.
@@ -178,7 +189,7 @@ func (ds *Dataset) readPiece(ctx context.Context, ref RowGroupRef, p piece) (arr
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		if e.rec == nil {
-			rec, err := ds.readRowGroup(ctx, ref.File, ref.Index, mem, stats, nil)
+			rec, err := ds.readRowGroupVia(ctx, ref.File, ref.Index, mem, stats, nil, readVia{held: p.held})
 			if err != nil {
 				return nil, err
 			}

@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -33,6 +34,9 @@ type ReadStats struct {
 	// MappedBytes is the part of FetchedBytes that was mapped with mmap
 	// (see WithMmap) rather than read.
 	MappedBytes atomic.Int64
+	// HeldBytes is the bytes taken from a HeldChunks (WithReaderHeld)
+	// instead of fetched: not in FetchedBytes.
+	HeldBytes atomic.Int64
 	// Misses counts decoder reads that fell outside the fetched ranges and
 	// went to storage directly; 0 when the footer's chunk ranges are right.
 	Misses atomic.Int64
@@ -86,9 +90,10 @@ func (r *spanReader) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // coalesce merges chunk ranges separated by at most gap bytes, up to max bytes
-// per merged range (a single larger chunk stays whole). The spans have no
-// data yet.
-func coalesce(chunks []Chunk, gap, max int64) []span {
+// per merged range (a single larger chunk stays whole), never across a
+// range of held (bytes held in memory already: reading them again would
+// waste what holding them saves). The spans have no data yet.
+func coalesce(chunks []Chunk, gap, max int64, held []span) []span {
 	rs := make([]Chunk, len(chunks))
 	copy(rs, chunks)
 	slices.SortFunc(rs, func(a, b Chunk) int {
@@ -108,7 +113,7 @@ func coalesce(chunks []Chunk, gap, max int64) []span {
 			continue
 		}
 		end := c.Offset + c.Length
-		if have && c.Offset-cur.end <= gap && end-cur.off <= max {
+		if have && c.Offset-cur.end <= gap && end-cur.off <= max && !heldBetween(held, cur.end, c.Offset) {
 			if end > cur.end {
 				cur.end = end
 			}
@@ -123,6 +128,16 @@ func coalesce(chunks []Chunk, gap, max int64) []span {
 		out = append(out, span{off: cur.off, n: cur.end - cur.off})
 	}
 	return out
+}
+
+// heldBetween reports whether a span of held lies inside [lo, hi).
+func heldBetween(held []span, lo, hi int64) bool {
+	for _, h := range held {
+		if h.off >= lo && h.off+h.n <= hi {
+			return true
+		}
+	}
+	return false
 }
 
 // BytesAt returns the fetched bytes [off, off+n) without copying, if one
@@ -163,15 +178,23 @@ func releaseSpans(spans []span) {
 // fetch reads the projected chunks of one row group with coalesced ranged
 // reads, concurrently. When the store is a Mapper and WithMmap allows it, each
 // range is mapped instead; a range whose Map fails is read.
-func (ds *Dataset) fetch(ctx context.Context, fi, rg int, stats *ReadStats) (*spanReader, error) {
-	return ds.fetchChunks(ctx, fi, rg, ds.Files[fi].RowGroups[rg].Chunks, stats)
+func (ds *Dataset) fetch(ctx context.Context, fi, rg int, stats *ReadStats, held *HeldChunks) (*spanReader, error) {
+	return ds.fetchChunks(ctx, fi, rg, ds.Files[fi].RowGroups[rg].Chunks, stats, held)
 }
 
 // fetchChunks is fetch of the given byte ranges of file fi (chunks of row
-// group rg, or parts of them), coalesced.
-func (ds *Dataset) fetchChunks(ctx context.Context, fi, rg int, chunks []Chunk, stats *ReadStats) (*spanReader, error) {
+// group rg, or parts of them), coalesced; those held (nil: none) holds
+// are taken from it instead.
+func (ds *Dataset) fetchChunks(ctx context.Context, fi, rg int, chunks []Chunk, stats *ReadStats, held *HeldChunks) (*spanReader, error) {
+	rest, kept := heldSpans(held, ds.Files[fi].Object, rg, chunks, stats)
+	return ds.fetchRest(ctx, fi, rg, rest, kept, stats)
+}
+
+// fetchRest is fetchChunks of the chunks not held, with the spans of
+// those held (kept).
+func (ds *Dataset) fetchRest(ctx context.Context, fi, rg int, chunks []Chunk, kept []span, stats *ReadStats) (*spanReader, error) {
 	f := ds.Files[fi]
-	spans := coalesce(chunks, ds.cfg.coalesceGap, ds.cfg.maxCoalesced)
+	spans := coalesce(chunks, ds.cfg.coalesceGap, ds.cfg.maxCoalesced, kept)
 	mapper, _ := ds.store.(objstore.Mapper)
 	if !ds.cfg.mmap {
 		mapper = nil
@@ -210,7 +233,47 @@ func (ds *Dataset) fetchChunks(ctx context.Context, fi, rg int, chunks []Chunk, 
 	stats.Fetches.Add(int64(len(spans)))
 	stats.FetchedBytes.Add(n)
 	stats.MappedBytes.Add(mapped)
-	return &spanReader{ctx: ctx, store: ds.store, obj: f.Object, spans: spans, stats: stats, mapped: mapped > 0}, nil
+	return &spanReader{ctx: ctx, store: ds.store, obj: f.Object, spans: withHeld(spans, kept), stats: stats, mapped: mapped > 0}, nil
+}
+
+// heldSpans splits chunks into those held holds (as borrowed spans,
+// counted in stats.HeldBytes) and the rest, to fetch.
+func heldSpans(held *HeldChunks, obj objstore.Object, rg int, chunks []Chunk, stats *ReadStats) (rest []Chunk, kept []span) {
+	if held == nil {
+		return chunks, nil
+	}
+	for _, c := range chunks {
+		if b, ok := held.bytes(obj, rg, c.Offset, c.Length, true); ok {
+			kept = append(kept, span{off: c.Offset, n: c.Length, data: b, borrowed: true})
+			stats.HeldBytes.Add(c.Length)
+			continue
+		}
+		rest = append(rest, c)
+	}
+	return rest, kept
+}
+
+// withHeld returns the fetched spans and the held ones, sorted by offset:
+// a held span inside a fetched one (a chunk between two that were
+// coalesced across it) is left out, so that they stay disjoint.
+func withHeld(spans, kept []span) []span {
+	if len(kept) == 0 {
+		return spans
+	}
+	for _, k := range kept {
+		inside := false
+		for _, s := range spans {
+			if k.off < s.off+s.n && s.off < k.off+k.n {
+				inside = true
+				break
+			}
+		}
+		if !inside {
+			spans = append(spans, k)
+		}
+	}
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.off, b.off) })
+	return spans
 }
 
 // ReadRowGroup fetches and decodes one row group into a record of the
@@ -222,6 +285,19 @@ func (ds *Dataset) ReadRowGroup(ctx context.Context, file, rowGroup int, mem mem
 // readRowGroup is ReadRowGroup counting in stats; it decodes holding a slot
 // of gate (none while it fetches; nil: no gate).
 func (ds *Dataset) readRowGroup(ctx context.Context, file, rowGroup int, mem memory.Allocator, stats *ReadStats, gate decodeGate) (arrow.RecordBatch, error) {
+	return ds.readRowGroupVia(ctx, file, rowGroup, mem, stats, gate, readVia{})
+}
+
+// readVia is what a reader's whole row group reads take held bytes from
+// (nil: none) and keep for the readers after it (nil: nothing).
+type readVia struct {
+	held *HeldChunks
+	keep *Keeper
+}
+
+// readRowGroupVia is readRowGroup taking held bytes from via.held and
+// keeping the chunks via.keep names.
+func (ds *Dataset) readRowGroupVia(ctx context.Context, file, rowGroup int, mem memory.Allocator, stats *ReadStats, gate decodeGate, via readVia) (arrow.RecordBatch, error) {
 	if file < 0 || file >= len(ds.Files) || rowGroup < 0 || rowGroup >= len(ds.Files[file].RowGroups) {
 		return nil, fmt.Errorf("loader: row group (file %d, index %d) out of range", file, rowGroup)
 	}
@@ -232,9 +308,12 @@ func (ds *Dataset) readRowGroup(ctx context.Context, file, rowGroup int, mem mem
 			return nil, err
 		}
 	}
-	ra, err := ds.fetch(ctx, file, rowGroup, stats)
+	ra, err := ds.fetch(ctx, file, rowGroup, stats, via.held)
 	if err != nil {
 		return nil, err
+	}
+	if via.keep != nil {
+		ds.keepChunks(ra, file, rowGroup, via.keep)
 	}
 	if ra.mapped {
 		// A file truncated while mapped faults (SIGBUS) when the decoder
@@ -254,6 +333,21 @@ func (ds *Dataset) readRowGroup(ctx context.Context, file, rowGroup int, mem mem
 	}
 	stats.RowGroups.Add(1)
 	return rec, nil
+}
+
+// keepChunks keeps in k.h the fetched bytes of row group rg's chunks of
+// the columns k names (a copy: ra is released after decoding). A mapping
+// that faults while copied is not kept; decoding then reports the file.
+func (ds *Dataset) keepChunks(ra *spanReader, fi, rg int, k *Keeper) {
+	obj := ds.Files[fi].Object
+	for _, c := range ds.Files[fi].RowGroups[rg].Chunks {
+		if !k.cols[c.Column] {
+			continue
+		}
+		if b, ok := ra.BytesAt(c.Offset, c.Length); ok && !k.h.keep(k, obj, rg, c.Offset, b) {
+			return
+		}
+	}
 }
 
 // decodeGate bounds how many row groups or pieces a reader decodes at once
@@ -301,20 +395,85 @@ type chunkFetcher struct {
 	fi    int
 	stats *ReadStats
 	share *FetchShare // nil: none
+	held  *HeldChunks // nil: none
+}
+
+// HeldBytes implements format.HeldFetcher: the bytes [off, off+n) of row
+// group rg that f's HeldChunks holds (for a page walk: not counted).
+func (f chunkFetcher) HeldBytes(rg int, off, n int64) ([]byte, bool) {
+	return f.held.bytes(f.ds.Files[f.fi].Object, rg, off, n, false)
+}
+
+// FetchSparse implements format.SparseFetcher: the parts of c read into
+// one pooled buffer of c's size, each a ranged read of its own (never
+// mapped); c whole from the held bytes when f's HeldChunks holds it. Where
+// f's FetchShare shares row group rg (other slices read pieces of it, and
+// may want the bytes this piece leaves out), each part goes through the
+// share, which reads only what it does not hold, and is copied into the
+// buffer: one copy of at most the two edge pages' parts, for not reading
+// a neighbour's part of a page twice.
+func (f chunkFetcher) FetchSparse(ctx context.Context, rg int, c format.Chunk, parts [][2]int64) (format.Fetched, error) {
+	obj := f.ds.Files[f.fi].Object
+	if rest, kept := heldSpans(f.held, obj, rg, []Chunk{c}, f.stats); len(rest) == 0 {
+		return &spanReader{ctx: ctx, store: f.ds.store, obj: obj, spans: kept, stats: f.stats}, nil
+	}
+	for _, p := range parts {
+		if p[0] < c.Offset || p[1] > c.Offset+c.Length || p[0] >= p[1] {
+			return nil, fmt.Errorf("loader: %s row group %d column %q: part [%d, %d) outside [%d, +%d)", obj.URI, rg, c.Column, p[0], p[1], c.Offset, c.Length)
+		}
+	}
+	buf := bufpool.Get(c.Length)
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i, p := range parts {
+		dst := buf[p[0]-c.Offset : p[1]-c.Offset]
+		if f.share.shares(f.fi, rg) {
+			sp, ok, err := f.share.fetch(ctx, f.ds, f.fi, rg, Chunk{Column: c.Column, Offset: p[0], Length: p[1] - p[0]}, f.stats)
+			if err != nil {
+				errs[i] = err
+				break
+			}
+			if ok {
+				copy(dst, sp.data)
+				continue
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f.ds.store.ReadAt(ctx, obj, dst, p[0])
+			if errs[i] == nil {
+				f.stats.Fetches.Add(1)
+				f.stats.FetchedBytes.Add(p[1] - p[0])
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			bufpool.Put(buf)
+			return nil, fmt.Errorf("loader: %s row group %d column %q: %w", obj.URI, rg, c.Column, err)
+		}
+	}
+	return &spanReader{ctx: ctx, store: f.ds.store, obj: obj, spans: []span{{off: c.Offset, n: c.Length, data: buf}}, stats: f.stats}, nil
 }
 
 func (f chunkFetcher) Fetch(ctx context.Context, rg int, chunks []format.Chunk) (format.Fetched, error) {
-	if len(chunks) == 1 && f.share.shares(f.fi, rg) {
+	obj := f.ds.Files[f.fi].Object
+	chunks, kept := heldSpans(f.held, obj, rg, chunks, f.stats)
+	if len(chunks) == 0 {
+		return &spanReader{ctx: ctx, store: f.ds.store, obj: obj, spans: withHeld(nil, kept), stats: f.stats}, nil
+	}
+	if len(chunks) == 1 && len(kept) == 0 && f.share.shares(f.fi, rg) {
 		sp, ok, err := f.share.fetch(ctx, f.ds, f.fi, rg, chunks[0], f.stats)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			obj := f.ds.Files[f.fi].Object
 			return &spanReader{ctx: ctx, store: f.ds.store, obj: obj, spans: []span{sp}, stats: f.stats}, nil
 		}
 	}
-	r, err := f.ds.fetchChunks(ctx, f.fi, rg, chunks, f.stats)
+	r, err := f.ds.fetchRest(ctx, f.fi, rg, chunks, kept, f.stats)
 	if err != nil {
 		return nil, err // not a nil *spanReader in an interface
 	}

@@ -30,6 +30,8 @@ type RowGroupReader struct {
 	reads    int         // row groups or pieces in flight (fetching or decoding)
 	maxPiece int64       // bytes per piece; 0: refs as given
 	share    *FetchShare // nil, or where pieces' pages shared with other readers are fetched
+	held     *HeldChunks // nil, or bytes held for this reader (WithReaderHeld)
+	keep     *Keeper     // nil, or what it keeps for the next readers (WithReaderKeep)
 	xform    Transform
 	ds       *Dataset
 	ctx      context.Context
@@ -43,6 +45,7 @@ type RowGroupReader struct {
 	pinned   int64 // part of inflight: whole columns kept for pieces still to come
 	peak     int64
 	entries  map[[2]int]*rgEntry // row groups read in pieces, by file and index
+	heldLeft map[[2]int]bool     // under WithReaderHeld: row groups not done with yet
 	freed    chan struct{}       // signalled when budget is returned
 	closed   bool
 }
@@ -127,6 +130,12 @@ func (ds *Dataset) NewReader(ctx context.Context, refs []RowGroupRef, mem memory
 	}
 	for _, o := range opts {
 		o(r)
+	}
+	if r.held != nil {
+		r.heldLeft = map[[2]int]bool{}
+		for _, ref := range refs {
+			r.heldLeft[[2]int{ref.File, ref.Index}] = true
+		}
 	}
 	r.wg.Add(1)
 	go r.produce(append([]RowGroupRef(nil), refs...), mem)
@@ -241,7 +250,7 @@ func (r *RowGroupReader) pieces(refs []RowGroupRef) []RowGroupRef {
 // them, which stay pinned until the row group's last piece is decoded.
 func (r *RowGroupReader) pieceCost(p *pending) (cost, pin int64, err error) {
 	start, end := p.ref.span()
-	return r.ds.pieceCharge(r.ctx, p.ref, piece{start: start, end: end, stats: &r.stats, e: p.ent, share: r.share})
+	return r.ds.pieceCharge(r.ctx, p.ref, piece{start: start, end: end, stats: &r.stats, e: p.ent, share: r.share, held: r.held})
 }
 
 // pieceDone records that p's piece was decoded, and releases its row
@@ -269,6 +278,23 @@ func (r *RowGroupReader) pieceDone(p *pending) {
 		r.mu.Unlock()
 		r.unpin(pin)
 		r.share.done(p.ref.File, p.ref.Index)
+		r.heldDone(p.ref.File, p.ref.Index)
+	}
+}
+
+// heldDone tells the reader's HeldChunks that it is done with row group
+// rg of file fi (once: its later reads of it, if any, fetch).
+func (r *RowGroupReader) heldDone(fi, rg int) {
+	if r.held == nil {
+		return
+	}
+	k := [2]int{fi, rg}
+	r.mu.Lock()
+	left := r.heldLeft[k]
+	delete(r.heldLeft, k)
+	r.mu.Unlock()
+	if left {
+		r.held.done(r.ds.Files[fi].Object, rg)
 	}
 }
 
@@ -346,10 +372,11 @@ func (r *RowGroupReader) produce(refs []RowGroupRef, mem memory.Allocator) {
 func (r *RowGroupReader) read(k int, p *pending, mem memory.Allocator, gate decodeGate) {
 	ref := p.ref
 	if p.ent == nil {
-		p.rec, p.err = r.ds.readRowGroup(r.ctx, ref.File, ref.Index, mem, &r.stats, gate)
+		p.rec, p.err = r.ds.readRowGroupVia(r.ctx, ref.File, ref.Index, mem, &r.stats, gate, readVia{held: r.held, keep: r.keep})
+		r.heldDone(ref.File, ref.Index)
 	} else {
 		start, end := ref.span()
-		p.rec, p.err = r.ds.readPiece(r.ctx, ref, piece{start: start, end: end, mem: mem, stats: &r.stats, e: p.ent, share: r.share})
+		p.rec, p.err = r.ds.readPiece(r.ctx, ref, piece{start: start, end: end, mem: mem, stats: &r.stats, e: p.ent, share: r.share, held: r.held})
 		gate.leave()
 		if p.err == nil {
 			r.stats.Pieces.Add(1)
@@ -423,6 +450,13 @@ func (r *RowGroupReader) Close() error {
 		r.share.done(k[0], k[1])
 	}
 	r.entries = nil
+	r.mu.Lock()
+	left := r.heldLeft
+	r.heldLeft = nil
+	r.mu.Unlock()
+	for k := range left {
+		r.held.done(r.ds.Files[k[0]].Object, k[1])
+	}
 	return nil
 }
 

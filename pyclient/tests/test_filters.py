@@ -90,8 +90,10 @@ def _delivered(d, fserver, filters, columns=("id",), **kw):
     """Every real row of one epoch, in order (one stream: D = 1)."""
     out = {c: [] for c in columns}
     with meshfeed.Loader(str(d / "*.parquet"), global_batch_size=16, sharding=_replicated(), server=fserver.address,
-                         columns=list(columns), last_batch="pad", filters=filters, **kw) as ld:
+                         columns=columns if isinstance(columns, dict) else list(columns), last_batch="pad",
+                         filters=filters, **kw) as ld:
         n = ld.num_rows
+        columns = list(columns)
         for b in ld:
             m = np.asarray(b["valid"])
             for c in columns:
@@ -157,6 +159,48 @@ def test_filter_columns_are_not_delivered_and_strings_are_taken(datasets, fserve
     with meshfeed.Loader(str(d / "*.parquet"), global_batch_size=16, sharding=_replicated(), server=fserver.address,
                          columns=["id"], filters=filters) as ld:
         assert set(next(iter(ld))) == {"id"}
+
+
+DELIVERED = [  # filters, the column also delivered, its fill (numeric columns with nulls)
+    ([("id", ">=", 150), ("id", "<", 1250)], "id", None),  # the edges inside row groups
+    ([("id", "in", [5, 77, 1400, 2099])], "id", None),
+    ([("bucket", ">", 4), ("bucket", "<", 29)], "bucket", None),
+    ([[("score", ">", 0.5)], [("id", "<", 150)]], "score", -1.0),  # nulls (filled as the stream reads) and NaN
+    ([("lang", "in", ["de", "ja"])], "lang", None),  # dictionary-encoded
+    ([[("name", ">", "n30")], [("id", "<", 120)]], "name", None),  # nulls
+    ([("tz", ">", datetime.datetime(1970, 1, 20, 12, tzinfo=datetime.timezone.utc))], "tz", None),
+    ([("day", "<", datetime.date(2020, 1, 9))], "day", None),
+    ([("small", "<", 3)], "small", None),
+]
+
+
+def _reference_type(d, column):
+    return pq.read_schema(sorted(d.glob("*.parquet"))[0]).field(column).type
+
+
+def _same(got, want):
+    """Equal lists, NaN equal to NaN."""
+    return len(got) == len(want) and all(
+        g == w or (isinstance(g, float) and isinstance(w, float) and g != g and w != w) for g, w in zip(got, want))
+
+
+@pytest.mark.parametrize("variant", ["stats", "nostats"])
+def test_delivered_filter_columns_equal_pyarrow(datasets, fserver, variant):
+    """A filter column that is also delivered: the plan's read of it is the
+    stream's (held for it, not read again), decoded the stream's way (its
+    fill); its values and the ids are pyarrow's."""
+    d = datasets[1][variant]
+    for filters, col, fill in DELIVERED:
+        columns = {"id": None} if col == "id" else {"id": None, col: meshfeed.Column(fill=fill) if fill is not None else None}
+        got = _delivered(d, fserver, filters, columns=columns)
+        for c in columns:
+            want = _reference(d, filters, c)
+            t = _reference_type(d, c)
+            if pa.types.is_temporal(t):  # delivered as their integers
+                want = pa.array(want, t).cast(pa.int32() if pa.types.is_date32(t) else pa.int64()).to_pylist()
+            if c == col and fill is not None:
+                want = [fill if w is None else w for w in want]
+            assert _same(got[c], want), f"{variant}: filters {filters}: column {c}: {len(got[c])} rows, pyarrow {len(want)}"
 
 
 def test_no_rows_kept_is_a_plan_error(datasets, fserver):
@@ -302,3 +346,38 @@ def test_bloom_filters_rule_row_groups_out(tmp_path, binary):
         rep = json.loads(out.stdout)
         assert rep["num_rows"] == pq.read_table(tmp_path / "a.parquet", filters=filters).num_rows
         assert rep["filter_row_groups"]["bloom_pruned"] > 0, (filters, rep["filter_row_groups"])
+
+
+def test_edge_pages_of_a_sorted_range_equal_pyarrow(tmp_path, binary):
+    """A fixed-size list in uncompressed 1 MiB v1 pages without a page index, and
+    a filter on the sorted id whose range starts and ends inside pages: the
+    pieces at the range's edges fetch of those pages only their headers, levels
+    and their own rows' values; the rows delivered (ids and features) are
+    pyarrow's, with one stream and with eight."""
+    n = 200_000
+    rng = np.random.default_rng(SEED)
+    feats = rng.standard_normal((n, 8), dtype=np.float32)
+    t = pa.table({"id": pa.array(np.arange(n), pa.int64()),
+                  "features": pa.FixedSizeListArray.from_arrays(pa.array(feats.ravel()), 8)})
+    path = tmp_path / "edges.parquet"
+    pq.write_table(t, path, row_group_size=100_000, data_page_size=1 << 20, compression="none", use_dictionary=False,
+                   write_page_index=False, data_page_version="1.0")
+    srv = LocalServer(binary, [str(tmp_path)])
+    try:
+        for filters in ([("id", ">=", 51234), ("id", "<", 148765)], [("id", ">=", 99000), ("id", "<", 101500)],
+                        [("id", ">", 7000), ("id", "<=", 9999)]):
+            want = pq.read_table(path, filters=filters)
+            want = dict(zip(want["id"].to_pylist(), want["features"].to_pylist()))
+            for sharding in (_replicated(), NamedSharding(jax.make_mesh((8,), ("data",)), P("data"))):
+                got = {}
+                with meshfeed.Loader(str(path), global_batch_size=64, sharding=sharding, server=srv.address,
+                                     columns=["id", "features"], last_batch="pad", filters=filters) as ld:
+                    for b in ld:
+                        m = np.asarray(b["valid"])
+                        for i, f, keep in zip(np.asarray(b["id"]).tolist(), np.asarray(b["features"]).tolist(), m):
+                            if keep:
+                                assert i not in got, f"{filters}: id {i} delivered twice"
+                                got[i] = f
+                assert got == want, f"{filters} ({sharding}): {len(got)} rows delivered, pyarrow keeps {len(want)}"
+    finally:
+        srv.stop()
