@@ -149,6 +149,7 @@ def serve(ch: Channel) -> None:
     seg_out: mmap.mmap | None = None
     ahead: tuple = ((), None)  # (entropy, its generator), built while waiting
     want: tuple | None = None  # the entropy of this worker's next step, as the parent expects it
+    cols: list = []  # the input columns' layout: (key, dtype, shape, offset); a step frame's None repeats it
     while True:
         if want is not None:  # the reply is sent: the next step's generator, before waiting for it
             ahead, want = (want, rng_for(want)), None
@@ -163,7 +164,9 @@ def serve(ch: Channel) -> None:
         if kind == "out":  # a new output segment of msg[1] bytes
             seg_out = _map(ch.take_fd(), msg[1], True)
             continue
-        _, cols, extra, entropy, want = msg
+        _, new_cols, extra, entropy, want = msg
+        if new_cols is not None:
+            cols = [(key, np.dtype(dtype), shape, off) for key, dtype, shape, off in new_cols]
         try:
             batch: dict[str, Any] = {}
             for key, dtype, shape, off in cols:
