@@ -55,6 +55,9 @@ def _bench(a: argparse.Namespace, env: dict, extra: list[str], step_ms: float, s
         return rep
 
 
+_CPU = ("process", "workers", "server")  # the bench report's cpu_ms_per_step
+
+
 def _med(xs: list[float], fmt: str) -> str:
     if len(xs) == 1:
         return fmt.format(xs[0])
@@ -208,9 +211,11 @@ def main() -> None:
             r = _bench(a, env, extra, step_ms)
             runs[name].append(r)
             tf = r.get("transform") or {}
+            cpu = r.get("cpu_ms_per_step") or {}
             print(f"run {i + 1} {name}: utilization {100 * r['utilization']:.2f}%, "
-                  f"transform {tf.get('ms_per_step', 0):.3f} ms/step, waited {tf.get('wait_ms_per_step', 0):.3f}",
-                  flush=True)
+                  f"transform {tf.get('ms_per_step', 0):.3f} ms/step, waited {tf.get('wait_ms_per_step', 0):.3f}, "
+                  f"CPU ms/step {' / '.join(format(cpu.get(k, 0.0), '.3f') for k in _CPU)} (process / workers / "
+                  "server)", flush=True)
     report(a, loops, step_ms, configs, runs)
 
 
@@ -241,8 +246,9 @@ def report(a: argparse.Namespace, loops: int, step_ms: float, configs: list, run
     print(f"\n{loops} loop iterations (~1 ms here); {a.steps} steps of {a.batch} rows, {a.step} step of "
           f"{step_ms:.3f} ms; medians of {a.repeats} (min-max)\n")
     print("| configuration | utilization % | data wait p50 / p99 ms | transform ms per step | "
-          "loader's wait for it, ms per step | client CPU ms per step | rows/s |")
-    print("|---|---|---|---|---|---|---|")
+          "loader's wait for it, ms per step | client CPU ms per step, start-up included | "
+          "CPU ms per step from the first step's end: process / workers / server | rows/s |")
+    print("|---|---|---|---|---|---|---|---|")
     med: dict[str, float] = {}
     for name, _ in configs:
         rs = runs[name]
@@ -254,6 +260,7 @@ def report(a: argparse.Namespace, loops: int, step_ms: float, configs: list, run
               f"{_med([r['wait_p50_ms'] for r in rs], '{:.3f}')} / {_med([r['wait_p99_ms'] for r in rs], '{:.3f}')} | "
               f"{tcol} | {wcol} | "
               f"{_med([1e3 * r['cpu_seconds_client'] / r['steps'] for r in rs], '{:.3f}')} | "
+              f"{' / '.join(_med([r.get('cpu_ms_per_step', {}).get(k, 0.0) for r in rs], '{:.3f}') for k in _CPU)} | "
               f"{_med([r['rows_per_second'] for r in rs], '{:,.0f}')} |")
     print()
     for name, _ in configs:
