@@ -363,6 +363,19 @@ def test_a_worker_gets_the_columns_layout_only_when_it_changes(monkeypatch):
     assert [f is not None for f in frames] == want, frames
 
 
+def test_threads_concatenate_into_aligned_arrays(glob):
+    """On threads, a column's slices are concatenated into a 64-byte
+    aligned array: returned as it is, it is placed without an unaligned
+    transfer where its slices' rows start aligned (here every slice: 8 rows
+    of 8 bytes)."""
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sharding(), transport="shm", columns=["id"],
+                         transform=F.drop_mask, transform_workers=0) as ld:
+        for s, b in enumerate(ld):
+            np.testing.assert_array_equal(np.asarray(b["id"]), expected_ids(ROWS, 64, 8, s)[0])
+        st = ld.stats()
+    assert st["steps"] > 0 and st["unaligned_transfers"] == 0, st
+
+
 def test_a_reply_already_there_is_read_without_a_select(monkeypatch):
     """The parent reads a worker's reply that is already there with one
     read, no select: one system call less a step (and one less point where

@@ -147,10 +147,16 @@ class _Slices:
 
 def _local(v: Any) -> Any:
     """A column's process-local array: per-slice views concatenated (a
-    copy when there are several), read-only."""
+    copy when there are several) into a 64-byte aligned array, so that a
+    function returning it as it is has it placed without XLA copying the
+    slices whose rows start aligned; read-only."""
     if not isinstance(v, list):
         return v
-    a = v[0] if len(v) == 1 else np.concatenate(v)
+    if len(v) == 1:
+        a = v[0]
+    else:
+        a = _aligned_empty((sum(map(len, v)), *v[0].shape[1:]), v[0].dtype)
+        np.concatenate(v, out=a)
     a.flags.writeable = False
     return a
 
