@@ -172,6 +172,7 @@ def serve(ch: Channel) -> None:
     ahead: tuple = ((), None)  # (entropy, its generator), built while waiting
     want: tuple | None = None  # the entropy of this worker's next step, as the parent expects it
     cols: list = []  # the input columns' layout: (key, dtype, shape, offset); a step frame's None repeats it
+    typed: list | None = []  # cols with numpy dtypes (None: not yet made)
     while True:
         if want is not None:  # the reply is sent: the next step's generator, before waiting for it
             ahead, want = (want, rng_for(want)), None
@@ -188,10 +189,12 @@ def serve(ch: Channel) -> None:
             continue
         _, new_cols, extra, entropy, want = msg
         if new_cols is not None:
-            cols = [(key, np.dtype(dtype), shape, off) for key, dtype, shape, off in new_cols]
+            cols, typed = new_cols, None
         try:
+            if typed is None:
+                typed = [(key, np.dtype(dtype), shape, off) for key, dtype, shape, off in cols]
             batch: dict[str, Any] = {}
-            for key, dtype, shape, off in cols:
+            for key, dtype, shape, off in typed:
                 batch[key] = a = np.ndarray(shape, dtype, seg_in, off)
                 a.flags.writeable = False
             batch.update(extra)
