@@ -55,6 +55,9 @@ def _bench(a: argparse.Namespace, env: dict, extra: list[str], step_ms: float, s
         return rep
 
 
+_CPU = ("process", "workers", "server")  # the bench report's cpu_ms_per_step
+
+
 def _med(xs: list[float], fmt: str) -> str:
     if len(xs) == 1:
         return fmt.format(xs[0])
@@ -67,12 +70,14 @@ def overhead(a: argparse.Namespace) -> None:
     id int64, label int32, features float32[64]) through ThreadStage and
     ProcessStage, ``inflight`` at a time as the prefetch thread does, with
     a function that does nothing and with gil_1ms: wall time per step,
-    CPU of this process and of the workers per step."""
+    CPU of this process and of the workers per step. Then the whole path
+    of the training process (_transformer_path)."""
     import threading
     import time
 
     import numpy as np
 
+    os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")  # before jax
     sys.path[:0] = [str(HERE), str(ROOT / "pyclient")]
     import transform_fns
     from meshfeed._src import bench_proc
@@ -115,7 +120,79 @@ def overhead(a: argparse.Namespace) -> None:
                 stage.close()
             k = 1e3 / a.steps
             print(f"| {name} | {fname} | {wall * k:.3f} | {cpu * k:.3f} | {wcpu * k:.3f} |", flush=True)
+    _transformer_path(a)
     _transfer(a, host)
+
+
+def _transformer_path(a: argparse.Namespace) -> None:
+    """The training process's whole share of a transformed step but the
+    stream's: the Loader's Transformer (submit; finish: the reply, the
+    checks, the placement on 8 CPU devices, waited for) on steps of the
+    same shape, given as the Materializer gives a shared-memory step
+    (per-slice views, 64-byte aligned, with their alignment counts), with
+    the function that does nothing, in --workers processes and on threads:
+    CPU ms per step of this process and of the workers."""
+    import threading
+    import time
+
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import transform_fns
+    from meshfeed._src import bench_proc
+    from meshfeed._src import layout as lay
+    from meshfeed._src.transform import Transformer
+
+    jax.config.update("jax_enable_x64", True)
+    if len(jax.devices()) < 8:
+        print(f"\n(the Transformer's path needs 8 devices; jax has {len(jax.devices())}: skipped)")
+        return
+    sh = NamedSharding(jax.make_mesh((8,), ("data",)), P("data"))
+    L = lay.layout_of(sh, a.batch)
+    buf = np.zeros(4 << 20, np.uint8)
+    off = (-buf.ctypes.data) % 64
+    cols = {}
+    for k, dt, tr in (("id", np.int64, ()), ("label", np.int32, ()), ("features", np.float32, (64,))):
+        cols[k] = []
+        for _ in range(8):
+            v = np.ndarray((L.b, *tr), dt, buf, off)
+            cols[k].append(v)
+            off += -(-v.nbytes // 64) * 64
+
+    def host() -> dict:
+        if not hasattr(lay, "HostStep"):  # a client before it (to compare)
+            return dict(cols)
+        h = lay.HostStep(cols)
+        h.unaligned = {k: 0 for k in cols}
+        return h
+
+    stop = threading.Event()
+    transform_fns.LOOPS = 1
+    os.environ["MESHFEED_BENCH_GIL_LOOPS"] = "1"
+    print("\n| the Transformer's path (returns its input) | this process's CPU ms per step | "
+          "workers' CPU ms per step |\n|---|---|---|")
+    for name, n in ((f"{a.workers} processes", a.workers), ("threads", 0)):
+        tf = Transformer(transform_fns.gil_1ms, n, 0, L, sh, None)
+        tf.wait_ready()
+
+        def run(steps: int, s0: int) -> None:
+            pend: list = []
+            for s in range(s0, s0 + steps):
+                h = host()
+                pend.append((s, tf.submit(h, 0, s), h))
+                while pend and (len(pend) >= tf.inflight or s == s0 + steps - 1):
+                    st, handle, hh = pend.pop(0)
+                    jax.block_until_ready(list(tf.finish(handle, hh, 0, st, stop)[0].values()))
+        try:
+            run(100, 0)
+            w0, c0 = sum(bench_proc.cpu_seconds(p) for p in tf.pids), time.process_time()
+            run(a.steps, 100)
+            cpu, wcpu = time.process_time() - c0, sum(bench_proc.cpu_seconds(p) for p in tf.pids) - w0
+        finally:
+            tf.close()
+        print(f"| {name} | {1e3 * cpu / a.steps:.3f} | {1e3 * wcpu / a.steps:.3f} |", flush=True)
 
 
 def _transfer(a: argparse.Namespace, host: dict) -> None:
@@ -208,9 +285,11 @@ def main() -> None:
             r = _bench(a, env, extra, step_ms)
             runs[name].append(r)
             tf = r.get("transform") or {}
+            cpu = r.get("cpu_ms_per_step") or {}
             print(f"run {i + 1} {name}: utilization {100 * r['utilization']:.2f}%, "
-                  f"transform {tf.get('ms_per_step', 0):.3f} ms/step, waited {tf.get('wait_ms_per_step', 0):.3f}",
-                  flush=True)
+                  f"transform {tf.get('ms_per_step', 0):.3f} ms/step, waited {tf.get('wait_ms_per_step', 0):.3f}, "
+                  f"CPU ms/step {' / '.join(format(cpu.get(k, 0.0), '.3f') for k in _CPU)} (process / workers / "
+                  "server)", flush=True)
     report(a, loops, step_ms, configs, runs)
 
 
@@ -241,8 +320,9 @@ def report(a: argparse.Namespace, loops: int, step_ms: float, configs: list, run
     print(f"\n{loops} loop iterations (~1 ms here); {a.steps} steps of {a.batch} rows, {a.step} step of "
           f"{step_ms:.3f} ms; medians of {a.repeats} (min-max)\n")
     print("| configuration | utilization % | data wait p50 / p99 ms | transform ms per step | "
-          "loader's wait for it, ms per step | client CPU ms per step | rows/s |")
-    print("|---|---|---|---|---|---|---|")
+          "loader's wait for it, ms per step | client CPU ms per step, start-up included | "
+          "CPU ms per step from the first step's end: process / workers / server | rows/s |")
+    print("|---|---|---|---|---|---|---|---|")
     med: dict[str, float] = {}
     for name, _ in configs:
         rs = runs[name]
@@ -254,6 +334,7 @@ def report(a: argparse.Namespace, loops: int, step_ms: float, configs: list, run
               f"{_med([r['wait_p50_ms'] for r in rs], '{:.3f}')} / {_med([r['wait_p99_ms'] for r in rs], '{:.3f}')} | "
               f"{tcol} | {wcol} | "
               f"{_med([1e3 * r['cpu_seconds_client'] / r['steps'] for r in rs], '{:.3f}')} | "
+              f"{' / '.join(_med([r.get('cpu_ms_per_step', {}).get(k, 0.0) for r in rs], '{:.3f}') for k in _CPU)} | "
               f"{_med([r['rows_per_second'] for r in rs], '{:,.0f}')} |")
     print()
     for name, _ in configs:

@@ -287,6 +287,121 @@ def test_inputs_returned_unchanged_do_not_travel_back(glob):
     assert st["unaligned_transfers"] == 0, st
 
 
+@pytest.mark.parametrize("transport", ["shm", "flight"])
+def test_inputs_returned_unchanged_keep_the_materializers_alignment_count(glob, monkeypatch, transport):
+    """An input a worker returns unchanged is placed with the count of
+    unaligned transfers the Materializer made from the addresses it viewed
+    (layout.HostStep), not asked of each view again; that count is what
+    the views' own addresses give, on either wire."""
+    from meshfeed._src import transform as T
+    from meshfeed._src.transform_worker import ALIGN
+    seen = []
+    real = T.Transformer._place
+
+    def place(self, out):
+        L = self.layout
+        for k, v in out.items():
+            if isinstance(v, T._Slices):
+                vs = v.views if len(v.views) == len(L.slices) else \
+                    [v.views[0][i * L.b:(i + 1) * L.b] for i in range(len(L.slices))]
+                want = int(self._devs[np.array([x.ctypes.data for x in vs]) % ALIGN != 0].sum())
+                seen.append((k, v.unaligned, want))
+        return real(self, out)
+
+    monkeypatch.setattr(T.Transformer, "_place", place)
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sharding(), transport=transport,
+                         columns=["id", "features"], transform=F.noisy, transform_workers=2) as ld:
+        n = sum(1 for _ in ld)
+        st = ld.stats()
+    assert st["transport"] == transport
+    assert len(seen) == 2 * n, (len(seen), n)  # id and features, every step
+    assert all(got == want for _, got, want in seen), [x for x in seen if x[1] != x[2]][:4]
+
+
+def test_a_worker_gets_the_columns_layout_only_when_it_changes(monkeypatch):
+    """A step frame repeats its worker's last column layout as None; a
+    step of other columns, dtypes or shapes sends its own, and every step's
+    values are read right either way."""
+    import threading
+    from meshfeed._src import transform as T
+    from meshfeed._src import transform_worker as TW
+    frames = []
+    real = TW.Channel.send
+
+    def send(self, obj, fds=None):
+        if isinstance(obj, tuple) and obj and obj[0] == "step":
+            frames.append(obj[1])
+        return real(self, obj, fds)
+
+    monkeypatch.setattr(TW.Channel, "send", send)
+    rng = np.random.default_rng(SEED)
+
+    def step(kind):
+        if kind == 0:
+            return {"id": [rng.integers(0, 99, 4) for _ in range(2)], "f": [rng.random((4, 3)) for _ in range(2)]}
+        return {"id": [rng.integers(0, 99, 5).astype(np.int32) for _ in range(2)]}
+
+    kinds = [0, 0, 0, 0, 1, 1, 0, 0, 1, 0]
+    stage = T.ProcessStage(F.row_sums, 2)
+    stop = threading.Event()
+    try:
+        stage.wait_ready()
+        for i, kind in enumerate(kinds):
+            host = step(kind)
+            out, _, _ = stage.result(stage.submit(host, (SEED, 0, i, 0)), stop, f"step {i}")
+            for k, v in host.items():
+                a = np.concatenate(v)
+                np.testing.assert_array_equal(out[k + "_sum"], a.reshape(len(a), -1).sum(axis=1).astype(np.float64))
+    finally:
+        stage.close()
+    # Steps go to workers 0, 1, 0, 1, ...: a layout is sent where that
+    # worker's previous step had another (or none).
+    want, last = [], [None, None]
+    for i, kind in enumerate(kinds):
+        want.append(last[i % 2] != kind)
+        last[i % 2] = kind
+    assert [f is not None for f in frames] == want, frames
+
+
+def test_threads_concatenate_into_aligned_arrays(glob):
+    """On threads, a column's slices are concatenated into a 64-byte
+    aligned array: returned as it is, it is placed without an unaligned
+    transfer where its slices' rows start aligned (here every slice: 8 rows
+    of 8 bytes)."""
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sharding(), transport="shm", columns=["id"],
+                         transform=F.drop_mask, transform_workers=0) as ld:
+        for s, b in enumerate(ld):
+            np.testing.assert_array_equal(np.asarray(b["id"]), expected_ids(ROWS, 64, 8, s)[0])
+        st = ld.stats()
+    assert st["steps"] > 0 and st["unaligned_transfers"] == 0, st
+
+
+def test_a_reply_already_there_is_read_without_a_select(monkeypatch):
+    """The parent reads a worker's reply that is already there with one
+    read, no select: one system call less a step (and one less point where
+    the prefetch thread lets go of the GIL)."""
+    import select
+    import threading
+    from meshfeed._src import transform as T
+    real, calls = select.select, []
+    stage = T.ProcessStage(F.row_sums, 1)
+    stop = threading.Event()
+    try:
+        stage.wait_ready()
+        for i in range(4):
+            host = {"id": [np.arange(4) + 8 * i, np.arange(4, 8) + 8 * i]}
+            w = stage.submit(host, (SEED, 0, i, 0))
+            if i:  # step 0 also sizes the output segment (a request and its answer)
+                assert real([w.ch.sock], [], [], 30)[0], "no reply within 30 s"
+                monkeypatch.setattr(select, "select", lambda *a: calls.append(a) or real(*a))
+            out, _, _ = stage.result(w, stop, f"step {i}")
+            monkeypatch.setattr(select, "select", real)
+            np.testing.assert_array_equal(out["id_sum"], np.arange(8, dtype=np.float64) + 8 * i)
+    finally:
+        stage.close()
+    assert not calls, calls
+
+
 def test_a_killed_worker_is_an_error_naming_it(server, glob):
     """A worker process killed mid-run: next() raises a TransformError
     naming the process and its status (the stream cannot go on without

@@ -79,3 +79,9 @@ def packed_tokens(batch, rng, key="tokens"):
     packed row (each from its own row)."""
     toks, seg = batch[key], batch[key + "_segment_ids"]
     return {key: toks + 1, key + "_segment_ids": seg, key + "_count": (seg > 0).sum(axis=1).astype(np.int32)}
+
+
+def row_sums(batch, rng):
+    """Each column's per-row sum, float64 (``<key>_sum``): a function of
+    every input value, for checks that a worker read the right bytes."""
+    return {k + "_sum": np.asarray(v, np.float64).reshape(len(v), -1).sum(axis=1) for k, v in batch.items()}

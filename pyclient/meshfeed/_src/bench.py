@@ -460,6 +460,15 @@ def plot_timeline(path: str, t_wait0: Sequence[float], waits: Sequence[float], c
 
 # -- the run -------------------------------------------------------------------------
 
+def _cpu_now(loader: Any) -> tuple[float, float, float]:
+    """CPU seconds so far of this process, of the transform's worker
+    processes and of the local server (0 where there is none)."""
+    tf = loader._tbox[0]
+    srv = getattr(loader, "_server", None)
+    return (time.process_time(), sum(bench_proc.cpu_seconds(p) for p in (tf.pids if tf is not None else ())),
+            bench_proc.cpu_seconds(srv.pid) if srv is not None else 0.0)
+
+
 def run(a: argparse.Namespace) -> dict[str, Any]:
     """Runs the benchmark the arguments describe and returns its figures."""
     import jax
@@ -507,6 +516,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             times: list[tuple[float, float, float]] = []  # per step: next() called, returned, step done
             it = iter(loader)
             mark = None  # (time, rows, bytes) at the end of the first step
+            cpu_mark = (0.0, 0.0, 0.0)  # _cpu_now there
             t_end = t_start
             clock, show, B = time.perf_counter, progress.enabled, a.global_batch_size
             # The loop does no more per step than a training loop would: the
@@ -532,6 +542,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
                     st = loader.stats()
                     mark = (t_end, st["rows"], st["bytes"])
                     ttfb = t1 - t_start
+                    cpu_mark = _cpu_now(loader)
                 elif show:
                     el = t_end - mark[0]
                     progress.update(n, (n - 1) * B / el if el > 0 else 0.0, (t1 - t0) * 1e3)
@@ -550,6 +561,9 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             server_rss = bench_proc.peak_rss(server_pid) if server_pid else 0
             server_cpu = bench_proc.cpu_seconds(server_pid) if server_pid else 0.0
             spe, num_rows = loader.steps_per_epoch, loader.num_rows
+            # From the first step's end, as the rates: no start-up (imports,
+            # planning, the transform's worker processes starting).
+            steady = [b - a for a, b in zip(cpu_mark, _cpu_now(loader))] if n > 1 else [0.0, 0.0, 0.0]
         client_cpu = time.process_time() - cpu0 + worker_cpu
         client_rss = bench_proc.peak_rss(os.getpid())
     finally:
@@ -588,6 +602,10 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         "peak_rss_bytes": client_rss + server_rss, "peak_rss_client_bytes": client_rss,
         "peak_rss_server_bytes": server_rss, "server_local": server_pid is not None,
         "cpu_seconds_client": client_cpu, "cpu_seconds_server": server_cpu,
+        # CPU ms per measured step (from the first step's end): this process,
+        # the transform's worker processes, the local server.
+        "cpu_ms_per_step": {k: 1e3 * v / max(len(m_waits), 1)
+                            for k, v in zip(("process", "workers", "server"), steady)},
         "cpu_seconds_per_gb": cpu_total / (st["bytes"] / 1e9) if st["bytes"] else 0.0,
         "total_rows": int(st["rows"]), "total_bytes": int(st["bytes"]),
         "host_copies": st["host_copies"], "unaligned_transfers": st["unaligned_transfers"],

@@ -217,6 +217,17 @@ def unpack_bool(arr: pa.Array) -> np.ndarray:
     return np.unpackbits(bits, count=off + n, bitorder="little")[off:].view(np.bool_)
 
 
+class HostStep(dict):
+    """One step's host columns, as ``Materializer.host`` gives them (a dict),
+    and ``unaligned``: per column of NumPy views, the devices whose slice's
+    rows do not start 64-byte aligned (counted from the addresses the views
+    were made from; a transform's placement of an input it returns unchanged
+    uses them instead of asking each view)."""
+
+    __slots__ = ("unaligned",)
+    unaligned: dict[str, int]
+
+
 class Materializer:
     """Turns one record (this process's slices, concatenated in ascending slice
     order) into a dict of global jax.Arrays laid out as ``sharding``."""
@@ -269,6 +280,7 @@ class Materializer:
         # Counters of the last call; for tests, its (numpy view, Arrow buffer)
         # pairs (buffer None for unpacked booleans).
         self.counts = {"host_copies": 0, "mask_unpacks": 0, "unaligned_transfers": 0}
+        self._unaligned_by: dict[str, int] = {}
         self._placed = False  # the first step checks the direct placement (place_slices)
         self.last_views: dict[str, tuple[np.ndarray, pa.Buffer | None]] = {}
 
@@ -309,7 +321,9 @@ class Materializer:
         out, placed, _ = self._gather(rb)
         for name, _, vs in placed:
             out[name] = vs
-        return out
+        host = HostStep(out)
+        host.unaligned = self._unaligned_by
+        return host
 
     def _gather(self, rb: Any) -> tuple[dict[str, Any], list[tuple[str, tuple[int, ...], list[np.ndarray]]], bool]:
         """The step's arrow columns (in ``out``, where placed columns hold
@@ -327,6 +341,7 @@ class Materializer:
             per_slice = not isinstance(src, pa.RecordBatch)
             recs = self._records(src)
         copies = unpacks = unaligned = 0
+        self._unaligned_by = by = {}  # per dense column (host(): a transform places them later)
         out: dict[str, Any] = {}
         views: dict[str, tuple[np.ndarray, pa.Buffer | None]] = {}
         # What is placed, in one call: (name, global shape, views: one per
@@ -341,7 +356,8 @@ class Materializer:
                 if spec.name in self.narrowed:
                     copies += ndev
                 else:
-                    unaligned += self._unaligned_addrs(addrs)
+                    by[spec.name] = n = self._unaligned_addrs(addrs)
+                    unaligned += n
                 views[spec.name] = (vs[0], None)
                 placed.append((spec.name, (L.B, *spec.trailing), vs))
                 continue
@@ -381,9 +397,11 @@ class Materializer:
                 copies += ndev
             elif per_slice:
                 # devices whose slice's view is not 64-byte aligned (counted per slice)
-                unaligned += self._unaligned_addrs(addrs)
+                by[spec.name] = n = self._unaligned_addrs(addrs)
+                unaligned += n
             else:
-                unaligned += self._unaligned(vs[0], L.b * vs[0][:1].nbytes)
+                by[spec.name] = n = self._unaligned(vs[0], L.b * vs[0][:1].nbytes)
+                unaligned += n
             views[spec.name] = (vs[0], buf)
             placed.append((spec.name, (L.B, *spec.trailing), vs))
             if valids:

@@ -92,22 +92,54 @@ def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.ndarray(shape, dtype, buf, off)
 
 
+_WIRE: dict[np.dtype, Any] = {}
+
+
 def _wire_dtype(dt: np.dtype) -> Any:
     """A dtype as a step frame carries it: its string where that names it
-    (20 us less to pickle, each way), else the dtype (bfloat16)."""
-    return dt.str if np.dtype(dt.str) == dt else dt
+    (20 us less to pickle, each way), else the dtype (bfloat16). Memoized:
+    asking numpy each step cost 15 us a column."""
+    w = _WIRE.get(dt)
+    if w is None:
+        w = _WIRE[dt] = dt.str if np.dtype(dt.str) == dt else dt
+    return w
+
+
+class _Lazy:
+    """Text formatted only when used: an error message's step and place,
+    which every step would otherwise format for nothing."""
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn: Callable[..., str], *args: Any):
+        self.fn = fn
+        self.args = args
+
+    def __str__(self) -> str:
+        return self.fn(*self.args)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+def _while(where: Any) -> str:
+    return f"while transforming {where}" if where else "while transforming a step"
 
 
 class _Slices:
     """An input column a worker returned unchanged: the prefetch thread's
-    own views of it (one per slice, or one of all), placed as they are."""
+    own views of it (one per slice, or one of all), placed as they are;
+    ``unaligned``, the devices whose rows of them do not start 64-byte
+    aligned, where the Materializer counted them (layout.HostStep), else
+    None (counted at placement)."""
 
-    __slots__ = ("views", "dtype", "shape")
+    __slots__ = ("views", "dtype", "shape", "unaligned")
 
-    def __init__(self, views: list[np.ndarray]):
+    def __init__(self, views: list[np.ndarray], unaligned: int | None = None):
         self.views = views
         self.dtype = views[0].dtype
         self.shape = (sum(map(len, views)), *views[0].shape[1:])
+        self.unaligned = unaligned
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -115,10 +147,16 @@ class _Slices:
 
 def _local(v: Any) -> Any:
     """A column's process-local array: per-slice views concatenated (a
-    copy when there are several), read-only."""
+    copy when there are several) into a 64-byte aligned array, so that a
+    function returning it as it is has it placed without XLA copying the
+    slices whose rows start aligned; read-only."""
     if not isinstance(v, list):
         return v
-    a = v[0] if len(v) == 1 else np.concatenate(v)
+    if len(v) == 1:
+        a = v[0]
+    else:
+        a = _aligned_empty((sum(map(len, v)), *v[0].shape[1:]), v[0].dtype)
+        np.concatenate(v, out=a)
     a.flags.writeable = False
     return a
 
@@ -148,7 +186,7 @@ class ThreadStage:
     def submit(self, host: Mapping[str, Any], entropy: tuple[int, ...]) -> Future:
         return self.pool.submit(self._run, host, entropy)
 
-    def result(self, fut: Future, stop: threading.Event, where: str) -> tuple[Any, float, int]:
+    def result(self, fut: Future, stop: threading.Event, where: Any) -> tuple[Any, float, int]:
         while True:
             if stop.is_set():
                 raise _Stopped
@@ -222,6 +260,7 @@ class _Worker:
         self.seg_in: _Segment | None = None
         self.seg_out: _Segment | None = None
         self.busy = False  # a step sent, its reply not yet read
+        self.cols: list | None = None  # the column layout last sent (a step frame repeats it as None)
         self.copies_in = 0  # columns copied into seg_in for that step
         # That step's columns: an input it returns unchanged is placed from them.
         self.host: Mapping[str, Any] | None = None
@@ -230,7 +269,7 @@ class _Worker:
     def pid(self) -> int:
         return self.proc.pid
 
-    def recv(self, stop: threading.Event | None, what: str) -> Any:
+    def recv(self, stop: threading.Event | None, what: Any) -> Any:
         """The worker's next frame, waiting (and looking at ``stop``)."""
         while not self.ch.ready(_STOP_POLL):
             if stop is not None and stop.is_set():
@@ -386,13 +425,17 @@ class ProcessStage:
         # The entropy of this worker's next step, if the epoch goes on: the
         # worker builds that generator while it waits (off the step's path).
         nxt = (*entropy[:2], entropy[2] + len(self.workers), *entropy[3:])
-        w.ch.send(("step", cols, extra, entropy, nxt))
+        # The columns' layout only when it changed (the worker keeps the last).
+        same = cols == w.cols
+        w.ch.send(("step", None if same else cols, extra, entropy, nxt))
+        if not same:
+            w.cols = cols
         w.busy = True
         w.host = host
         w.copies_in = len(cols)
 
-    def _reply(self, w: _Worker, stop: threading.Event | None, where: str) -> tuple[Any, float, int] | None:
-        what = f"while transforming {where}" if where else "while transforming a step"
+    def _reply(self, w: _Worker, stop: threading.Event | None, where: Any) -> tuple[Any, float, int] | None:
+        what = _Lazy(_while, where)
         while True:
             msg = w.recv(stop, what)
             if msg[0] == "grow":
@@ -416,14 +459,15 @@ class ProcessStage:
             np.copyto(a, np.ndarray(shape, dtype, mm, off))
             arrays[k] = a
         host = w.host or {}
+        ua = getattr(host, "unaligned", None) or {}
         for k, kin in same.items():  # inputs returned unchanged: the views they came from
             v = host[kin]
-            arrays[k] = _Slices(v) if isinstance(v, list) else v
+            arrays[k] = _Slices(v, ua.get(kin)) if isinstance(v, list) else v
         w.host = None
         out = {k: arrays[k] if k in arrays else rest[k] for k in order}
         return out, secs, w.copies_in + len(layout)  # each column in, each array out
 
-    def result(self, w: _Worker, stop: threading.Event, where: str) -> tuple[Any, float, int]:
+    def result(self, w: _Worker, stop: threading.Event, where: Any) -> tuple[Any, float, int]:
         got = self._reply(w, stop, where)
         assert got is not None
         return got
@@ -458,6 +502,7 @@ class Transformer:
         self.signature: dict[str, tuple] | None = None  # the first result's keys, dtypes and trailing shapes
         self._devs = np.bincount([k for _, k in layout.devices], minlength=len(layout.slices))
         self._offsets = np.arange(len(layout.slices), dtype=np.int64)
+        self._narrows: dict[np.dtype, bool] = {}  # dtype: whether jax narrows it (x64 off)
         self._placed = False
 
     @property
@@ -496,7 +541,7 @@ class Transformer:
         function, host copies, unaligned transfers, seconds waited for the
         result). Raises TransformError naming the step and the key;
         _Stopped when ``stop`` is set."""
-        where = self._where(epoch, step)
+        where = _Lazy(self._where, epoch, step)
         t = time.perf_counter()
         out, secs, copies = self.stage.result(handle, stop, where)
         waited = time.perf_counter() - t
@@ -504,14 +549,14 @@ class Transformer:
         batch, unaligned, narrowed = self._place(out)
         return batch, secs, copies + narrowed, unaligned, waited
 
-    def _check(self, out: Any, host: Mapping[str, Any], where: str) -> dict[str, Any]:
+    def _check(self, out: Any, host: Mapping[str, Any], where: Any) -> dict[str, Any]:
         if not isinstance(out, Mapping):
             raise TransformError(f"transform returned {type(out).__name__} at {where}: want a dict of arrays")
         out = dict(out)
         mk = self.mask_key
         if mk is not None and mk not in out and mk in host:
             m = host[mk]  # the pad mask goes on unless the function returns its own
-            out[mk] = _Slices(m) if isinstance(m, list) else m
+            out[mk] = _Slices(m, (getattr(host, "unaligned", None) or {}).get(mk)) if isinstance(m, list) else m
         sig: dict[str, tuple] = {}
         for k, v in out.items():
             if isinstance(v, (np.ndarray, _Slices)):
@@ -531,7 +576,7 @@ class Transformer:
             self._mismatch(sig, where)
         return out
 
-    def _check_first(self, out: Mapping[str, Any], where: str) -> None:
+    def _check_first(self, out: Mapping[str, Any], where: Any) -> None:
         L = self.layout
         for k, v in out.items():
             if not isinstance(k, str) or not k:
@@ -562,7 +607,7 @@ class Transformer:
                 raise TransformError(f"transform output {k!r} at {where} is a {type(v).__name__}: want a NumPy "
                                      "array (placed on the devices) or a pyarrow array")
 
-    def _mismatch(self, sig: dict[str, tuple], where: str) -> None:
+    def _mismatch(self, sig: dict[str, tuple], where: Any) -> None:
         first = self.signature or {}
         for k in first:
             if k not in sig:
@@ -591,10 +636,12 @@ class Transformer:
                     vs = [vs[0][i * b:(i + 1) * b] for i in range(n)] if n > 1 else vs
                 cols.append(((L.B, *v.shape[1:]), vs))
                 names.append(k)
-                if jax.dtypes.canonicalize_dtype(v.dtype) != v.dtype:
+                if self._narrowed(v.dtype):
                     direct = False
                     copies += len(L.devices)
-                if n > 1 or vs[0].ctypes.data % ALIGN:
+                if v.unaligned is not None:  # counted from the addresses the views were made from
+                    unaligned += v.unaligned
+                elif n > 1 or vs[0].ctypes.data % ALIGN:
                     addrs = np.array([x.ctypes.data for x in vs], dtype=np.int64)
                     unaligned += int(self._devs[addrs % ALIGN != 0].sum())
                 continue
@@ -603,7 +650,7 @@ class Transformer:
                     v = np.ascontiguousarray(v)
                 cols.append(((L.B, *v.shape[1:]), [v[i * b:(i + 1) * b] for i in range(n)] if n > 1 else [v]))
                 names.append(k)
-                if jax.dtypes.canonicalize_dtype(v.dtype) != v.dtype:
+                if self._narrowed(v.dtype):
                     direct = False  # jax.device_put narrows it (a host copy per device)
                     copies += len(L.devices)
                 # devices whose slice's rows do not start 64-byte aligned (XLA's CPU client copies those)
@@ -614,6 +661,13 @@ class Transformer:
         arrays = _layout.place_slices(self.sharding, L, cols, direct=direct, check=first)
         placed = dict(zip(names, arrays))
         return {k: placed.get(k, v) for k, v in out.items()}, unaligned, copies
+
+    def _narrowed(self, dt: np.dtype) -> bool:
+        """Whether jax narrows ``dt`` (64-bit without x64), memoized."""
+        got = self._narrows.get(dt)
+        if got is None:
+            got = self._narrows[dt] = jax.dtypes.canonicalize_dtype(dt) != dt
+        return got
 
     def close(self) -> None:
         """Stops the threads or worker processes (idempotent)."""

@@ -61,6 +61,8 @@ class Channel:
         self.sock = sock
         self._buf = bytearray()
         self.fds: list[int] = []  # received, not yet taken
+        self._eof = False  # the other end closed the socket (its last bytes may still be in _buf)
+        self._err: OSError | None = None  # a read's error, raised by the next recv
 
     def send(self, obj: Any, fds: list[int] | None = None) -> None:
         """Sends one frame (and ``fds`` with its first bytes)."""
@@ -73,19 +75,39 @@ class Channel:
             self.sock.sendall(data)
 
     def ready(self, timeout: float) -> bool:
-        """Whether a frame's first bytes are here within ``timeout`` seconds."""
-        if self._buf:
+        """Whether a frame's first bytes (or the socket's end) are here
+        within ``timeout`` seconds. Reads first without waiting: where the
+        frame is already there, as a reply the parent asks for late usually
+        is, that is one system call instead of a select and a read (and one
+        less point where the thread lets go of the GIL)."""
+        if self._buf or self._eof or self._err is not None:
+            return True
+        try:
+            self._read(1 << 16, socket.MSG_DONTWAIT)
+            return True
+        except BlockingIOError:
+            pass
+        except OSError as e:  # raised where the frame is read (recv)
+            self._err = e
             return True
         r, _, _ = select.select([self.sock], [], [], timeout)
         return bool(r)
 
+    def _read(self, size: int, flags: int = 0) -> None:
+        data, fds, _, _ = socket.recv_fds(self.sock, size, 8, flags)
+        self.fds.extend(fds)
+        if not data:
+            self._eof = True
+        self._buf += data
+
     def _fill(self, n: int) -> None:
         while len(self._buf) < n:
-            data, fds, _, _ = socket.recv_fds(self.sock, max(1 << 16, n - len(self._buf)), 8)
-            self.fds.extend(fds)
-            if not data:
+            if self._err is not None:
+                e, self._err = self._err, None
+                raise e
+            if self._eof:
                 raise EOFError("the other end closed the socket")
-            self._buf += data
+            self._read(max(1 << 16, n - len(self._buf)))
 
     def recv(self) -> Any:
         """The next frame (EOFError once the other end closed)."""
@@ -149,6 +171,8 @@ def serve(ch: Channel) -> None:
     seg_out: mmap.mmap | None = None
     ahead: tuple = ((), None)  # (entropy, its generator), built while waiting
     want: tuple | None = None  # the entropy of this worker's next step, as the parent expects it
+    cols: list = []  # the input columns' layout: (key, dtype, shape, offset); a step frame's None repeats it
+    typed: list | None = []  # cols with numpy dtypes (None: not yet made)
     while True:
         if want is not None:  # the reply is sent: the next step's generator, before waiting for it
             ahead, want = (want, rng_for(want)), None
@@ -163,10 +187,14 @@ def serve(ch: Channel) -> None:
         if kind == "out":  # a new output segment of msg[1] bytes
             seg_out = _map(ch.take_fd(), msg[1], True)
             continue
-        _, cols, extra, entropy, want = msg
+        _, new_cols, extra, entropy, want = msg
+        if new_cols is not None:
+            cols, typed = new_cols, None
         try:
+            if typed is None:
+                typed = [(key, np.dtype(dtype), shape, off) for key, dtype, shape, off in cols]
             batch: dict[str, Any] = {}
-            for key, dtype, shape, off in cols:
+            for key, dtype, shape, off in typed:
                 batch[key] = a = np.ndarray(shape, dtype, seg_in, off)
                 a.flags.writeable = False
             batch.update(extra)
