@@ -54,15 +54,11 @@ type symbol struct {
 }
 
 type bpeScratch struct {
-	syms  []symbol
-	heap  []mergeEntry
-	ranks []uint64
-	// cache maps the words this goroutine met to offset<<32 | count in ids
-	// (emptied when full); a word not there is looked up in the shared cache.
-	cache  map[string]uint64
-	ids    []int32
-	arena  cacheArena // the shared cache's entries this goroutine publishes
-	merged int        // words merged (not in either cache, or too long to cache)
+	syms   []symbol
+	heap   []mergeEntry
+	ranks  []uint64
+	arena  cacheArena // this goroutine's claim on the word cache (wordcache.go)
+	merged int        // words merged (not in the word cache, or too long for it)
 }
 
 type mergeEntry struct {
@@ -113,37 +109,14 @@ func (m *bpe) encodePart(sc *scratch, w string, dst []int32) []int32 {
 		bs.merged++
 		return m.merge(bs, w, dst)
 	}
-	if v, ok := bs.cache[w]; ok {
-		return append(dst, bs.ids[v>>32:v>>32+v&0xffffffff]...)
+	h := maphash.String(m.cache.seed, w)
+	if out, ok := m.cache.get(w, h, dst); ok {
+		return out
 	}
 	mark := len(dst)
-	var e *cacheEntry
-	if sc.share {
-		h := maphash.String(m.cache.seed, w)
-		if e = m.cache.get(w, h); e != nil {
-			dst = append(dst, e.ids...)
-		} else {
-			bs.merged++
-			dst = m.merge(bs, w, dst)
-			e = m.cache.put(&bs.arena, w, h, dst[mark:])
-		}
-	} else {
-		bs.merged++
-		dst = m.merge(bs, w, dst)
-	}
-	var key string
-	if e != nil {
-		key = e.key // already a copy
-	} else {
-		key = strings.Clone(w)
-	}
-	if bs.cache == nil || len(bs.cache) >= wordCacheMax {
-		bs.cache = make(map[string]uint64, 1024)
-		bs.ids = bs.ids[:0]
-	}
-	off := len(bs.ids)
-	bs.ids = append(bs.ids, dst[mark:]...)
-	bs.cache[key] = uint64(off)<<32 | uint64(len(dst)-mark)
+	bs.merged++
+	dst = m.merge(bs, w, dst)
+	m.cache.put(&bs.arena, w, h, dst[mark:])
 	return dst
 }
 

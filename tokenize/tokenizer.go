@@ -18,9 +18,8 @@ type model interface {
 }
 
 // Tokenizer encodes text as a tokenizer.json says. It is safe for concurrent
-// use; each call borrows per-goroutine scratch space (buffers and a BPE word
-// cache) from a pool, and the goroutines of one EncodeBatch share the BPE
-// model's word cache (wordcache.go).
+// use; each call borrows per-goroutine scratch space (buffers) from a pool,
+// and every goroutine shares the BPE model's word cache (wordcache.go).
 type Tokenizer struct {
 	added      *addedSet // added tokens matched on the raw text (normalized: false)
 	addedNorm  *addedSet // added tokens matched on normalized text (normalized: true)
@@ -46,15 +45,11 @@ type scratch struct {
 	spans  []span     // matches of a span split
 	buf    []byte     // WordPiece's "##" + candidate
 	best   []bestNode // Unigram's lattice
-	bpe    bpeScratch // BPE's merge state, and its entries of the shared word cache
+	bpe    bpeScratch // BPE's merge state, and its claim on the word cache
 	// outIDs and outEnds are EncodeBatch's output on this goroutine: ids and
 	// each row's end in outIDs.
 	outIDs  []int32
 	outEnds []int64
-	// share: this goroutine is one of several encoding one batch; words it
-	// does not know go through the word cache they share (wordcache.go).
-	// A goroutine encoding alone does not pay for publishing its words.
-	share bool
 }
 
 func (t *Tokenizer) getScratch() *scratch {
@@ -206,14 +201,13 @@ func (t *Tokenizer) encodeChunks(values []int32, offsets []int64, n, workers int
 	scs := make([]*scratch, workers)
 	for g := range scs {
 		scs[g] = t.getScratch()
-		scs[g].outIDs, scs[g].outEnds, scs[g].share = scs[g].outIDs[:0], scs[g].outEnds[:0], true
+		scs[g].outIDs, scs[g].outEnds = scs[g].outIDs[:0], scs[g].outEnds[:0]
 	}
 	defer func() {
 		for _, sc := range scs {
 			if cap(sc.outIDs) > maxKeptIDs { // a huge batch's buffers are not kept
 				sc.outIDs, sc.outEnds = nil, nil
 			}
-			sc.share = false
 			t.putScratch(sc)
 		}
 	}()
