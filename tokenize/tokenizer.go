@@ -154,6 +154,9 @@ func (t *Tokenizer) encodeWords(sc *scratch, dst []int32, s string, first bool) 
 	return dst
 }
 
+// minChunkBytes is the least text EncodeBatch hands a worker at once.
+const minChunkBytes = 8 << 10
+
 // maxKeptIDs bounds the output buffer (ids) a scratch area keeps between
 // EncodeBatch calls: 16 MiB.
 const maxKeptIDs = 4 << 20
@@ -187,17 +190,32 @@ func (t *Tokenizer) EncodeBatch(values []int32, offsets []int64, n, workers int,
 
 // encodeChunks is EncodeBatch on several goroutines.
 func (t *Tokenizer) encodeChunks(values []int32, offsets []int64, n, workers int, addSpecial bool, text func(i int) string) ([]int32, []int64, error) {
-	// Rows go in chunks of consecutive rows that idle workers claim, so long
-	// documents do not leave one worker with the tail; chunks are joined in
-	// order. Each worker encodes into its scratch's buffers (kept across
+	// Rows go in chunks of consecutive rows that idle workers claim, joined
+	// in order. Chunks are cut by text bytes and shrink as the batch runs
+	// out (each about 1/(8*workers) of the bytes left, down to
+	// minChunkBytes), so that the workers finish close together: on a short
+	// batch a worker left idle while the other ends a large chunk is wall
+	// time lost. Each worker encodes into its scratch's buffers (kept across
 	// calls: no new memory per call), returned only after the join.
-	chunk := max(1, n/(workers*8))
+	left := 0
+	for i := range n {
+		left += len(text(i))
+	}
+	bounds := make([]int, 1, 16*workers)
+	for i, acc := 0, 0; i < n; i++ {
+		acc += len(text(i))
+		if acc >= max(minChunkBytes, left/(8*workers)) || i == n-1 {
+			bounds = append(bounds, i+1)
+			left -= acc
+			acc = 0
+		}
+	}
 	type part struct {
 		sc                       *scratch
 		idLo, idHi, endLo, endHi int
 		err                      error
 	}
-	parts := make([]part, (n+chunk-1)/chunk)
+	parts := make([]part, len(bounds)-1)
 	scs := make([]*scratch, workers)
 	for g := range scs {
 		scs[g] = t.getScratch()
@@ -224,7 +242,7 @@ func (t *Tokenizer) encodeChunks(values []int32, offsets []int64, n, workers int
 				}
 				p := &parts[k]
 				p.sc, p.idLo, p.endLo = sc, len(sc.outIDs), len(sc.outEnds)
-				for i := k * chunk; i < min(n, (k+1)*chunk); i++ {
+				for i := bounds[k]; i < bounds[k+1]; i++ {
 					s := text(i)
 					if !utf8.ValidString(s) {
 						p.err = fmt.Errorf("row %d: %w", i, ErrInvalidUTF8)
