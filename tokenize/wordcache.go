@@ -37,7 +37,7 @@ const (
 	wordCacheMaxWord = 256     // longer words are not cached
 	wordCacheSlots   = 2 * wordCacheMax
 	wordCacheProbes  = 32                // slots looked at before giving up (an insert then caches nothing)
-	wordCacheBytes   = 48 * wordCacheMax // record space per table
+	wordCacheBytes   = 64 * wordCacheMax // record space per table
 	// A goroutine claims record space cacheBlock bytes, and words
 	// cacheQuota, at a time, so that inserts rarely touch a shared counter.
 	cacheBlock = 4096
