@@ -30,7 +30,7 @@ type Tokenizer struct {
 	prefix, suffix []int32
 	// addedIDs and specialIDs map added tokens' contents to their ids.
 	addedIDs, specialIDs map[string]int32
-	// free holds idle scratch (with its word cache), kept across garbage
+	// free holds idle scratch (its buffers grown to size), kept across garbage
 	// collections, unlike a sync.Pool's.
 	mu   sync.Mutex
 	free []*scratch
