@@ -13,7 +13,7 @@ import (
 //
 // It is laid out for the processor's caches, since that is what two workers
 // contend for: on the shared 2-core machine two goroutines encoding at once
-// each spent 10 to 24% more CPU than one alone even with nothing shared (a
+// each spent 11 to 24% more CPU than one alone even with nothing shared (a
 // Tokenizer each), and a pointer chase over 4 MiB ran at about half speed
 // on both cores at once while one over 1.5 MiB did not (BENCHMARKS.md,
 // Tokenization). A word's entry is one record in a byte array (a uint32 of
