@@ -98,14 +98,17 @@ func (m *bpe) encodeWord(sc *scratch, w string, dst []int32) []int32 {
 }
 
 // encodePart encodes a word, or a part of one that merges cannot cross.
+// With ignore_merges a word in the vocabulary is its own token; that is
+// looked up after the word cache and the answer cached like a merge's (a
+// Go map lookup before the cache took 12% of Llama 3's CPU).
 func (m *bpe) encodePart(sc *scratch, w string, dst []int32) []int32 {
-	if m.ignoreMerges {
-		if id, ok := m.vocab[w]; ok {
-			return append(dst, id)
-		}
-	}
 	bs := &sc.bpe
 	if len(w) > wordCacheMaxWord {
+		if m.ignoreMerges {
+			if id, ok := m.vocab[w]; ok {
+				return append(dst, id)
+			}
+		}
 		bs.merged++
 		return m.merge(bs, w, dst)
 	}
@@ -114,8 +117,12 @@ func (m *bpe) encodePart(sc *scratch, w string, dst []int32) []int32 {
 		return out
 	}
 	mark := len(dst)
-	bs.merged++
-	dst = m.merge(bs, w, dst)
+	if id, ok := m.vocab[w]; ok && m.ignoreMerges {
+		dst = append(dst, id)
+	} else {
+		bs.merged++
+		dst = m.merge(bs, w, dst)
+	}
 	m.cache.put(&bs.arena, w, h, dst[mark:])
 	return dst
 }
