@@ -55,8 +55,7 @@
 //   - A BPE model keeps one word cache for every goroutine that encodes with
 //     it (at most 65,536 words of up to 256 bytes, emptied when full; lookups
 //     take no lock), so a word is merged once however many workers meet it.
-//     It is allocated at load: 1 MiB of slots and 4 MiB of record space,
-//     touched as words arrive.
+//     It is allocated at load: 1 MiB of slots and 4 MiB of record space.
 //     Each goroutine that encodes holds a scratch area; idle ones are kept by
 //     the Tokenizer for reuse.
 package tokenize
