@@ -54,15 +54,11 @@ type symbol struct {
 }
 
 type bpeScratch struct {
-	syms  []symbol
-	heap  []mergeEntry
-	ranks []uint64
-	// cache maps the words this goroutine met to offset<<32 | count in ids
-	// (emptied when full); a word not there is looked up in the shared cache.
-	cache  map[string]uint64
-	ids    []int32
-	arena  cacheArena // the shared cache's entries this goroutine publishes
-	merged int        // words merged (not in either cache, or too long to cache)
+	syms   []symbol
+	heap   []mergeEntry
+	ranks  []uint64
+	arena  cacheArena // this goroutine's claim on the word cache (wordcache.go)
+	merged int        // words merged (not in the word cache, or too long for it)
 }
 
 type mergeEntry struct {
@@ -102,48 +98,32 @@ func (m *bpe) encodeWord(sc *scratch, w string, dst []int32) []int32 {
 }
 
 // encodePart encodes a word, or a part of one that merges cannot cross.
+// With ignore_merges a word in the vocabulary is its own token; that is
+// looked up after the word cache and the answer cached like a merge's (a
+// Go map lookup before the cache took 12% of Llama 3's CPU).
 func (m *bpe) encodePart(sc *scratch, w string, dst []int32) []int32 {
-	if m.ignoreMerges {
-		if id, ok := m.vocab[w]; ok {
-			return append(dst, id)
-		}
-	}
 	bs := &sc.bpe
 	if len(w) > wordCacheMaxWord {
+		if m.ignoreMerges {
+			if id, ok := m.vocab[w]; ok {
+				return append(dst, id)
+			}
+		}
 		bs.merged++
 		return m.merge(bs, w, dst)
 	}
-	if v, ok := bs.cache[w]; ok {
-		return append(dst, bs.ids[v>>32:v>>32+v&0xffffffff]...)
+	h := maphash.String(m.cache.seed, w)
+	if out, ok := m.cache.get(w, h, dst); ok {
+		return out
 	}
 	mark := len(dst)
-	var e *cacheEntry
-	if sc.share {
-		h := maphash.String(m.cache.seed, w)
-		if e = m.cache.get(w, h); e != nil {
-			dst = append(dst, e.ids...)
-		} else {
-			bs.merged++
-			dst = m.merge(bs, w, dst)
-			e = m.cache.put(&bs.arena, w, h, dst[mark:])
-		}
+	if id, ok := m.vocab[w]; ok && m.ignoreMerges {
+		dst = append(dst, id)
 	} else {
 		bs.merged++
 		dst = m.merge(bs, w, dst)
 	}
-	var key string
-	if e != nil {
-		key = e.key // already a copy
-	} else {
-		key = strings.Clone(w)
-	}
-	if bs.cache == nil || len(bs.cache) >= wordCacheMax {
-		bs.cache = make(map[string]uint64, 1024)
-		bs.ids = bs.ids[:0]
-	}
-	off := len(bs.ids)
-	bs.ids = append(bs.ids, dst[mark:]...)
-	bs.cache[key] = uint64(off)<<32 | uint64(len(dst)-mark)
+	m.cache.put(&bs.arena, w, h, dst[mark:])
 	return dst
 }
 

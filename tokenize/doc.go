@@ -52,9 +52,10 @@
 //     agree; hand-edited ones may not.
 //   - Unigram scores are parsed as serde_json parses floats (not correctly
 //     rounded), because ties between segmentations follow their last bits.
-//   - Each goroutine that encodes holds a scratch area with a BPE word cache
-//     (at most 65,536 words of up to 256 bytes, emptied when full); idle
-//     scratch areas are kept by the Tokenizer for reuse. The goroutines of
-//     one EncodeBatch also share the Tokenizer's word cache (as large; lookups
+//   - A BPE model keeps one word cache for every goroutine that encodes with
+//     it (at most 65,536 words of up to 256 bytes, emptied when full; lookups
 //     take no lock), so a word is merged once however many workers meet it.
+//     It is allocated at load: 1 MiB of slots and 4 MiB of record space.
+//     Each goroutine that encodes holds a scratch area; idle ones are kept by
+//     the Tokenizer for reuse.
 package tokenize

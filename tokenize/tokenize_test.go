@@ -234,24 +234,32 @@ func TestInvalidUTF8(t *testing.T) {
 	}
 }
 
-// Any number of workers gives the same values and offsets as Encode row by row.
+// Any number of workers gives the same values and offsets as Encode row by
+// row: rows of a few bytes (one chunk), and rows of up to 10 KB with empty
+// ones among them (chunks of many rows, of one row, shrinking at the end).
 func TestEncodeBatchWorkers(t *testing.T) {
 	tk := mustParse(t, tiny(tinyBPE, ""))
-	var texts []string
+	var small, large []string
 	for i := range 37 {
-		texts = append(texts, strings.Repeat("abc", i%5)+strings.Repeat("é", i%3))
+		small = append(small, strings.Repeat("abc", i%5)+strings.Repeat("é", i%3))
 	}
-	var want []int32
-	wantOff := []int64{0}
-	for _, s := range texts {
-		ids, _ := tk.Encode(s, true)
-		want = append(want, ids...)
-		wantOff = append(wantOff, int64(len(want)))
+	for i := range 300 {
+		large = append(large, strings.Repeat("abc é", (i*7919)%2000*(i%4)/3))
 	}
-	for _, w := range []int{1, 2, 3, 8, 100} {
-		got, off, err := tk.EncodeBatch(nil, []int64{0}, len(texts), w, true, func(i int) string { return texts[i] })
-		if err != nil || !slices.Equal(got, want) || !slices.Equal(off, wantOff) {
-			t.Errorf("EncodeBatch(workers=%d) = %v %v %v, want %v %v", w, got, off, err, want, wantOff)
+	for _, texts := range [][]string{small, large} {
+		var want []int32
+		wantOff := []int64{0}
+		for _, s := range texts {
+			ids, _ := tk.Encode(s, true)
+			want = append(want, ids...)
+			wantOff = append(wantOff, int64(len(want)))
+		}
+		for _, w := range []int{1, 2, 3, 8, 100} {
+			got, off, err := tk.EncodeBatch(nil, []int64{0}, len(texts), w, true, func(i int) string { return texts[i] })
+			if err != nil || !slices.Equal(got, want) || !slices.Equal(off, wantOff) {
+				t.Errorf("%d rows, EncodeBatch(workers=%d): %d ids, %d offsets, %v; want %d ids, %d offsets (or they differ)",
+					len(texts), w, len(got), len(off), err, len(want), len(wantOff))
+			}
 		}
 	}
 }

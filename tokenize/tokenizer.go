@@ -18,9 +18,8 @@ type model interface {
 }
 
 // Tokenizer encodes text as a tokenizer.json says. It is safe for concurrent
-// use; each call borrows per-goroutine scratch space (buffers and a BPE word
-// cache) from a pool, and the goroutines of one EncodeBatch share the BPE
-// model's word cache (wordcache.go).
+// use; each call borrows per-goroutine scratch space (buffers) from a pool,
+// and every goroutine shares the BPE model's word cache (wordcache.go).
 type Tokenizer struct {
 	added      *addedSet // added tokens matched on the raw text (normalized: false)
 	addedNorm  *addedSet // added tokens matched on normalized text (normalized: true)
@@ -31,7 +30,7 @@ type Tokenizer struct {
 	prefix, suffix []int32
 	// addedIDs and specialIDs map added tokens' contents to their ids.
 	addedIDs, specialIDs map[string]int32
-	// free holds idle scratch (with its word cache), kept across garbage
+	// free holds idle scratch (its buffers grown to size), kept across garbage
 	// collections, unlike a sync.Pool's.
 	mu   sync.Mutex
 	free []*scratch
@@ -46,15 +45,11 @@ type scratch struct {
 	spans  []span     // matches of a span split
 	buf    []byte     // WordPiece's "##" + candidate
 	best   []bestNode // Unigram's lattice
-	bpe    bpeScratch // BPE's merge state, and its entries of the shared word cache
+	bpe    bpeScratch // BPE's merge state, and its claim on the word cache
 	// outIDs and outEnds are EncodeBatch's output on this goroutine: ids and
 	// each row's end in outIDs.
 	outIDs  []int32
 	outEnds []int64
-	// share: this goroutine is one of several encoding one batch; words it
-	// does not know go through the word cache they share (wordcache.go).
-	// A goroutine encoding alone does not pay for publishing its words.
-	share bool
 }
 
 func (t *Tokenizer) getScratch() *scratch {
@@ -159,6 +154,9 @@ func (t *Tokenizer) encodeWords(sc *scratch, dst []int32, s string, first bool) 
 	return dst
 }
 
+// minChunkBytes is the least text EncodeBatch hands a worker at once.
+const minChunkBytes = 8 << 10
+
 // maxKeptIDs bounds the output buffer (ids) a scratch area keeps between
 // EncodeBatch calls: 16 MiB.
 const maxKeptIDs = 4 << 20
@@ -192,28 +190,42 @@ func (t *Tokenizer) EncodeBatch(values []int32, offsets []int64, n, workers int,
 
 // encodeChunks is EncodeBatch on several goroutines.
 func (t *Tokenizer) encodeChunks(values []int32, offsets []int64, n, workers int, addSpecial bool, text func(i int) string) ([]int32, []int64, error) {
-	// Rows go in chunks of consecutive rows that idle workers claim, so long
-	// documents do not leave one worker with the tail; chunks are joined in
-	// order. Each worker encodes into its scratch's buffers (kept across
+	// Rows go in chunks of consecutive rows that idle workers claim, joined
+	// in order. Chunks are cut by text bytes and shrink as the batch runs
+	// out (each about 1/(8*workers) of the bytes left, down to
+	// minChunkBytes), so that the workers finish close together: on a short
+	// batch a worker left idle while the other ends a large chunk is wall
+	// time lost. Each worker encodes into its scratch's buffers (kept across
 	// calls: no new memory per call), returned only after the join.
-	chunk := max(1, n/(workers*8))
+	left := 0
+	for i := range n {
+		left += len(text(i))
+	}
+	bounds := make([]int, 1, 16*workers)
+	for i, acc := 0, 0; i < n; i++ {
+		acc += len(text(i))
+		if acc >= max(minChunkBytes, left/(8*workers)) || i == n-1 {
+			bounds = append(bounds, i+1)
+			left -= acc
+			acc = 0
+		}
+	}
 	type part struct {
 		sc                       *scratch
 		idLo, idHi, endLo, endHi int
 		err                      error
 	}
-	parts := make([]part, (n+chunk-1)/chunk)
+	parts := make([]part, len(bounds)-1)
 	scs := make([]*scratch, workers)
 	for g := range scs {
 		scs[g] = t.getScratch()
-		scs[g].outIDs, scs[g].outEnds, scs[g].share = scs[g].outIDs[:0], scs[g].outEnds[:0], true
+		scs[g].outIDs, scs[g].outEnds = scs[g].outIDs[:0], scs[g].outEnds[:0]
 	}
 	defer func() {
 		for _, sc := range scs {
 			if cap(sc.outIDs) > maxKeptIDs { // a huge batch's buffers are not kept
 				sc.outIDs, sc.outEnds = nil, nil
 			}
-			sc.share = false
 			t.putScratch(sc)
 		}
 	}()
@@ -230,7 +242,7 @@ func (t *Tokenizer) encodeChunks(values []int32, offsets []int64, n, workers int
 				}
 				p := &parts[k]
 				p.sc, p.idLo, p.endLo = sc, len(sc.outIDs), len(sc.outEnds)
-				for i := k * chunk; i < min(n, (k+1)*chunk); i++ {
+				for i := bounds[k]; i < bounds[k+1]; i++ {
 					s := text(i)
 					if !utf8.ValidString(s) {
 						p.err = fmt.Errorf("row %d: %w", i, ErrInvalidUTF8)
