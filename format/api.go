@@ -57,6 +57,12 @@ type HeldFetcher interface {
 // headers and levels, and the values of the piece's rows, not the others).
 type SparseFetcher interface {
 	Fetcher
+	// Sparse reports whether leaving bytes out saves anything: false where
+	// the fetcher maps ranges of a local file rather than reading them
+	// (mapping a page's unread values costs no read, and reading the rest
+	// into a buffer would copy what a mapping does not), so that the pages
+	// are fetched whole.
+	Sparse() bool
 	// FetchSparse fetches the ranges parts (sorted, disjoint, inside c) of
 	// chunk c of row group rg: the Fetched's BytesAt(c.Offset, c.Length)
 	// holds them in place; its other bytes are undefined and must not be

@@ -37,7 +37,8 @@ import (
 // and for a list whose v1 pages are cut inside rows (as arrow-go writes
 // them) also the pages that end its last row; of a fixed-size list's
 // uncompressed v1 pages at its ends, only the headers, the levels and its
-// own rows' values (pieces_sparse.go). Of the pages cutting the
+// own rows' values where the fetcher reads rather than maps
+// (pieces_sparse.go). Of the pages cutting the
 // range's edges, a piece of a fixed-size list column copies its own rows'
 // values alone, and a compressed page it ends inside is kept decompressed
 // for the row group's next piece, which starts there (edges); a primitive

@@ -35,7 +35,7 @@ func (d *parquetDecoder) fetchPages(ctx context.Context, p piece, md *pqformat.C
 	c := &d.cols[p.col]
 	first, last := locs[0], locs[len(locs)-1]
 	ch := Chunk{Column: c.name, Offset: first.off, Length: last.off + last.size - first.off}
-	if sf, ok := p.fetch.(SparseFetcher); ok {
+	if sf, ok := p.fetch.(SparseFetcher); ok && sf.Sparse() {
 		if parts := c.sparseParts(md, locs, lo, hi); parts != nil {
 			ra, err := sf.FetchSparse(ctx, p.rg, ch, parts)
 			if err != nil {

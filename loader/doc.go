@@ -48,8 +48,9 @@
 // one page more per streamed column at each end (for a list whose v1 pages
 // are cut inside rows, as arrow-go writes them, also the pages ending its
 // last row; of the uncompressed v1 pages of a fixed-size list at its ends,
-// only their headers, levels and the piece's own values, read into a buffer
-// instead of mapped: format.SparseFetcher); pages its row group's pieces
+// only their headers, levels and the piece's own values where pages are
+// read rather than mapped (a remote store, or WithMmap(false):
+// format.SparseFetcher; a mapping maps them whole)); pages its row group's pieces
 // share are decoded or decompressed
 // once (ReadStats.Reused, PagesReused). Every other column (dictionary-encoded,
 // nullable, booleans, strings, the types arrow-go decodes, Arrow IPC

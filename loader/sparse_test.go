@@ -19,7 +19,8 @@ import (
 // whole row group; the bytes left out are exactly what fetching whole
 // pages reads more; a piece on page boundaries, or whose rows outside it
 // in a page are under 64 KiB, leaves nothing out; SNAPPY pages are fetched
-// whole.
+// whole; where the file is mapped (WithMmap, the default), nothing is left
+// out: the pages are mapped whole.
 func TestSparseEdgePages(t *testing.T) {
 	rec := fastRecord(0, 200000)
 	defer rec.Release()
@@ -29,7 +30,8 @@ func TestSparseEdgePages(t *testing.T) {
 			path := filepath.Join(dir, fmt.Sprintf("sparse_%v.parquet", codec))
 			writeFastFile(t, path, []arrow.RecordBatch{rec}, pq.WithDictionaryDefault(false), pq.WithMaxRowGroupLength(200000),
 				pq.WithDataPageSize(1<<20), pq.WithCompression(codec), pq.WithDataPageVersion(pq.DataPageV1))
-			ds, mem := openChecked(t, path, WithColumns("id", "features"))
+			ds, mem := openChecked(t, path, WithColumns("id", "features"), WithMmap(false))
+			mapped, mmem := openChecked(t, path, WithColumns("id", "features"))
 			ref := ds.RowGroups()[0]
 			whole, err := ds.ReadRowGroup(context.Background(), 0, 0, mem)
 			if err != nil {
@@ -65,6 +67,16 @@ func TestSparseEdgePages(t *testing.T) {
 					return st.FetchedBytes.Load(), st.SparseSkipped.Load()
 				}
 				fetched, skipped := read(false)
+				// Mapped, the same piece maps its edge pages whole.
+				func() {
+					p := mapped.RowGroups()[0]
+					p.Start, p.End = c.start, c.end
+					got, st := readAll(t, mapped, []RowGroupRef{p}, mmem)
+					defer releaseAll(got)
+					if st.SparseSkipped.Load() != 0 || st.MappedBytes.Load() == 0 {
+						t.Errorf("rows [%d, %d) mapped: %d bytes left out, %d mapped; want none left out, pages mapped", c.start, c.end, st.SparseSkipped.Load(), st.MappedBytes.Load())
+					}
+				}()
 				full, none := read(true)
 				t.Logf("rows [%d, %d): %d bytes fetched, %d left out; %d with whole pages", c.start, c.end, fetched, skipped, full)
 				want := c.sparse && codec == compress.Codecs.Uncompressed
