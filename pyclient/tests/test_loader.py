@@ -368,6 +368,41 @@ def test_one_placement_call_per_step_through_the_loader(server, glob, monkeypatc
     assert not puts, f"{len(puts)} per-array jax.device_put calls on the hot path"
 
 
+def test_prefetch_queue_calls(server, glob):
+    """next() on a step that is ready calls no Python-level threading or
+    queue code (queue.Queue's conditions and locks cost the loop 10-20 us a
+    step right after its step on a 2-vCPU VM: prefetch.StepQueue), and no
+    more than a handful of Python functions in all."""
+    import sys
+
+    with meshfeed.Loader(glob, global_batch_size=64, sharding=sharding((8,), ("data",), P("data")),
+                         server=server.address, num_epochs=None, prefetch=2) as ld:
+        it = iter(ld)
+        next(it)
+        counted = []
+        for _ in range(5):
+            deadline = time.monotonic() + 10
+            while ld._box[0].queue.qsize() < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert ld._box[0].queue.qsize() >= 1, "no step queued within 10 s"
+            calls: list[str] = []
+
+            def prof(frame, event, arg):
+                if event == "call" and threading.current_thread() is threading.main_thread():
+                    calls.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+
+            sys.setprofile(prof)
+            try:
+                next(it)
+            finally:
+                sys.setprofile(None)
+            counted.append(calls)
+    for calls in counted:
+        slow = [c for c in calls if c.rsplit("/", 1)[-1].split(":")[0] in ("threading.py", "queue.py")]
+        assert not slow, f"next() called Python-level threading/queue code: {slow}"
+        assert len(calls) <= 6, f"next() made {len(calls)} Python calls: {calls}"
+
+
 @pytest.mark.parametrize("transport", ["shm", "flight"])
 def test_steps_come_out_ready(glob, monkeypatch, transport):
     """A step next() returns is on its devices: the prefetch thread waited,
@@ -447,7 +482,7 @@ def test_wait_stats_keep_bounded_memory(server, glob, monkeypatch):
         for _ in range(4):
             next(it)
         st = ld.stats()
-        assert ld._waits.size == 3, "the waits kept grew with the steps"
+        assert len(ld._waits) == 3, "the waits kept grew with the steps"
     w = st["wait_ms"]
     assert st["steps"] == 5
     assert w["max"] == first and w["max"] > 5 * w["p99"], w  # the first step's wait, out of the ring
