@@ -257,7 +257,9 @@ func TestMixtureResume(t *testing.T) {
 	stop := transport.MixtureStop{Rule: "num_steps", NumSteps: 30}
 	req := mixRequest(dirs, []float64{0.5, 0.3, 0.2}, B, D, []int{0, 1, 2, 3}, transport.LastBatchDrop, stop)
 	full := readMixture(t, p, req)
-	k := r.IntN(len(full))
+	// k >= 1: a reweight at step 0 has no history (the client sends none;
+	// spans must start after one another, so the server refuses one from 0).
+	k := 1 + r.IntN(len(full)-1)
 	req.Start.Step = k
 	if got := readMixture(t, p, req); fmt.Sprint(got) != fmt.Sprint(full[k:]) {
 		t.Fatalf("resumed at step %d: differs from the uninterrupted run", k)

@@ -189,7 +189,7 @@ func (ds *Dataset) readPiece(ctx context.Context, ref RowGroupRef, p piece) (arr
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		if e.rec == nil {
-			rec, err := ds.readRowGroupVia(ctx, ref.File, ref.Index, mem, stats, nil, readVia{held: p.held})
+			rec, err := ds.readRowGroupVia(ctx, ref.File, ref.Index, mem, readVia{stats: stats, held: p.held})
 			if err != nil {
 				return nil, err
 			}

@@ -285,19 +285,25 @@ func (ds *Dataset) ReadRowGroup(ctx context.Context, file, rowGroup int, mem mem
 // readRowGroup is ReadRowGroup counting in stats; it decodes holding a slot
 // of gate (none while it fetches; nil: no gate).
 func (ds *Dataset) readRowGroup(ctx context.Context, file, rowGroup int, mem memory.Allocator, stats *ReadStats, gate decodeGate) (arrow.RecordBatch, error) {
-	return ds.readRowGroupVia(ctx, file, rowGroup, mem, stats, gate, readVia{})
+	return ds.readRowGroupVia(ctx, file, rowGroup, mem, readVia{stats: stats, gate: gate})
 }
 
-// readVia is what a reader's whole row group reads take held bytes from
-// (nil: none) and keep for the readers after it (nil: nothing).
+// readVia is how a reader reads a whole row group: the counters it counts
+// in, the decode gate it decodes under (nil: none), the held bytes it takes
+// from (nil: none) and what it keeps for the readers after it (nil:
+// nothing).
 type readVia struct {
-	held *HeldChunks
-	keep *Keeper
+	stats *ReadStats
+	gate  decodeGate
+	held  *HeldChunks
+	keep  *Keeper
 }
 
-// readRowGroupVia is readRowGroup taking held bytes from via.held and
-// keeping the chunks via.keep names.
-func (ds *Dataset) readRowGroupVia(ctx context.Context, file, rowGroup int, mem memory.Allocator, stats *ReadStats, gate decodeGate, via readVia) (arrow.RecordBatch, error) {
+// readRowGroupVia is readRowGroup counting in via.stats, decoding under
+// via.gate, taking held bytes from via.held and keeping the chunks via.keep
+// names.
+func (ds *Dataset) readRowGroupVia(ctx context.Context, file, rowGroup int, mem memory.Allocator, via readVia) (arrow.RecordBatch, error) {
+	stats, gate := via.stats, via.gate
 	if file < 0 || file >= len(ds.Files) || rowGroup < 0 || rowGroup >= len(ds.Files[file].RowGroups) {
 		return nil, fmt.Errorf("loader: row group (file %d, index %d) out of range", file, rowGroup)
 	}

@@ -372,7 +372,7 @@ func (r *RowGroupReader) produce(refs []RowGroupRef, mem memory.Allocator) {
 func (r *RowGroupReader) read(k int, p *pending, mem memory.Allocator, gate decodeGate) {
 	ref := p.ref
 	if p.ent == nil {
-		p.rec, p.err = r.ds.readRowGroupVia(r.ctx, ref.File, ref.Index, mem, &r.stats, gate, readVia{held: r.held, keep: r.keep})
+		p.rec, p.err = r.ds.readRowGroupVia(r.ctx, ref.File, ref.Index, mem, readVia{stats: &r.stats, gate: gate, held: r.held, keep: r.keep})
 		r.heldDone(ref.File, ref.Index)
 	} else {
 		start, end := ref.span()

@@ -188,15 +188,13 @@ func (t *Tokenizer) EncodeBatch(values []int32, offsets []int64, n, workers int,
 	return t.encodeChunks(values, offsets, n, workers, addSpecial, text)
 }
 
-// encodeChunks is EncodeBatch on several goroutines.
-func (t *Tokenizer) encodeChunks(values []int32, offsets []int64, n, workers int, addSpecial bool, text func(i int) string) ([]int32, []int64, error) {
-	// Rows go in chunks of consecutive rows that idle workers claim, joined
-	// in order. Chunks are cut by text bytes and shrink as the batch runs
-	// out (each about 1/(8*workers) of the bytes left, down to
-	// minChunkBytes), so that the workers finish close together: on a short
-	// batch a worker left idle while the other ends a large chunk is wall
-	// time lost. Each worker encodes into its scratch's buffers (kept across
-	// calls: no new memory per call), returned only after the join.
+// chunkBounds cuts rows [0, n) into chunks of consecutive rows for workers
+// to claim: bounds[k] to bounds[k+1]. Chunks are cut by text bytes and
+// shrink as the batch runs out (each about 1/(8*workers) of the bytes left,
+// down to minChunkBytes), so that the workers finish close together: on a
+// short batch a worker left idle while the other ends a large chunk is wall
+// time lost.
+func chunkBounds(n, workers int, text func(i int) string) []int {
 	left := 0
 	for i := range n {
 		left += len(text(i))
@@ -210,6 +208,16 @@ func (t *Tokenizer) encodeChunks(values []int32, offsets []int64, n, workers int
 			acc = 0
 		}
 	}
+	return bounds
+}
+
+// encodeChunks is EncodeBatch on several goroutines.
+func (t *Tokenizer) encodeChunks(values []int32, offsets []int64, n, workers int, addSpecial bool, text func(i int) string) ([]int32, []int64, error) {
+	// Rows go in chunks of consecutive rows that idle workers claim
+	// (chunkBounds), joined in order. Each worker encodes into its scratch's
+	// buffers (kept across calls: no new memory per call), returned only
+	// after the join.
+	bounds := chunkBounds(n, workers, text)
 	type part struct {
 		sc                       *scratch
 		idLo, idHi, endLo, endHi int
