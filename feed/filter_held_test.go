@@ -6,46 +6,15 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/objstore"
+	"github.com/meshfeed/meshfeed/objstore/objstoretest"
 	"github.com/meshfeed/meshfeed/transport"
 )
-
-// rangeReads is a store (reads, no mappings) that records the byte ranges
-// read of each object.
-type rangeReads struct {
-	objstore.Store
-	mu    sync.Mutex
-	reads map[string][][2]int64
-}
-
-func (s *rangeReads) ReadAt(ctx context.Context, obj objstore.Object, p []byte, off int64) error {
-	s.mu.Lock()
-	if s.reads == nil {
-		s.reads = map[string][][2]int64{}
-	}
-	s.reads[obj.URI] = append(s.reads[obj.URI], [2]int64{off, off + int64(len(p))})
-	s.mu.Unlock()
-	return s.Store.ReadAt(ctx, obj, p, off)
-}
-
-// within returns the bytes read of uri inside [lo, hi), each read counted.
-func (s *rangeReads) within(uri string, lo, hi int64) int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var n int64
-	for _, r := range s.reads[uri] {
-		if a, b := max(r[0], lo), min(r[1], hi); a < b {
-			n += b - a
-		}
-	}
-	return n
-}
 
 // heldRow is one delivered row: its id and features.
 type heldRow struct {
@@ -110,7 +79,7 @@ func TestFilterColumnReadOnce(t *testing.T) {
 				t.Fatalf("unfiltered: %d rows, %d of them in [%d, %d); want 12000 and %d", len(all), len(want), lo, hi, hi-lo)
 			}
 			for _, held := range []bool{true, false} {
-				store := &rangeReads{Store: objstore.NewLocalStore()}
+				store := &objstoretest.RangeReads{Store: objstore.NewLocalStore()}
 				opts := []Option{WithStore(store), WithCacheTTL(0)}
 				if !held {
 					opts = append(opts, WithHeldChunks(0, 0))
@@ -149,7 +118,7 @@ func TestFilterColumnReadOnce(t *testing.T) {
 						}
 					}
 					ch := ds.Files[r.File].RowGroups[r.Index].Chunks[0]
-					n := store.within(ds.Files[r.File].Object.URI, ch.Offset, ch.Offset+ch.Length)
+					n := store.Within(ds.Files[r.File].Object.URI, ch.Offset, ch.Offset+ch.Length)
 					t.Logf("held=%v: row group %d of file %d: %d bytes of its %d-byte id chunk read", held, r.Index, r.File, n, ch.Length)
 					if held && n != ch.Length {
 						t.Errorf("row group %d of file %d: %d bytes of its id chunk (%d) read in plan and stream, want each once", r.Index, r.File, n, ch.Length)

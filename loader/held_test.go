@@ -16,45 +16,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 
 	"github.com/meshfeed/meshfeed/objstore"
+	"github.com/meshfeed/meshfeed/objstore/objstoretest"
 )
-
-// rangeStore is a store (no mappings) that records the byte ranges read
-// of each object.
-type rangeStore struct {
-	objstore.Store
-	mu    sync.Mutex
-	reads map[string][][2]int64 // per URI: [off, end)
-}
-
-func (s *rangeStore) ReadAt(ctx context.Context, obj objstore.Object, p []byte, off int64) error {
-	s.mu.Lock()
-	if s.reads == nil {
-		s.reads = map[string][][2]int64{}
-	}
-	s.reads[obj.URI] = append(s.reads[obj.URI], [2]int64{off, off + int64(len(p))})
-	s.mu.Unlock()
-	return s.Store.ReadAt(ctx, obj, p, off)
-}
-
-// within returns the bytes read of uri that lie inside [lo, hi), each read
-// counted (a byte read twice counts twice).
-func (s *rangeStore) within(uri string, lo, hi int64) int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var n int64
-	for _, r := range s.reads[uri] {
-		if a, b := max(r[0], lo), min(r[1], hi); a < b {
-			n += b - a
-		}
-	}
-	return n
-}
-
-func (s *rangeStore) reset() {
-	s.mu.Lock()
-	s.reads = nil
-	s.mu.Unlock()
-}
 
 // readAll reads refs with opts and returns the records (the caller
 // releases them) and the reader's stats.
@@ -105,7 +68,7 @@ func TestHeldChunksReadOnce(t *testing.T) {
 			defer mem.AssertSize(t, 0)
 			local := objstore.NewLocalStore()
 			defer local.Close()
-			store := &rangeStore{Store: local}
+			store := &objstoretest.RangeReads{Store: local}
 			open := func(cols ...string) *Dataset {
 				ds, err := Open(context.Background(), store, []string{path}, WithColumns(cols...), WithFooterCache(nil))
 				if err != nil {
@@ -135,14 +98,14 @@ func TestHeldChunksReadOnce(t *testing.T) {
 			readIDs := func() (n int64) {
 				for _, rg := range []int{1, 2} {
 					ch := idChunk(rg)
-					n += store.within(path, ch.Offset, ch.Offset+ch.Length)
+					n += store.Within(path, ch.Offset, ch.Offset+ch.Length)
 				}
 				return n
 			}
 			chunks := idChunk(1).Length + idChunk(2).Length
 
 			for _, held := range []bool{true, false} {
-				store.reset()
+				store.Reset()
 				h := NewHeldChunks(64<<20, time.Minute, nil)
 				keep := h.NewKeeper("id")
 				if !held {
@@ -197,7 +160,7 @@ func TestHeldChunksWholeReadsBetweenChunks(t *testing.T) {
 	defer mem.AssertSize(t, 0)
 	local := objstore.NewLocalStore()
 	defer local.Close()
-	store := &rangeStore{Store: local}
+	store := &objstoretest.RangeReads{Store: local}
 	ds, err := Open(context.Background(), store, []string{path}, WithColumns("id", "label", "features"), WithFooterCache(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +177,7 @@ func TestHeldChunksWholeReadsBetweenChunks(t *testing.T) {
 			label = ch
 		}
 	}
-	store.reset()
+	store.Reset()
 	got, st := readAll(t, ds, refs, mem, WithReaderHeld(h))
 	defer releaseAll(got)
 	for i := range got {
@@ -222,7 +185,7 @@ func TestHeldChunksWholeReadsBetweenChunks(t *testing.T) {
 			t.Errorf("row group %d read with label held differs", i)
 		}
 	}
-	if n := store.within(path, label.Offset, label.Offset+label.Length); n != 0 || st.HeldBytes.Load() != label.Length {
+	if n := store.Within(path, label.Offset, label.Offset+label.Length); n != 0 || st.HeldBytes.Load() != label.Length {
 		t.Errorf("the held label chunk (%d bytes): %d bytes of it read again, %d taken from memory; want 0 and all", label.Length, n, st.HeldBytes.Load())
 	}
 }

@@ -8,7 +8,8 @@
 // bandwidth proxy (LatencyFront) in front of any of them, so that a suite
 // written against objstore.Store runs on GCS, S3, Azure and HTTPS as well as
 // on local disk with no Docker and no network, and a directory tree of
-// symlinks that stay inside or lead out of a root (RootTree).
+// symlinks that stay inside or lead out of a root (RootTree); RangeReads
+// records the byte ranges read through it, so that tests count them.
 //
 // Everything it starts is stopped by t.Cleanup, except SharedAzurite's
 // Azurite, which the package's TestMain stops (StopSharedAzurite) and which
