@@ -403,6 +403,63 @@ def test_prefetch_queue_calls(server, glob):
         assert len(calls) <= 6, f"next() made {len(calls)} Python calls: {calls}"
 
 
+def test_prefetch_thread_calls_and_writes_per_step(glob):
+    """The prefetch thread's cost per shared-memory step, counted: its
+    Python-level calls (jax's placement wrapper, pxla.batched_device_put,
+    and the aval it made per column are no longer on the path: jaxlib's
+    batched transfer is called directly; no generator sums the totals or
+    checks alignment) and its writes to the server's socket (the step's ack
+    rides with the releases in one write, not two)."""
+    import sys
+
+    from meshfeed._src import shm
+
+    counts: dict[str, int] = {}
+    on = [False]
+
+    def prof(frame, event, arg):
+        if not on[0] or threading.current_thread().name != "meshfeed-prefetch":
+            return
+        if event == "call":
+            code = frame.f_code
+            k = f"{os.path.basename(code.co_filename)}:{code.co_name}"
+            counts[k] = counts.get(k, 0) + 1
+        elif event == "c_call" and getattr(arg, "__name__", "") == "sendall":
+            counts["c:sendall"] = counts.get("c:sendall", 0) + 1
+
+    threading.setprofile(prof)  # threads started from now on: the prefetch thread
+    try:
+        with meshfeed.Loader(glob, global_batch_size=64, sharding=sharding((8,), ("data",), P("data")),
+                             columns=["id", "label", "features", "image"], num_epochs=None, prefetch=2) as ld:
+            it = iter(ld)
+            for _ in range(5):
+                next(it)
+            reader = ld._box[0]._reader
+            assert isinstance(reader, shm.ShmReader), type(reader)
+            r0 = reader.released
+            on[0] = True
+            for _ in range(40):
+                next(it)
+                time.sleep(0.002)
+            on[0] = False
+            released = reader.released - r0
+    finally:
+        threading.setprofile(None)
+        sys.setprofile(None)
+    steps = counts.get("shm.py:read_chunk", 0)  # steps the thread read while counted
+    assert steps >= 30, counts
+    writes = counts.pop("c:sendall", 0)
+    per_step = sum(counts.values()) / steps
+    jax_wrapper = {k: v for k, v in counts.items() if k.split(":")[0] in ("pxla.py", "core.py")}
+    assert not jax_wrapper, f"jax's Python-level placement wrapper is on the step's path: {jax_wrapper}"
+    assert counts.get("prefetch.py:<genexpr>", 0) == 0 and counts.get("layout.py:<genexpr>", 0) == 0, counts
+    assert per_step <= 60, f"{per_step:.1f} Python calls a step in the prefetch thread: {sorted(counts.items())}"
+    # One write a step (its ack, with the releases of the steps the loop let
+    # go of since), give or take the steps in flight at either end.
+    assert released >= 40 - 8, (released, writes)
+    assert writes <= steps + 2, f"{writes} writes for {steps} steps ({released} releases)"
+
+
 @pytest.mark.parametrize("transport", ["shm", "flight"])
 def test_steps_come_out_ready(glob, monkeypatch, transport):
     """A step next() returns is on its devices: the prefetch thread waited,

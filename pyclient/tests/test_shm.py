@@ -319,6 +319,9 @@ def test_direct_views_equal_records_and_hold_their_slot(shm_server, glob):
     tkt = _ticket(glob, epochs=5, columns=[{"name": "id"}, {"name": "features"}])
     r = ShmReader(_shm_path(shm_server), tkt, slots=2)
     first = r.read_chunk()
+    # The addresses the reader gives from its mappings' are the arrays' own.
+    assert first._addr == first._hold.ctypes.data
+    assert first._ahold is None or first._aaddr == first._ahold.ctypes.data
     mat = Materializer(r.schema, sh, L, "valid")
     held = mat(first)
     assert first._data is None, "the direct path built record batches"
@@ -353,6 +356,7 @@ def test_descriptor_outside_its_slot_is_refused():
 
     class Region:
         slot_bytes = 1024
+        addr = 0  # unknown: the chunk asks its arrays
 
         def slot(self, k):
             return np.zeros(self.slot_bytes, np.uint8)
@@ -360,6 +364,7 @@ def test_descriptor_outside_its_slot_is_refused():
     r = object.__new__(ShmReader)
     r._regions, r._closed, r._send_lock, r.released = {0: Region()}, True, threading.RLock(), 0
     r._arena, r.in_place_bytes = None, 0
+    r._reader_ident, r._pending, r._owe_ack, r.writes = None, [], False, 0
     r.schema = pa.schema([pa.field("id", pa.int64())])
     r._starts = [0, shm_mod._nbuffers(pa.int64())]
     step = {"region": 0, "slot": 1, "rows": 8, "epoch": 0, "step": 3, "slices": [0], "real_rows": [8]}
@@ -385,6 +390,7 @@ def test_descriptor_outside_its_slot_is_refused():
 
     class Arena:
         mm = bytearray(4096)
+        addr = 0  # unknown: the chunk asks its arrays
 
         def span(self, lo, hi):
             return np.frombuffer(memoryview(self.mm)[lo:hi], np.uint8)

@@ -4,6 +4,7 @@ Arrow record batches to sharded jax.Arrays without host copies."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import warnings
@@ -22,6 +23,7 @@ from .plan import rows_per_slice
 # XLA's CPU client aliases host memory passed to device_put (no copy) only
 # when it is aligned to this many bytes; otherwise it copies.
 CPU_ALIAS_ALIGNMENT = 64
+_MOD_ALIGN = CPU_ALIAS_ALIGNMENT.__rmod__  # a -> a % 64, in C
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,7 +288,11 @@ class Materializer:
 
     def _unaligned_addrs(self, addrs: list[int]) -> int:
         """Devices whose slice starts at an address of ``addrs`` (one per
-        local slice) that is not 64-byte aligned (plain Python: 8 numbers)."""
+        local slice) that is not 64-byte aligned (plain Python: 8 numbers;
+        none, the shared-memory wire's case, is found without a Python-level
+        generator)."""
+        if not any(map(_MOD_ALIGN, addrs)):
+            return 0
         return sum(n for n, a in zip(self._devs_per_slice_list, addrs) if a % CPU_ALIAS_ALIGNMENT)
 
     def _unaligned(self, view: np.ndarray, slice_bytes: int) -> int:
@@ -440,12 +446,17 @@ class Materializer:
 # jax's own per-column transfer of per-device host arrays into one global
 # array (what jax.device_put ends in, below its per-argument Python work):
 # one C++ call per column instead of jax.device_put's 10-20 us per array.
-# Private, so it is feature-detected and checked on first use (values,
-# devices, aliasing); any surprise falls back to the public path for good.
+# The C++ function itself (jaxlib's batched_device_put, which jax's
+# pxla.batched_device_put wraps in a Python check of its inputs for arrays
+# already on device: 8 isinstance tests and an aval per column, per step),
+# called with avals and device lists made once. Private, so it is
+# feature-detected and checked on first use (values, devices, aliasing);
+# any surprise falls back to the public path for good.
 try:
     from jax._src.core import ShapedArray as _ShapedArray
-    from jax._src.interpreters.pxla import batched_device_put as _batched_device_put
-except ImportError:  # pragma: no cover - another jax
+    from jax._src.lib import xla_client as _xc
+    _batched_device_put = _xc.batched_device_put
+except (ImportError, AttributeError):  # pragma: no cover - another jax
     _batched_device_put = None
 
 _direct: dict[str, Any] = {"ok": None if _batched_device_put is not None else False, "why": ""}
@@ -459,12 +470,32 @@ def placement_path() -> str:
     return "unchecked" if ok is None else "direct" if ok else "device_put"
 
 
+@functools.lru_cache(maxsize=256)
+def _aval(shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    """A column's abstract value (immutable: made once per shape and dtype)."""
+    return _ShapedArray(shape, dtype)
+
+
+# The last layout's device list and slice order: (layout, devices, slice
+# positions or None when device i holds slice i). A one-entry cache checked
+# by identity: a Layout's own hash is a Python-level call.
+_devs_of: list[Any] = [None, [], None]
+
+
+def _layout_devices(layout: Layout) -> tuple[list[Any], list[int] | None]:
+    if _devs_of[0] is not layout:
+        ks = [k for _, k in layout.devices]
+        _devs_of[:] = [layout, [d for d, _ in layout.devices], None if ks == list(range(len(ks))) else ks]
+    return _devs_of[1], _devs_of[2]
+
+
 def _put_direct(sharding: jax.sharding.Sharding, layout: Layout,
                 columns: list[tuple[tuple[int, ...], list[np.ndarray]]]) -> list[jax.Array]:
-    devs = [d for d, _ in layout.devices]
-    ks = [k for _, k in layout.devices]
-    return [_batched_device_put(_ShapedArray(shape, vs[0].dtype), sharding, [vs[k] for k in ks], devs)
-            for shape, vs in columns]
+    devs, ks = _layout_devices(layout)
+    put = _batched_device_put
+    if ks is None:  # device i holds slice i: the views as they are
+        return [put(_aval(shape, vs[0].dtype), sharding, vs, devs) for shape, vs in columns]
+    return [put(_aval(shape, vs[0].dtype), sharding, [vs[k] for k in ks], devs) for shape, vs in columns]
 
 
 def _put_public(sharding: jax.sharding.Sharding, layout: Layout,

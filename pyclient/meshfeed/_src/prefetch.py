@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import json
+import operator
 import queue
 import threading
 from typing import Any, Callable
@@ -123,6 +124,9 @@ class Prefetcher:
         self.queue = StepQueue(depth)
         self._stop = threading.Event()
         self._reader = None
+        # The shared-memory reader's flush (None over Flight): sends the
+        # releases this thread's drops queued, before it may wait.
+        self._flush: Callable[[], None] | None = None
         self._lock = threading.Lock()
         self._dropped: collections.deque = collections.deque()  # steps handed back by the consumer
         self._draining = True  # False once the thread no longer drains: drop() lets go at once
@@ -153,7 +157,10 @@ class Prefetcher:
         self._drain()
 
     def _put(self, item: Any) -> bool:
+        flush = self._flush
         while not self._stop.is_set():
+            if flush is not None:
+                flush()  # no release held back while this thread waits for the loop
             if not self.queue.put(item, timeout=0.05):
                 self._drain()
                 continue
@@ -172,10 +179,12 @@ class Prefetcher:
             reader = self._open(self._ticket)
             with self._lock:
                 self._reader = reader
+            self._flush = getattr(reader, "flush", None)
             if self._stop.is_set():
                 reader.cancel()
                 return
             L = self._layout
+            want_slices = list(L.slices)
             totals: tuple = (0,) * len(TOTALS)
             while not self._stop.is_set():
                 self._drain()
@@ -188,7 +197,7 @@ class Prefetcher:
                 if meta is None:
                     meta = json.loads(chunk.app_metadata.to_pybytes()) if chunk.app_metadata is not None else {}
                 ep, st = meta.get("epoch"), meta.get("step")
-                if (ep, st) != self._expect or meta.get("slices") != list(L.slices):
+                if (ep, st) != self._expect or meta.get("slices") != want_slices:
                     raise MeshfeedError(
                         f"server sent epoch {ep} step {st} slices {meta.get('slices')}, "
                         f"want epoch {self._expect[0]} step {self._expect[1]} slices {list(L.slices)}")
@@ -219,7 +228,7 @@ class Prefetcher:
                     totals = after
                     continue
                 jax.block_until_ready([v for v in batch.values() if isinstance(v, jax.Array)])
-                totals = tuple(a + b for a, b in zip(totals, step))
+                totals = tuple(map(operator.add, totals, step))  # no Python-level generator
                 if not self._put(((ep, st, totals), batch)):
                     return
             while self._pending:
@@ -243,11 +252,13 @@ class Prefetcher:
         tf = self._tf
         assert tf is not None
         ep, st, host, handle, step = self._pending.popleft()
+        if self._flush is not None:
+            self._flush()  # before waiting for the transform
         batch, secs, copies, unaligned, waited = tf.finish(handle, host, ep, st, self._stop)
         del host
         jax.block_until_ready([v for v in batch.values() if isinstance(v, jax.Array)])
         step = step[:3] + (step[3] + copies, step[4], unaligned, step[6], secs, waited)
-        totals = tuple(a + b for a, b in zip(totals, step))
+        totals = tuple(map(operator.add, totals, step))
         return totals if self._put(((ep, st, totals), batch)) else None
 
     def get(self) -> Any:

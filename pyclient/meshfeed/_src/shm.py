@@ -59,13 +59,16 @@ class ShmChunk:
 
     def __init__(self, hold: np.ndarray, base: int, bufs: list[list[list[int]]], schema: pa.Schema,
                  starts: list[int], rows: int, meta: dict, nbytes: int,
-                 ahold: np.ndarray | None = None, abase: int = 0, in_place: int = 0):
+                 ahold: np.ndarray | None = None, abase: int = 0, in_place: int = 0,
+                 addr: int = 0, aaddr: int = 0):
         self._hold, self._base, self._bufs, self._schema = hold, base, bufs, schema
         self._ahold, self._abase = ahold, abase  # the arena's span of the step's buffers there
         self._starts = starts
         self.rows, self.slices = rows, len(bufs)  # rows per slice, slices
         self._data: list[pa.RecordBatch] | None = None
-        self._addr = self._aaddr = 0  # the slot's and the arena span's addresses, once dense needs them
+        # The slot's and the arena span's addresses (0: asked of the arrays
+        # when dense needs them; the reader passes its mappings' own).
+        self._addr, self._aaddr = addr, aaddr
         self.meta = meta  # epoch, step, slices, real_rows: what Flight's app_metadata holds, parsed
         self.nbytes = nbytes  # the step's buffer bytes (from the descriptor)
         self.in_place = in_place  # of which in the arena (not copied by the server)
@@ -101,7 +104,7 @@ class ShmChunk:
         and their addresses, or None when a slice of it has a validity bitmap
         (nulls may be there: use ``data``)."""
         j, k = self._starts[i], self._starts[i + 1] - 1  # validity buffers, then the values
-        if not self._addr:
+        if not self._addr:  # ndarray.ctypes: 1-3 us each
             self._addr = self._hold.ctypes.data
             if self._ahold is not None:
                 self._aaddr = self._ahold.ctypes.data
@@ -153,6 +156,11 @@ class _Region:
             os.close(fd)
         self.slots = slots
         self.slot_bytes = slot_bytes
+        # The mapping's address, asked once (a step's views are at fixed
+        # offsets from it; ndarray.ctypes costs 1-3 us a call).
+        probe = np.frombuffer(memoryview(self.mm)[:1], dtype=np.uint8) if size else None
+        self.addr = probe.ctypes.data if probe is not None else 0
+        del probe
 
     def slot(self, k: int) -> np.ndarray:
         """A NumPy array over slot k. Views of it keep it (not the mapping's
@@ -192,7 +200,17 @@ class ShmReader:
         self._closed = False
         self._regions: dict[int, _Region] = {}
         self._arena: _Region | None = None
-        self.released = 0  # slots handed back (for tests)
+        self.released = 0  # slots handed back, sent or queued for the next frame (for tests)
+        # What the reading thread owes the server, sent in one write with its
+        # next frame (flush): the ack of the step it read last, and the
+        # releases its own drops made (a step's last array deleted on that
+        # thread, as the prefetch thread deletes the steps the loop is done
+        # with). Releases made on other threads go at once. Counted: frames
+        # and writes (test_shm.py: one write per step).
+        self._owe_ack = False
+        self._pending: list[bytes] = []
+        self._reader_ident: int | None = None
+        self.writes = 0
         self.in_place_bytes = 0  # step bytes read from the arena: the server copied none of them
         self._send({"version": VERSION, "ticket": json.loads(ticket), "slots": slots})
         first = self._frame()
@@ -215,6 +233,34 @@ class ShmReader:
             if self._closed:
                 return
             self._sock.sendall(frame)
+            self.writes += 1
+
+    def flush(self, ack: bool = False) -> None:
+        """Sends, in one write, the releases queued by the reading thread and
+        the ack it owes (with ``ack``, or when releases go anyway). The
+        prefetch thread calls it before it may wait for the loop (a release
+        is never held back while its thread blocks); ``read_chunk`` calls it
+        with ``ack`` first thing."""
+        pending = self._pending
+        if not pending and not (ack and self._owe_ack):
+            return
+        with self._send_lock:
+            if self._closed:
+                return
+            # Taken under the lock; a finalizer running in this thread during
+            # the write (the lock is reentrant) queues for the next flush.
+            self._pending = []
+            if self._owe_ack:
+                self._owe_ack = False
+                if pending:  # the ack rides in the first release's frame
+                    pending[0] = _with_ack(pending[0])
+                else:
+                    pending = [_ACK]
+            try:
+                self._sock.sendall(b"".join(pending) if len(pending) > 1 else pending[0])
+            except OSError:
+                return  # the stream is gone; its frames are still readable
+            self.writes += 1
 
     def _fill(self, n: int) -> None:
         while len(self._buf) < n:
@@ -246,7 +292,12 @@ class ShmReader:
     # --- the reader API ---------------------------------------------------
 
     def read_chunk(self) -> ShmChunk:
-        """The next step; ``StopIteration`` after the last."""
+        """The next step; ``StopIteration`` after the last. The previous
+        step's ack goes now, with the releases queued since (``flush``):
+        one write a step."""
+        if self._reader_ident is None:
+            self._reader_ident = threading.get_ident()
+        self.flush(True)
         while True:
             f = self._frame()
             if f.get("end"):
@@ -264,10 +315,7 @@ class ShmReader:
                 continue
             if "step" in f:
                 chunk = self._step(f["step"])
-                try:
-                    self._send_raw(_ACK)  # read: the server may send one more
-                except OSError:
-                    pass  # the server already ended the stream; its frames are still readable
+                self._owe_ack = True  # read: the next flush tells the server, which may send one more
                 return chunk
 
     def _step(self, s: dict) -> ShmChunk:
@@ -311,14 +359,22 @@ class ShmReader:
             self.in_place_bytes += in_place
         meta = {k: s[k] for k in ("epoch", "step", "slices", "real_rows")}
         return ShmChunk(hold, base, bufs, self.schema, self._starts, s["rows"], meta, nbytes, ahold,
-                        max(alo, 0), in_place)
+                        max(alo, 0), in_place, reg.addr + base if reg.addr else 0,
+                        arena.addr + alo if ahold is not None and arena.addr else 0)
 
     def _release(self, region: int, slot: int) -> None:
         # Runs on whichever thread drops a step's last array: the frame is
-        # formatted by hand (the same JSON as json.dumps would write).
+        # formatted by hand (the same JSON as json.dumps would write). On the
+        # reading thread it waits for that thread's next flush (before it
+        # reads or may block); on another it goes at once.
         b = b'{"release": %d, "region": %d}' % (slot, region)
+        frame = _HDR.pack(len(b)) + b
+        if threading.get_ident() == self._reader_ident:
+            self._pending.append(frame)
+            self.released += 1
+            return
         try:
-            self._send_raw(_HDR.pack(len(b)) + b)
+            self._send_raw(frame)
             self.released += 1
         except OSError:
             pass  # the stream is gone; so is the server's region
@@ -342,6 +398,13 @@ class ShmReader:
         self._arena = None
 
     close = cancel
+
+
+def _with_ack(frame: bytes) -> bytes:
+    """A release frame that also acknowledges one step (the server reads
+    both fields of one frame: its ack, then its release)."""
+    b = frame[_HDR.size:-1] + b', "ack": 1}'
+    return _HDR.pack(len(b)) + b
 
 
 def _drop(_: object) -> None:
