@@ -408,8 +408,9 @@ def test_prefetch_thread_calls_and_writes_per_step(glob):
     Python-level calls (jax's placement wrapper, pxla.batched_device_put,
     and the aval it made per column are no longer on the path: jaxlib's
     batched transfer is called directly; no generator sums the totals or
-    checks alignment) and its writes to the server's socket (the step's ack
-    rides with the releases in one write, not two)."""
+    checks alignment; a weak reference's callback, not weakref.finalize,
+    releases the slot) and its writes to the server's socket (the step's
+    ack rides with the releases in one write, not two)."""
     import sys
 
     from meshfeed._src import shm
@@ -453,7 +454,7 @@ def test_prefetch_thread_calls_and_writes_per_step(glob):
     jax_wrapper = {k: v for k, v in counts.items() if k.split(":")[0] in ("pxla.py", "core.py")}
     assert not jax_wrapper, f"jax's Python-level placement wrapper is on the step's path: {jax_wrapper}"
     assert counts.get("prefetch.py:<genexpr>", 0) == 0 and counts.get("layout.py:<genexpr>", 0) == 0, counts
-    assert per_step <= 60, f"{per_step:.1f} Python calls a step in the prefetch thread: {sorted(counts.items())}"
+    assert per_step <= 55, f"{per_step:.1f} Python calls a step in the prefetch thread (100 before): {sorted(counts.items())}"
     # One write a step (its ack, with the releases of the steps the loop let
     # go of since), give or take the steps in flight at either end.
     assert released >= 40 - 8, (released, writes)

@@ -364,7 +364,7 @@ def test_descriptor_outside_its_slot_is_refused():
     r = object.__new__(ShmReader)
     r._regions, r._closed, r._send_lock, r.released = {0: Region()}, True, threading.RLock(), 0
     r._arena, r.in_place_bytes = None, 0
-    r._reader_ident, r._pending, r._owe_ack, r.writes = None, [], False, 0
+    r._reader_ident, r._pending, r._owe_ack, r.writes, r._live = None, [], False, 0, {}
     r.schema = pa.schema([pa.field("id", pa.int64())])
     r._starts = [0, shm_mod._nbuffers(pa.int64())]
     step = {"region": 0, "slot": 1, "rows": 8, "epoch": 0, "step": 3, "slices": [0], "real_rows": [8]}

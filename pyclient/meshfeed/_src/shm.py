@@ -9,7 +9,7 @@ stream's arena (the server decoded or gathered them there and sends them by
 reference). A slot is handed back to the server (a release frame) only when
 every object made from the step (the record batch, NumPy views,
 ``jax.Array``s that alias them) is gone: the step's slot buffers hang off one
-NumPy array of the slot, whose weakref finalizer sends the release, and its
+NumPy array of the slot, whose weak reference's callback sends the release, and its
 arena buffers off one NumPy array of the arena, which keeps the slot's array
 alive until it goes itself.
 
@@ -210,6 +210,9 @@ class ShmReader:
         self._owe_ack = False
         self._pending: list[bytes] = []
         self._reader_ident: int | None = None
+        # The weak references whose callbacks release the steps' slots (see
+        # _step): alive until they have run.
+        self._live: dict[int, weakref.ref] = {}
         self.writes = 0
         self.in_place_bytes = 0  # step bytes read from the arena: the server copied none of them
         self._send({"version": VERSION, "ticket": json.loads(ticket), "slots": slots})
@@ -280,7 +283,7 @@ class ShmReader:
         if n > _MAX_FRAME:
             raise MeshfeedError(f"shared-memory frame of {n} bytes is over the limit of {_MAX_FRAME}")
         self._fill(_HDR.size + n)
-        frame = json.loads(bytes(self._buf[_HDR.size:_HDR.size + n]))
+        frame = json.loads(self._buf[_HDR.size:_HDR.size + n])  # a bytearray: one copy, not two
         del self._buf[:_HDR.size + n]
         if "error" in frame:
             e = frame["error"]
@@ -326,7 +329,12 @@ class ShmReader:
         # Every buffer of the step is a view of `hold`; when the last one is
         # gone, the slot goes back to the server.
         hold = reg.slot(slot)
-        weakref.finalize(hold, self._release, s["region"], slot)
+        # A weak reference with a callback (C), kept in _live until it runs,
+        # rather than weakref.finalize (its registry and bookkeeping are
+        # Python-level: two calls a step more, twice).
+        live, release, region = self._live, self._release, s["region"]
+        ref = weakref.ref(hold, lambda r: (live.pop(id(r), None), release(region, slot)))
+        live[id(ref)] = ref  # by id: a weak reference to an array is unhashable
         base = slot * reg.slot_bytes
         bufs = s["buffers"]
         # Every buffer must lie in the slot or the arena, and each slice list
@@ -351,11 +359,12 @@ class ShmReader:
                 nbytes += ln
         ahold = None
         if alo >= 0:
-            # The arena's views keep `hold` alive (the finalizer holds it as
-            # an argument until they are gone), so the slot's release waits
-            # for every view of the step, in either mapping.
+            # The arena's views keep `hold` alive (the callback holds it
+            # until they are gone), so the slot's release waits for every
+            # view of the step, in either mapping.
             ahold = arena.span(alo, ahi)
-            weakref.finalize(ahold, _drop, hold)
+            ref = weakref.ref(ahold, lambda r, _hold=hold: live.pop(id(r), None))
+            live[id(ref)] = ref
             self.in_place_bytes += in_place
         meta = {k: s[k] for k in ("epoch", "step", "slices", "real_rows")}
         return ShmChunk(hold, base, bufs, self.schema, self._starts, s["rows"], meta, nbytes, ahold,
@@ -405,10 +414,6 @@ def _with_ack(frame: bytes) -> bytes:
     both fields of one frame: its ack, then its release)."""
     b = frame[_HDR.size:-1] + b', "ack": 1}'
     return _HDR.pack(len(b)) + b
-
-
-def _drop(_: object) -> None:
-    """A finalizer's callback that only lets go of its argument."""
 
 
 def _array(t: pa.DataType, n: int, bufs) -> pa.Array:
