@@ -6,6 +6,7 @@ killed server or client."""
 import gc
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -404,6 +405,13 @@ def test_descriptor_outside_its_slot_is_refused():
         r._step(dict(step, buffers=[[[0, 0], [4064, 64, 5]]]))
     with pytest.raises(MeshfeedError, match=r"outside the arena"):
         r._step(dict(step, buffers=[[[0, 0], [64, 64, 0]]]))  # region 0 is a slot region, not the arena
+    # The arena's entries are checked together: one bad entry among good
+    # ones (several slices) is named all the same.
+    two = dict(step, slices=[0, 1], real_rows=[8, 8])
+    assert r._step(dict(two, buffers=[[[0, 0], [64, 64, 5]], [[0, 0], [128, 64, 5]]])).in_place == 128
+    for bad in ([-64, 64, 5], [128, -8, 5], [4032, 128, 5], [128, 64, 1], [128, 64, 5, 1]):
+        with pytest.raises(MeshfeedError, match=re.escape(f"buffer {bad} outside")):
+            r._step(dict(two, buffers=[[[0, 0], [64, 64, 5]], [[0, 0], bad]]))
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ import base64
 import json
 import math
 import mmap
+import operator
 import os
 import socket
 import struct
@@ -40,6 +41,7 @@ VERSION = 2
 _HDR = struct.Struct("<I")
 _MAX_FRAME = 64 << 20
 _ACK = (lambda b: _HDR.pack(len(b)) + b)(b'{"ack": 1}')
+_FIRST, _SECOND, _THIRD = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
 
 
 class ShmIneligible(PlanError):
@@ -338,25 +340,42 @@ class ShmReader:
         base = slot * reg.slot_bytes
         bufs = s["buffers"]
         # Every buffer must lie in the slot or the arena, and each slice list
-        # all the schema's.
+        # all the schema's. The slot's entries are checked one by one; the
+        # arena's (most of a step's bytes) are gathered and checked in bulk
+        # (C-level min, max and sums), one by one only to name a bad one.
         lo, hi, want, nbytes = base, base + reg.slot_bytes, self._starts[-1], 0
         arena, alo, ahi, in_place = self._arena, -1, 0, 0
+        abufs: list[list[int]] = []
+        to_arena = abufs.append
         for slice_bufs in bufs:
             if len(slice_bufs) != want:
                 raise MeshfeedError(f"shared-memory step {s.get('step')}: {len(slice_bufs)} buffers in a slice, "
                                     f"want {want} for the schema")
             for b in slice_bufs:
-                off, ln = b[0], b[1]
-                if len(b) == 3:
-                    if arena is None or self._regions.get(b[2]) is not arena or off < 0 or off + ln > len(arena.mm):
+                if len(b) != 2:
+                    to_arena(b)
+                    continue
+                off, ln = b
+                if ln:
+                    if off < lo or off + ln > hi:
+                        raise MeshfeedError(f"shared-memory step {s.get('step')}: buffer [{off}, {off + ln}) "
+                                            f"outside its slot [{lo}, {hi})")
+                    nbytes += ln
+        if abufs:
+            try:
+                offs, lens = list(map(_FIRST, abufs)), list(map(_SECOND, abufs))
+                alo, ahi = min(offs), max(map(operator.add, offs, lens))
+                ok = arena is not None and alo >= 0 and ahi <= len(arena.mm) and min(lens) >= 0 and \
+                    set(map(len, abufs)) == {3} and all(self._regions.get(a) is arena for a in set(map(_THIRD, abufs)))
+            except (IndexError, TypeError):  # an entry of another shape: named below
+                ok = False
+            if not ok:
+                for b in abufs:
+                    if len(b) != 3 or arena is None or self._regions.get(b[2]) is not arena or b[0] < 0 \
+                            or b[1] < 0 or b[0] + b[1] > len(arena.mm):
                         raise MeshfeedError(f"shared-memory step {s.get('step')}: buffer {b} outside the arena")
-                    alo = off if alo < 0 else min(alo, off)
-                    ahi = max(ahi, off + ln)
-                    in_place += ln
-                elif ln and (off < lo or off + ln > hi):
-                    raise MeshfeedError(f"shared-memory step {s.get('step')}: buffer [{off}, {off + ln}) outside "
-                                        f"its slot [{lo}, {hi})")
-                nbytes += ln
+            in_place = sum(lens)
+            nbytes += in_place
         ahold = None
         if alo >= 0:
             # The arena's views keep `hold` alive (the callback holds it
