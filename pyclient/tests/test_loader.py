@@ -454,7 +454,8 @@ def test_prefetch_thread_calls_and_writes_per_step(glob):
     jax_wrapper = {k: v for k, v in counts.items() if k.split(":")[0] in ("pxla.py", "core.py")}
     assert not jax_wrapper, f"jax's Python-level placement wrapper is on the step's path: {jax_wrapper}"
     assert counts.get("prefetch.py:<genexpr>", 0) == 0 and counts.get("layout.py:<genexpr>", 0) == 0, counts
-    assert per_step <= 55, f"{per_step:.1f} Python calls a step in the prefetch thread (100 before): {sorted(counts.items())}"
+    assert per_step <= 55, \
+        f"{per_step:.1f} Python calls a step in the prefetch thread (100 before): {sorted(counts.items())}"
     # One write a step (its ack, with the releases of the steps the loop let
     # go of since), give or take the steps in flight at either end.
     assert released >= 40 - 8, (released, writes)
