@@ -457,9 +457,10 @@ def test_prefetch_thread_calls_and_writes_per_step(glob):
     assert per_step <= 55, \
         f"{per_step:.1f} Python calls a step in the prefetch thread (100 before): {sorted(counts.items())}"
     # One write a step (its ack, with the releases of the steps the loop let
-    # go of since), give or take the steps in flight at either end.
+    # go of since); a second only where a release came while the thread read
+    # and it then waits for the loop (under load). Two a step before.
     assert released >= 40 - 8, (released, writes)
-    assert writes <= steps + 2, f"{writes} writes for {steps} steps ({released} releases)"
+    assert writes <= 1.5 * steps, f"{writes} writes for {steps} steps ({released} releases)"
 
 
 @pytest.mark.parametrize("transport", ["shm", "flight"])
