@@ -36,6 +36,15 @@ from .errors import MeshfeedError, from_flight
 from .layout import Layout, Materializer
 from .transform import Transformer, _Stopped
 
+# Waits for a placed step's arrays (all the materializer's own jax.Arrays):
+# jaxlib's batched wait, which jax.block_until_ready ends in after its
+# Python-level tree flattening and leaf tests (private: feature-detected).
+try:
+    from jax._src.lib import xla_client as _xc
+    _wait_arrays: Callable[[list], Any] = _xc.batched_block_until_ready
+except (ImportError, AttributeError):  # pragma: no cover - another jax
+    _wait_arrays = jax.block_until_ready
+
 END = object()  # queued after the last step: the stream ended with OK
 # What a step's totals sum, in order (see Prefetcher).
 TOTALS = ("rows", "padded_rows", "bytes", "host_copies", "mask_unpacks", "unaligned_transfers", "in_place_bytes",
@@ -227,7 +236,7 @@ class Prefetcher:
                         return
                     totals = after
                     continue
-                jax.block_until_ready([v for v in batch.values() if isinstance(v, jax.Array)])
+                _wait_arrays([v for v in batch.values() if isinstance(v, jax.Array)])
                 totals = tuple(map(operator.add, totals, step))  # no Python-level generator
                 if not self._put(((ep, st, totals), batch)):
                     return

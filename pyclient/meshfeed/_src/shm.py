@@ -365,8 +365,9 @@ class ShmReader:
             try:
                 offs, lens = list(map(_FIRST, abufs)), list(map(_SECOND, abufs))
                 alo, ahi = min(offs), max(map(operator.add, offs, lens))
+                regs = set(map(_THIRD, abufs))  # one: the arena's
                 ok = arena is not None and alo >= 0 and ahi <= len(arena.mm) and min(lens) >= 0 and \
-                    set(map(len, abufs)) == {3} and all(self._regions.get(a) is arena for a in set(map(_THIRD, abufs)))
+                    set(map(len, abufs)) == {3} and len(regs) == 1 and self._regions.get(regs.pop()) is arena
             except (IndexError, TypeError):  # an entry of another shape: named below
                 ok = False
             if not ok:
