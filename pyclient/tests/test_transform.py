@@ -328,10 +328,10 @@ def test_a_worker_gets_the_columns_layout_only_when_it_changes(monkeypatch):
     frames = []
     real = TW.Channel.send
 
-    def send(self, obj, fds=None):
+    def send(self, obj):
         if isinstance(obj, tuple) and obj and obj[0] == "step":
             frames.append(obj[1])
-        return real(self, obj, fds)
+        return real(self, obj)
 
     monkeypatch.setattr(TW.Channel, "send", send)
     rng = np.random.default_rng(SEED)
@@ -392,7 +392,7 @@ def test_a_reply_already_there_is_read_without_a_select(monkeypatch):
             host = {"id": [np.arange(4) + 8 * i, np.arange(4, 8) + 8 * i]}
             w = stage.submit(host, (SEED, 0, i, 0))
             if i:  # step 0 also sizes the output segment (a request and its answer)
-                assert real([w.ch.sock], [], [], 30)[0], "no reply within 30 s"
+                assert real([w.ch.rfd], [], [], 30)[0], "no reply within 30 s"
                 monkeypatch.setattr(select, "select", lambda *a: calls.append(a) or real(*a))
             out, _, _ = stage.result(w, stop, f"step {i}")
             monkeypatch.setattr(select, "select", real)
@@ -576,3 +576,72 @@ def test_packed_column_steps_have_the_packed_rows(tmp_path, workers, transport):
         np.testing.assert_array_equal(np.asarray(g["tokens"]), p["tokens"] + 1, err_msg=f"step {s}")
         np.testing.assert_array_equal(np.asarray(g["tokens_segment_ids"]), p["tokens_segment_ids"])
         np.testing.assert_array_equal(np.asarray(g["tokens_count"]), (p["tokens_segment_ids"] > 0).sum(axis=1))
+
+
+def _io_calls(path):
+    """(read, write) system calls so far of the task whose /proc io file
+    is ``path`` (Linux's syscr and syscw); None where it cannot be read."""
+    try:
+        with open(path) as f:
+            got = dict(line.split(": ") for line in f.read().splitlines())
+        return int(got["syscr"]), int(got["syscw"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def test_a_step_is_one_write_and_one_read_on_each_side(monkeypatch):
+    """In the steady state (segments sized, layout sent) a step costs the
+    prefetch thread one write (the step frame, into the worker's pipe) and
+    one read (the reply, already there: no select), and the worker one
+    read and one write: Linux's read and write system call counters of
+    both. The socket beside the pipes carries descriptors only: no
+    send_fds once the segments exist."""
+    import select
+    import socket
+    import threading
+    from meshfeed._src import transform as T
+    if _io_calls(f"/proc/self/task/{threading.get_native_id()}/io") is None:
+        pytest.skip("no /proc/<pid>/task/<tid>/io here")
+    sent_fds = []
+    real_send_fds = socket.send_fds
+    monkeypatch.setattr(socket, "send_fds", lambda *a, **k: sent_fds.append(a) or real_send_fds(*a, **k))
+    stage = T.ProcessStage(F.row_sums, 1)
+    stop = threading.Event()
+    me = f"/proc/self/task/{threading.get_native_id()}/io"
+    steps = 12
+    try:
+        stage.wait_ready()
+        w = stage.workers[0]
+
+        def step(i):
+            host = {"id": [np.arange(4) + 8 * i, np.arange(4, 8) + 8 * i]}
+            h = stage.submit(host, (SEED, 0, i, 0))
+            assert select.select([w.ch.rfd], [], [], 30)[0], "no reply within 30 s"
+            out, _, _ = stage.result(h, stop, f"step {i}")
+            np.testing.assert_array_equal(out["id_sum"], np.arange(8, dtype=np.float64) + 8 * i)
+
+        for i in range(3):  # segments, layout, the worker's first-step imports
+            step(i)
+        fds_before = len(sent_fds)
+        c0 = _io_calls(me)
+        c1 = _io_calls(me)
+        probe = c1[0] - c0[0]  # the reads of one look at a /proc io file
+        me0 = _io_calls(me)
+        wr0 = _io_calls(f"/proc/{w.pid}/io")
+        for i in range(3, 3 + steps):
+            step(i)
+        wr1 = _io_calls(f"/proc/{w.pid}/io")
+        me1 = _io_calls(me)
+    finally:
+        stage.close()
+    assert len(sent_fds) == fds_before, "a descriptor was sent in the steady state"
+    assert wr0 is not None and wr1 is not None
+    # The worker: its next read may have returned already (the last reply
+    # is read by then, the next step not sent: it blocks inside it), so the
+    # reads of `steps` steps are `steps`.
+    assert (wr1[0] - wr0[0], wr1[1] - wr0[1]) == (steps, steps), (wr0, wr1)
+    # This thread: the select above is neither; the writes are the step
+    # frames, the reads the replies and three looks at /proc files (the
+    # rest of me0's, the worker's twice: a look's counter is read before
+    # its own reads count).
+    assert (me1[0] - me0[0] - 3 * probe, me1[1] - me0[1]) == (steps, steps), (me0, me1, probe)

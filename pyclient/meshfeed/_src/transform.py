@@ -41,7 +41,7 @@ import pyarrow as pa
 
 from . import layout as _layout
 from .errors import InvalidRequestError, MeshfeedError
-from .transform_worker import ALIGN, Channel, aligned, rng_for
+from .transform_worker import ALIGN, Channel, aligned, rng_for, send_fd
 
 WORKER_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "transform_worker.py")
 THREADS = 2  # transform_workers=0: threads in the pool (and steps in the stage at once)
@@ -245,20 +245,36 @@ class _Segment:
 
 
 class _Worker:
-    """One worker process, its socket and its two segments."""
+    """One worker process: a pipe each way for its step frames and replies
+    (``ch``), a Unix socket for its first frame and its segments'
+    descriptors, and its two segments."""
 
     def __init__(self, init: dict[str, Any]):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        steps_r, steps_w = os.pipe()
+        replies_r, replies_w = os.pipe()
+        mine = (steps_r, replies_w)  # the worker's ends, closed here once it has them
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')",
-                 WORKER_FILE, str(theirs.fileno())], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+                 WORKER_FILE, str(theirs.fileno()), str(steps_r), str(replies_w)],
+                pass_fds=[theirs.fileno(), *mine], stdin=subprocess.DEVNULL)
+        except BaseException:
+            ours.close()
+            for fd in (steps_w, replies_r):
+                os.close(fd)
+            raise
         finally:
             theirs.close()
-        self.ch = Channel(ours)
-        self.ch.send(init)
+            for fd in mine:
+                os.close(fd)
+        os.set_blocking(replies_r, False)  # a reply is read without waiting first (Channel.ready)
+        self.sock = ours
+        self.ch = Channel(replies_r, steps_w)
+        Channel(ours.fileno(), ours.fileno()).send(init)
         self.seg_in: _Segment | None = None
         self.seg_out: _Segment | None = None
+        self.closed = False
         self.busy = False  # a step sent, its reply not yet read
         self.cols: list | None = None  # the column layout last sent (a step frame repeats it as None)
         self.copies_in = 0  # columns copied into seg_in for that step
@@ -285,7 +301,8 @@ class _Worker:
 
     def send_segment(self, kind: str, size: int) -> None:
         seg = _Segment(size, write=kind == "in")
-        self.ch.send((kind, size), fds=[seg.fd])
+        send_fd(self.sock, seg.fd)  # the descriptor first: the frame tells the worker to take it
+        self.ch.send((kind, size))
         seg.sent()
         old = self.seg_in if kind == "in" else self.seg_out
         if kind == "in":
@@ -296,8 +313,16 @@ class _Worker:
             old.close()
 
     def close(self, timeout: float) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for fd in (self.ch.wfd, self.ch.rfd):  # the worker reads the end of its steps and exits
+            try:
+                os.close(fd)
+            except OSError:
+                pass
         try:
-            self.ch.sock.close()  # the worker reads EOF and exits
+            self.sock.close()
         except OSError:
             pass
         try:

@@ -1,16 +1,18 @@
 """A transform worker process: runs a Loader's ``transform=`` function on the
 steps its parent sends, one at a time.
 
-Started by transform.ProcessStage as ``python transform_worker.py FD`` (a
-file run as a script, not a module of the package: the worker imports
-numpy and the function's own modules, not meshfeed or jax), ``FD`` being
-its end of a Unix socket pair. Arrays travel through two shared-memory
-segments (memfds the parent creates and passes over the socket, so nothing
-is left behind when either side dies, however it dies): the parent copies a
-step's columns into the input segment, the worker writes the function's
-arrays into the output segment. The socket carries only small pickled
-frames (and the other values: pyarrow arrays, by pickle). The worker ends
-when the socket closes (its parent closed it or died).
+Started by transform.ProcessStage as ``python transform_worker.py SOCK STEPS
+REPLIES`` (a file run as a script, not a module of the package: the worker
+imports numpy and the function's own modules, not meshfeed or jax): its end
+of a Unix socket pair, the read end of a pipe of step frames and the write
+end of a pipe of replies. Arrays travel through two shared-memory segments
+(memfds the parent creates and passes over the socket, so nothing is left
+behind when either side dies, however it dies): the parent copies a step's
+columns into the input segment, the worker writes the function's arrays
+into the output segment. The pipes carry only small pickled frames (and
+the other values: pyarrow arrays, by pickle): one write and one read a
+step on each side. The worker ends when its step pipe ends (its parent
+closed it or died).
 
 This file is also imported by the parent, for ``Channel`` and ``entropy``:
 it may import nothing from meshfeed.
@@ -54,48 +56,53 @@ def shareable(v: Any) -> bool:
 
 
 class Channel:
-    """Length-prefixed pickled frames over a Unix socket, with file
-    descriptors passed alongside (SCM_RIGHTS)."""
+    """Length-prefixed pickled frames, read from file descriptor ``rfd``
+    and written to ``wfd`` (a pipe's ends, or one socket's twice).
 
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
+    A worker's steps and replies go over a pipe each way: on the 2-vCPU
+    machine of BENCHMARKS.md a pipe's write and read cost the two sides
+    about 30 us less a step than a Unix socket's (no socket buffers to
+    allocate and free, no socket state locks to contend for), and a pipe
+    still ends (EOF) when the other side exits, however it exits. File
+    descriptors (the segments) go over a Unix socket beside it
+    (``send_fd``/``recv_fd``)."""
+
+    def __init__(self, rfd: int, wfd: int):
+        self.rfd = rfd
+        self.wfd = wfd
         self._buf = bytearray()
-        self.fds: list[int] = []  # received, not yet taken
-        self._eof = False  # the other end closed the socket (its last bytes may still be in _buf)
+        self._eof = False  # the other end closed (its last bytes may still be in _buf)
         self._err: OSError | None = None  # a read's error, raised by the next recv
 
-    def send(self, obj: Any, fds: list[int] | None = None) -> None:
-        """Sends one frame (and ``fds`` with its first bytes)."""
+    def send(self, obj: Any) -> None:
+        """Sends one frame."""
         b = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        data = _LEN.pack(len(b)) + b
-        if fds:
-            n = socket.send_fds(self.sock, [data], fds)
-            data = data[n:]
-        if data:
-            self.sock.sendall(data)
+        data = memoryview(_LEN.pack(len(b)) + b)
+        while data:
+            data = data[os.write(self.wfd, data):]
 
     def ready(self, timeout: float) -> bool:
-        """Whether a frame's first bytes (or the socket's end) are here
-        within ``timeout`` seconds. Reads first without waiting: where the
-        frame is already there, as a reply the parent asks for late usually
-        is, that is one system call instead of a select and a read (and one
-        less point where the thread lets go of the GIL)."""
+        """Whether a frame's first bytes (or the end) are here within
+        ``timeout`` seconds. Reads first without waiting (``rfd`` is
+        non-blocking there): where the frame is already there, as a reply
+        the parent asks for late usually is, that is one system call
+        instead of a select and a read (and one less point where the
+        thread lets go of the GIL)."""
         if self._buf or self._eof or self._err is not None:
             return True
         try:
-            self._read(1 << 16, socket.MSG_DONTWAIT)
+            self._read(1 << 16)
             return True
         except BlockingIOError:
             pass
         except OSError as e:  # raised where the frame is read (recv)
             self._err = e
             return True
-        r, _, _ = select.select([self.sock], [], [], timeout)
+        r, _, _ = select.select([self.rfd], [], [], timeout)
         return bool(r)
 
-    def _read(self, size: int, flags: int = 0) -> None:
-        data, fds, _, _ = socket.recv_fds(self.sock, size, 8, flags)
-        self.fds.extend(fds)
+    def _read(self, size: int) -> None:
+        data = os.read(self.rfd, size)
         if not data:
             self._eof = True
         self._buf += data
@@ -106,8 +113,11 @@ class Channel:
                 e, self._err = self._err, None
                 raise e
             if self._eof:
-                raise EOFError("the other end closed the socket")
-            self._read(max(1 << 16, n - len(self._buf)))
+                raise EOFError("the other end closed")
+            try:
+                self._read(max(1 << 16, n - len(self._buf)))
+            except BlockingIOError:  # a non-blocking end: the rest of the frame is on its way
+                select.select([self.rfd], [], [])
 
     def recv(self) -> Any:
         """The next frame (EOFError once the other end closed)."""
@@ -118,11 +128,18 @@ class Channel:
         del self._buf[:_LEN.size + n]
         return obj
 
-    def take_fd(self) -> int:
-        """The oldest descriptor received and not yet taken."""
-        if not self.fds:
-            raise RuntimeError("meshfeed transform: a frame announced a descriptor that did not come")
-        return self.fds.pop(0)
+
+def send_fd(sock: socket.socket, fd: int) -> None:
+    """Passes ``fd`` over a Unix socket (SCM_RIGHTS, with one byte)."""
+    socket.send_fds(sock, [b"f"], [fd])
+
+
+def recv_fd(sock: socket.socket) -> int:
+    """The next descriptor ``send_fd`` passed (waiting for it)."""
+    data, fds, _, _ = socket.recv_fds(sock, 1, 1)
+    if not data or not fds:
+        raise EOFError("meshfeed transform: the socket ended before an announced descriptor came")
+    return fds[0]
 
 
 def _map(fd: int, size: int, write: bool) -> mmap.mmap:
@@ -156,11 +173,12 @@ def _load(init: dict) -> Any:
     return pickle.loads(init["fn"])
 
 
-def serve(ch: Channel) -> None:
-    """The worker's loop: load the function, then answer step frames until
-    the socket closes."""
+def serve(init: Channel, ch: Channel, sock: socket.socket) -> None:
+    """The worker's loop: load the function (``init``: the socket's first
+    frame), then answer the step frames of ``ch`` (a pipe each way) until
+    the parent closes it; segments' descriptors come over ``sock``."""
     try:
-        fn = _load(ch.recv())
+        fn = _load(init.recv())
     except EOFError:
         return
     except BaseException as e:  # noqa: BLE001 - reported to the parent
@@ -182,10 +200,10 @@ def serve(ch: Channel) -> None:
             return
         kind = msg[0]
         if kind == "in":  # a new input segment of msg[1] bytes
-            seg_in = _map(ch.take_fd(), msg[1], False)
+            seg_in = _map(recv_fd(sock), msg[1], False)
             continue
         if kind == "out":  # a new output segment of msg[1] bytes
-            seg_out = _map(ch.take_fd(), msg[1], True)
+            seg_out = _map(recv_fd(sock), msg[1], True)
             continue
         _, new_cols, extra, entropy, want = msg
         if new_cols is not None:
@@ -221,7 +239,7 @@ def serve(ch: Channel) -> None:
         if need and (seg_out is None or len(seg_out) < need):
             ch.send(("grow", need))
             _, size = ch.recv()  # ("out", size): the parent's new segment
-            seg_out = _map(ch.take_fd(), size, True)
+            seg_out = _map(recv_fd(sock), size, True)
         layout, off = [], 0
         for k, v in arrays.items():
             dst = np.ndarray(v.shape, v.dtype, seg_out, off)
@@ -238,16 +256,25 @@ def serve(ch: Channel) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``transform_worker.py FD`` (FD the last argument)."""
+    """``transform_worker.py SOCK STEPS REPLIES`` (the last three
+    arguments): the socket's descriptor (the first frame, then segments'
+    descriptors), the read end of the steps' pipe and the write end of
+    the replies'."""
     import signal
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes the socket
-    sock = socket.socket(fileno=int(argv[-1]))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes the pipe
+    sfd, rfd, wfd = (int(x) for x in argv[-3:])
+    sock = socket.socket(fileno=sfd)
     try:
-        serve(Channel(sock))
+        serve(Channel(sfd, sfd), Channel(rfd, wfd), sock)
     except (BrokenPipeError, ConnectionResetError, EOFError):
         pass
     finally:
         sock.close()
+        for fd in (rfd, wfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
     return 0
 
 
