@@ -391,8 +391,8 @@ def test_a_reply_already_there_is_read_without_a_select(monkeypatch):
         for i in range(4):
             host = {"id": [np.arange(4) + 8 * i, np.arange(4, 8) + 8 * i]}
             w = stage.submit(host, (SEED, 0, i, 0))
-            if i:  # step 0 also sizes the output segment (a request and its answer)
-                assert real([w.ch.rfd], [], [], 30)[0], "no reply within 30 s"
+            if i > 1:  # steps 0 and 1 also size their output segments (a request and its answer)
+                assert real([w[0].ch.rfd], [], [], 30)[0], "no reply within 30 s"
                 monkeypatch.setattr(select, "select", lambda *a: calls.append(a) or real(*a))
             out, _, _ = stage.result(w, stop, f"step {i}")
             monkeypatch.setattr(select, "select", real)
@@ -613,7 +613,7 @@ def test_a_step_is_one_write_and_one_read_on_each_side(monkeypatch):
         stage.wait_ready()
         w = stage.workers[0]
 
-        def step(i):
+        def step(i):  # one at a time: each step's segments are sized by its second
             host = {"id": [np.arange(4) + 8 * i, np.arange(4, 8) + 8 * i]}
             h = stage.submit(host, (SEED, 0, i, 0))
             assert select.select([w.ch.rfd], [], [], 30)[0], "no reply within 30 s"
@@ -645,3 +645,74 @@ def test_a_step_is_one_write_and_one_read_on_each_side(monkeypatch):
     # rest of me0's, the worker's twice: a look's counter is read before
     # its own reads count).
     assert (me1[0] - me0[0] - 3 * probe, me1[1] - me0[1]) == (steps, steps), (me0, me1, probe)
+
+
+def test_a_worker_takes_its_next_step_while_it_runs_one():
+    """A worker process holds DEPTH (2) steps: the next one is sent before
+    the reply to the one before is read (each on its own segments), and
+    the replies come back in step order with the right values, also where
+    every step needs larger segments than the last, so that a worker asks
+    for a new output segment while its next step (and that step's new
+    input segment) already waits in its pipe."""
+    import threading
+    from meshfeed._src import transform as T
+    assert T.DEPTH == 2
+    rng = np.random.default_rng(SEED)
+    stage = T.ProcessStage(F.row_sums, 1)
+    stop = threading.Event()
+    assert stage.inflight == 2
+    hosts, pend, got = [], [], []
+    try:
+        stage.wait_ready()
+        w = stage.workers[0]
+        for i in range(12):
+            rows = 3 * (i + 1) ** 2  # every step larger: segments grow
+            host = {"id": [rng.integers(0, 99, rows) for _ in range(2)], "f": [rng.random((rows, 5)) for _ in range(2)]}
+            hosts.append(host)
+            pend.append(stage.submit(host, (SEED, 0, i, 0)))
+            assert w.sent - w.got == len(pend)
+            if len(pend) == stage.inflight:
+                got.append(stage.result(pend.pop(0), stop, f"step {i - 1}")[0])
+        while pend:
+            got.append(stage.result(pend.pop(0), stop, "last")[0])
+    finally:
+        stage.close()
+    assert len(got) == len(hosts)
+    for host, out in zip(hosts, got):
+        for k, v in host.items():
+            a = np.concatenate(v)
+            np.testing.assert_array_equal(out[k + "_sum"], a.reshape(len(a), -1).sum(axis=1).astype(np.float64))
+
+
+def test_an_abandoned_step_in_a_worker_is_read_and_dropped():
+    """Steps a stopped prefetcher left in the stage (two in one worker)
+    are answered and dropped before a later step's reply: the next
+    prefetcher's results are its own steps'."""
+    import threading
+    from meshfeed._src import transform as T
+    stage = T.ProcessStage(F.row_sums, 1)
+    stop = threading.Event()
+    try:
+        stage.wait_ready()
+        for i in range(2):  # abandoned: never asked for
+            stage.submit({"id": [np.full(4, 1000 + i), np.full(4, 1000 + i)]}, (SEED, 0, i, 0))
+        for i in range(2, 6):
+            host = {"id": [np.arange(4) + 8 * i, np.arange(4, 8) + 8 * i]}
+            out, _, _ = stage.result(stage.submit(host, (SEED, 0, i, 0)), stop, f"step {i}")
+            np.testing.assert_array_equal(out["id_sum"], np.arange(8, dtype=np.float64) + 8 * i)
+    finally:
+        stage.close()
+
+
+def test_workers_run_under_sched_batch():
+    """Worker processes run under SCHED_BATCH (Linux): one woken by its
+    next step does not preempt the prefetch thread that woke it."""
+    from meshfeed._src import transform as T
+    if not hasattr(os, "sched_getscheduler"):
+        pytest.skip("no sched_getscheduler here")
+    stage = T.ProcessStage(F.row_sums, 2)
+    try:
+        stage.wait_ready()
+        assert [os.sched_getscheduler(p) for p in stage.pids] == [os.SCHED_BATCH] * 2
+    finally:
+        stage.close()

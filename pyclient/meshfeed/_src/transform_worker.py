@@ -20,6 +20,7 @@ it may import nothing from meshfeed.
 
 from __future__ import annotations
 
+import collections
 import mmap
 import os
 import pickle
@@ -185,27 +186,31 @@ def serve(init: Channel, ch: Channel, sock: socket.socket) -> None:
         ch.send(_error(e))
         return
     ch.send(("ready", os.getpid()))
-    seg_in: mmap.mmap | None = None
-    seg_out: mmap.mmap | None = None
+    # Step k's segments are k % len(...): the parent sends a step while the
+    # one before may still be here (transform.DEPTH), never one whose
+    # segments a step not yet answered uses.
+    seg_in: list[mmap.mmap | None] = [None, None]
+    seg_out: list[mmap.mmap | None] = [None, None]
+    early: collections.deque = collections.deque()  # step frames read while waiting for an output segment
     ahead: tuple = ((), None)  # (entropy, its generator), built while waiting
     want: tuple | None = None  # the entropy of this worker's next step, as the parent expects it
     cols: list = []  # the input columns' layout: (key, dtype, shape, offset); a step frame's None repeats it
     typed: list | None = []  # cols with numpy dtypes (None: not yet made)
     while True:
-        if want is not None:  # the reply is sent: the next step's generator, before waiting for it
+        if want is not None and not early:  # the reply is sent: the next step's generator, before waiting
             ahead, want = (want, rng_for(want)), None
         try:
-            msg = ch.recv()
+            msg = early.popleft() if early else ch.recv()
         except EOFError:
             return
         kind = msg[0]
-        if kind == "in":  # a new input segment of msg[1] bytes
-            seg_in = _map(recv_fd(sock), msg[1], False)
+        if kind == "in":  # a new input segment of msg[1] bytes for steps msg[2]
+            seg_in[msg[2]] = _map(recv_fd(sock), msg[1], False)
             continue
-        if kind == "out":  # a new output segment of msg[1] bytes
-            seg_out = _map(recv_fd(sock), msg[1], True)
+        if kind == "out":  # a new output segment of msg[1] bytes for steps msg[2]
+            seg_out[msg[2]] = _map(recv_fd(sock), msg[1], True)
             continue
-        _, new_cols, extra, entropy, want = msg
+        _, new_cols, extra, entropy, want, slot = msg
         if new_cols is not None:
             cols, typed = new_cols, None
         try:
@@ -213,7 +218,7 @@ def serve(init: Channel, ch: Channel, sock: socket.socket) -> None:
                 typed = [(key, np.dtype(dtype), shape, off) for key, dtype, shape, off in cols]
             batch: dict[str, Any] = {}
             for key, dtype, shape, off in typed:
-                batch[key] = a = np.ndarray(shape, dtype, seg_in, off)
+                batch[key] = a = np.ndarray(shape, dtype, seg_in[slot], off)
                 a.flags.writeable = False
             batch.update(extra)
             inputs = dict(batch)  # kept alive: their ids below stay theirs
@@ -236,13 +241,23 @@ def serve(init: Channel, ch: Channel, sock: socket.socket) -> None:
         del inputs, ids
         arrays = {k: v for k, v in out.items() if k not in same and shareable(v)}
         need = sum(aligned(v.nbytes) for v in arrays.values())
-        if need and (seg_out is None or len(seg_out) < need):
+        out_seg = seg_out[slot]
+        if need and (out_seg is None or len(out_seg) < need):
             ch.send(("grow", need))
-            _, size = ch.recv()  # ("out", size): the parent's new segment
-            seg_out = _map(recv_fd(sock), size, True)
+            while True:  # the parent's new segment, ("out", size, slot), after what it sent before
+                m = ch.recv()
+                if m[0] == "step":
+                    early.append(m)
+                    continue
+                seg = _map(recv_fd(sock), m[1], m[0] == "out")  # descriptors come in the frames' order
+                if m[0] == "in":
+                    seg_in[m[2]] = seg  # the next step's (never this one's)
+                    continue
+                seg_out[m[2]] = out_seg = seg
+                break
         layout, off = [], 0
         for k, v in arrays.items():
-            dst = np.ndarray(v.shape, v.dtype, seg_out, off)
+            dst = np.ndarray(v.shape, v.dtype, out_seg, off)
             np.copyto(dst, v, casting="no")
             del dst
             layout.append((k, v.dtype.str if np.dtype(v.dtype.str) == v.dtype else v.dtype, v.shape, off))
@@ -255,6 +270,19 @@ def serve(init: Channel, ch: Channel, sock: socket.socket) -> None:
             ch.send(_error(e))
 
 
+def batch_scheduling() -> bool:
+    """Puts this process under Linux's SCHED_BATCH policy (no privilege
+    needed): a worker woken by its next step then does not preempt the
+    thread that woke it (the parent's prefetch thread, which goes on to
+    place the previous step), and otherwise gets its fair share as before.
+    False where the policy does not exist or is refused."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+        return True
+    except (AttributeError, OSError):
+        return False
+
+
 def main(argv: list[str]) -> int:
     """``transform_worker.py SOCK STEPS REPLIES`` (the last three
     arguments): the socket's descriptor (the first frame, then segments'
@@ -263,6 +291,7 @@ def main(argv: list[str]) -> int:
     import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes the pipe
     sfd, rfd, wfd = (int(x) for x in argv[-3:])
+    batch_scheduling()
     sock = socket.socket(fileno=sfd)
     try:
         serve(Channel(sfd, sfd), Channel(rfd, wfd), sock)
