@@ -34,6 +34,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from collections.abc import Mapping as _AbcMapping
 from typing import Any, Callable, Mapping
 
 import jax
@@ -603,7 +604,8 @@ class Transformer:
         return batch, secs, copies + narrowed, unaligned, waited
 
     def _check(self, out: Any, host: Mapping[str, Any], where: Any) -> dict[str, Any]:
-        if not isinstance(out, Mapping):
+        # (a dict first: typing.Mapping's isinstance runs 4 Python functions)
+        if type(out) is not dict and not isinstance(out, _AbcMapping):
             raise TransformError(f"transform returned {type(out).__name__} at {where}: want a dict of arrays")
         out = dict(out)
         mk = self.mask_key

@@ -21,6 +21,7 @@ it may import nothing from meshfeed.
 from __future__ import annotations
 
 import collections
+import gc
 import mmap
 import os
 import pickle
@@ -185,6 +186,10 @@ def serve(init: Channel, ch: Channel, sock: socket.socket) -> None:
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         ch.send(_error(e))
         return
+    # What is loaded now (numpy, the function's modules) stays: the
+    # collector's full passes, which a step's garbage sets off now and
+    # then, no longer walk it.
+    gc.freeze()
     ch.send(("ready", os.getpid()))
     # Step k's segments are k % len(...): the parent sends a step while the
     # one before may still be here (transform.DEPTH), never one whose
