@@ -716,3 +716,21 @@ def test_workers_run_under_sched_batch():
         assert [os.sched_getscheduler(p) for p in stage.pids] == [os.SCHED_BATCH] * 2
     finally:
         stage.close()
+
+
+def test_a_steps_generator_is_the_list_seeded_one():
+    """rng_for seeds with the entropy's uint32 words where every value fits
+    in 32 bits (numpy's list path builds an array per int): the state, the
+    draws and spawn()'s children equal SeedSequence([seed, epoch, step,
+    process])'s, for values in 32 bits and beyond (the list path)."""
+    from meshfeed._src.transform_worker import rng_for
+    r = np.random.default_rng(SEED)
+    cases = [(0, 0, 0, 0), (2**32 - 1, 5, 7, 1), (2**32, 1, 2, 3), (2**63 + 5, 0, 9, 0)]
+    cases += [tuple(int(x) for x in r.integers(0, 2**31, 4)) for _ in range(20)]
+    for e in cases:
+        want = np.random.Generator(np.random.PCG64(np.random.SeedSequence(list(e))))
+        got = rng_for(e)
+        assert got.bit_generator.state == want.bit_generator.state, e
+        np.testing.assert_array_equal(got.random(5), want.random(5))
+        for a, b in zip(got.spawn(2), want.spawn(2)):
+            np.testing.assert_array_equal(a.integers(0, 1 << 30, 4), b.integers(0, 1 << 30, 4))

@@ -46,8 +46,18 @@ def aligned(n: int) -> int:
 
 def rng_for(entropy: tuple[int, ...]) -> np.random.Generator:
     """The generator a step's transform gets: numpy's PCG64 seeded by
-    ``SeedSequence([seed, epoch, step, process_index])``."""
+    ``SeedSequence([seed, epoch, step, process_index])``. Where every value
+    fits in 32 bits the entropy goes in as a uint32 array, the words the
+    list becomes inside SeedSequence (so the same state, and the same
+    children from ``spawn``), for half the time (8 against 18 us here:
+    numpy turns a list's ints into arrays one by one); its ``entropy``
+    attribute is then that array."""
+    if all(0 <= v < _WORD for v in entropy):
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(np.array(entropy, np.uint32))))
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(list(entropy))))
+
+
+_WORD = 1 << 32
 
 
 def shareable(v: Any) -> bool:
