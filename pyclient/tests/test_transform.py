@@ -75,6 +75,7 @@ def test_order_values_and_seeds(server, glob, workers, shape, names, spec, D):
                                    rtol=1e-6)
     tf = st["transform"]
     assert tf["mode"] == ("processes" if workers else "threads") and tf["function"] == "transform_fns:noisy"
+    assert tf["workers"] == 2, tf  # processes (each holding 2 steps) or threads, not the steps in the stage
     assert tf["seconds"] > 0 and tf["ms_per_step"] > 0 and tf["wait_seconds"] >= 0
     assert st["steps"] == len(steps)
 
