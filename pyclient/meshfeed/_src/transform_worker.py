@@ -232,11 +232,15 @@ def serve(init: Channel, ch: Channel, sock: socket.socket) -> None:
             if typed is None:
                 typed = [(key, np.dtype(dtype), shape, off) for key, dtype, shape, off in cols]
             batch: dict[str, Any] = {}
+            ids: dict[int, str] = {}  # the inputs' ids (kept alive by `inputs`: the ids stay theirs)
             for key, dtype, shape, off in typed:
                 batch[key] = a = np.ndarray(shape, dtype, seg_in[slot], off)
                 a.flags.writeable = False
-            batch.update(extra)
-            inputs = dict(batch)  # kept alive: their ids below stay theirs
+                ids[id(a)] = key
+            for key, v in extra.items():
+                batch[key] = v
+                ids[id(v)] = key
+            inputs = list(batch.values())
             rng = ahead[1] if ahead[0] == entropy else rng_for(entropy)
             ahead = ((), None)
             t = time.perf_counter()
@@ -250,12 +254,22 @@ def serve(init: Channel, ch: Channel, sock: socket.socket) -> None:
             ch.send(("ok", None, [], out, secs, {}))  # the parent names what is wrong
             continue
         order = list(out)
-        # Inputs returned as they are do not travel back: the parent has them.
-        ids = {id(v): k for k, v in inputs.items()}
-        same = {k: ids[id(v)] for k, v in out.items() if id(v) in ids}
+        # Inputs returned as they are do not travel back (the parent has
+        # them); NumPy arrays go through the output segment; the rest by pickle.
+        same: dict[str, str] = {}
+        arrays: dict[str, np.ndarray] = {}
+        rest: dict[str, Any] = {}
+        need = 0
+        for k, v in out.items():
+            kin = ids.get(id(v))
+            if kin is not None:
+                same[k] = kin
+            elif shareable(v):
+                arrays[k] = v
+                need += aligned(v.nbytes)
+            else:
+                rest[k] = v
         del inputs, ids
-        arrays = {k: v for k, v in out.items() if k not in same and shareable(v)}
-        need = sum(aligned(v.nbytes) for v in arrays.values())
         out_seg = seg_out[slot]
         if need and (out_seg is None or len(out_seg) < need):
             ch.send(("grow", need))
@@ -277,7 +291,6 @@ def serve(init: Channel, ch: Channel, sock: socket.socket) -> None:
             del dst
             layout.append((k, v.dtype.str if np.dtype(v.dtype.str) == v.dtype else v.dtype, v.shape, off))
             off += aligned(v.nbytes)
-        rest = {k: v for k, v in out.items() if k not in arrays and k not in same}
         del out, arrays
         try:
             ch.send(("ok", order, layout, rest, secs, same))
