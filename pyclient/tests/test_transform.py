@@ -75,6 +75,7 @@ def test_order_values_and_seeds(server, glob, workers, shape, names, spec, D):
                                    rtol=1e-6)
     tf = st["transform"]
     assert tf["mode"] == ("processes" if workers else "threads") and tf["function"] == "transform_fns:noisy"
+    assert tf["workers"] == 2, tf  # processes (each holding 2 steps) or threads, not the steps in the stage
     assert tf["seconds"] > 0 and tf["ms_per_step"] > 0 and tf["wait_seconds"] >= 0
     assert st["steps"] == len(steps)
 
@@ -328,10 +329,10 @@ def test_a_worker_gets_the_columns_layout_only_when_it_changes(monkeypatch):
     frames = []
     real = TW.Channel.send
 
-    def send(self, obj, fds=None):
+    def send(self, obj):
         if isinstance(obj, tuple) and obj and obj[0] == "step":
             frames.append(obj[1])
-        return real(self, obj, fds)
+        return real(self, obj)
 
     monkeypatch.setattr(TW.Channel, "send", send)
     rng = np.random.default_rng(SEED)
@@ -391,8 +392,8 @@ def test_a_reply_already_there_is_read_without_a_select(monkeypatch):
         for i in range(4):
             host = {"id": [np.arange(4) + 8 * i, np.arange(4, 8) + 8 * i]}
             w = stage.submit(host, (SEED, 0, i, 0))
-            if i:  # step 0 also sizes the output segment (a request and its answer)
-                assert real([w.ch.sock], [], [], 30)[0], "no reply within 30 s"
+            if i > 1:  # steps 0 and 1 also size their output segments (a request and its answer)
+                assert real([w[0].ch.rfd], [], [], 30)[0], "no reply within 30 s"
                 monkeypatch.setattr(select, "select", lambda *a: calls.append(a) or real(*a))
             out, _, _ = stage.result(w, stop, f"step {i}")
             monkeypatch.setattr(select, "select", real)
@@ -576,3 +577,161 @@ def test_packed_column_steps_have_the_packed_rows(tmp_path, workers, transport):
         np.testing.assert_array_equal(np.asarray(g["tokens"]), p["tokens"] + 1, err_msg=f"step {s}")
         np.testing.assert_array_equal(np.asarray(g["tokens_segment_ids"]), p["tokens_segment_ids"])
         np.testing.assert_array_equal(np.asarray(g["tokens_count"]), (p["tokens_segment_ids"] > 0).sum(axis=1))
+
+
+def _io_calls(path):
+    """(read, write) system calls so far of the task whose /proc io file
+    is ``path`` (Linux's syscr and syscw); None where it cannot be read."""
+    try:
+        with open(path) as f:
+            got = dict(line.split(": ") for line in f.read().splitlines())
+        return int(got["syscr"]), int(got["syscw"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def test_a_step_is_one_write_and_one_read_on_each_side(monkeypatch):
+    """In the steady state (segments sized, layout sent) a step costs the
+    prefetch thread one write (the step frame, into the worker's pipe) and
+    one read (the reply, already there: no select), and the worker one
+    read and one write: Linux's read and write system call counters of
+    both. The socket beside the pipes carries descriptors only: no
+    send_fds once the segments exist."""
+    import select
+    import socket
+    import threading
+    from meshfeed._src import transform as T
+    if _io_calls(f"/proc/self/task/{threading.get_native_id()}/io") is None:
+        pytest.skip("no /proc/<pid>/task/<tid>/io here")
+    sent_fds = []
+    real_send_fds = socket.send_fds
+    monkeypatch.setattr(socket, "send_fds", lambda *a, **k: sent_fds.append(a) or real_send_fds(*a, **k))
+    stage = T.ProcessStage(F.row_sums, 1)
+    stop = threading.Event()
+    me = f"/proc/self/task/{threading.get_native_id()}/io"
+    steps = 12
+    try:
+        stage.wait_ready()
+        w = stage.workers[0]
+
+        def step(i):  # one at a time: each step's segments are sized by its second
+            host = {"id": [np.arange(4) + 8 * i, np.arange(4, 8) + 8 * i]}
+            h = stage.submit(host, (SEED, 0, i, 0))
+            assert select.select([w.ch.rfd], [], [], 30)[0], "no reply within 30 s"
+            out, _, _ = stage.result(h, stop, f"step {i}")
+            np.testing.assert_array_equal(out["id_sum"], np.arange(8, dtype=np.float64) + 8 * i)
+
+        for i in range(3):  # segments, layout, the worker's first-step imports
+            step(i)
+        fds_before = len(sent_fds)
+        c0 = _io_calls(me)
+        c1 = _io_calls(me)
+        probe = c1[0] - c0[0]  # the reads of one look at a /proc io file
+        me0 = _io_calls(me)
+        wr0 = _io_calls(f"/proc/{w.pid}/io")
+        for i in range(3, 3 + steps):
+            step(i)
+        wr1 = _io_calls(f"/proc/{w.pid}/io")
+        me1 = _io_calls(me)
+    finally:
+        stage.close()
+    assert len(sent_fds) == fds_before, "a descriptor was sent in the steady state"
+    assert wr0 is not None and wr1 is not None
+    # The worker: its next read may have returned already (the last reply
+    # is read by then, the next step not sent: it blocks inside it), so the
+    # reads of `steps` steps are `steps`.
+    assert (wr1[0] - wr0[0], wr1[1] - wr0[1]) == (steps, steps), (wr0, wr1)
+    # This thread: the select above is neither; the writes are the step
+    # frames, the reads the replies and three looks at /proc files (the
+    # rest of me0's, the worker's twice: a look's counter is read before
+    # its own reads count).
+    assert (me1[0] - me0[0] - 3 * probe, me1[1] - me0[1]) == (steps, steps), (me0, me1, probe)
+
+
+def test_a_worker_takes_its_next_step_while_it_runs_one():
+    """A worker process holds DEPTH (2) steps: the next one is sent before
+    the reply to the one before is read (each on its own segments), and
+    the replies come back in step order with the right values, also where
+    every step needs larger segments than the last, so that a worker asks
+    for a new output segment while its next step (and that step's new
+    input segment) already waits in its pipe."""
+    import threading
+    from meshfeed._src import transform as T
+    assert T.DEPTH == 2
+    rng = np.random.default_rng(SEED)
+    stage = T.ProcessStage(F.row_sums, 1)
+    stop = threading.Event()
+    assert stage.inflight == 2
+    hosts, pend, got = [], [], []
+    try:
+        stage.wait_ready()
+        w = stage.workers[0]
+        for i in range(12):
+            rows = 3 * (i + 1) ** 2  # every step larger: segments grow
+            host = {"id": [rng.integers(0, 99, rows) for _ in range(2)], "f": [rng.random((rows, 5)) for _ in range(2)]}
+            hosts.append(host)
+            pend.append(stage.submit(host, (SEED, 0, i, 0)))
+            assert w.sent - w.got == len(pend)
+            if len(pend) == stage.inflight:
+                got.append(stage.result(pend.pop(0), stop, f"step {i - 1}")[0])
+        while pend:
+            got.append(stage.result(pend.pop(0), stop, "last")[0])
+    finally:
+        stage.close()
+    assert len(got) == len(hosts)
+    for host, out in zip(hosts, got):
+        for k, v in host.items():
+            a = np.concatenate(v)
+            np.testing.assert_array_equal(out[k + "_sum"], a.reshape(len(a), -1).sum(axis=1).astype(np.float64))
+
+
+def test_an_abandoned_step_in_a_worker_is_read_and_dropped():
+    """Steps a stopped prefetcher left in the stage (two in one worker)
+    are answered and dropped before a later step's reply: the next
+    prefetcher's results are its own steps'."""
+    import threading
+    from meshfeed._src import transform as T
+    stage = T.ProcessStage(F.row_sums, 1)
+    stop = threading.Event()
+    try:
+        stage.wait_ready()
+        for i in range(2):  # abandoned: never asked for
+            stage.submit({"id": [np.full(4, 1000 + i), np.full(4, 1000 + i)]}, (SEED, 0, i, 0))
+        for i in range(2, 6):
+            host = {"id": [np.arange(4) + 8 * i, np.arange(4, 8) + 8 * i]}
+            out, _, _ = stage.result(stage.submit(host, (SEED, 0, i, 0)), stop, f"step {i}")
+            np.testing.assert_array_equal(out["id_sum"], np.arange(8, dtype=np.float64) + 8 * i)
+    finally:
+        stage.close()
+
+
+def test_workers_run_under_sched_batch():
+    """Worker processes run under SCHED_BATCH (Linux): one woken by its
+    next step does not preempt the prefetch thread that woke it."""
+    from meshfeed._src import transform as T
+    if not hasattr(os, "sched_getscheduler"):
+        pytest.skip("no sched_getscheduler here")
+    stage = T.ProcessStage(F.row_sums, 2)
+    try:
+        stage.wait_ready()
+        assert [os.sched_getscheduler(p) for p in stage.pids] == [os.SCHED_BATCH] * 2
+    finally:
+        stage.close()
+
+
+def test_a_steps_generator_is_the_list_seeded_one():
+    """rng_for seeds with the entropy's uint32 words where every value fits
+    in 32 bits (numpy's list path builds an array per int): the state, the
+    draws and spawn()'s children equal SeedSequence([seed, epoch, step,
+    process])'s, for values in 32 bits and beyond (the list path)."""
+    from meshfeed._src.transform_worker import rng_for
+    r = np.random.default_rng(SEED)
+    cases = [(0, 0, 0, 0), (2**32 - 1, 5, 7, 1), (2**32, 1, 2, 3), (2**63 + 5, 0, 9, 0)]
+    cases += [tuple(int(x) for x in r.integers(0, 2**31, 4)) for _ in range(20)]
+    for e in cases:
+        want = np.random.Generator(np.random.PCG64(np.random.SeedSequence(list(e))))
+        got = rng_for(e)
+        assert got.bit_generator.state == want.bit_generator.state, e
+        np.testing.assert_array_equal(got.random(5), want.random(5))
+        for a, b in zip(got.spawn(2), want.spawn(2)):
+            np.testing.assert_array_equal(a.integers(0, 1 << 30, 4), b.integers(0, 1 << 30, 4))

@@ -658,7 +658,7 @@ class Loader:
         if tf is None or cfg.transform is None:
             return None
         secs, wait = float(tot["transform_seconds"]), float(tot["transform_wait_seconds"])
-        return {"function": describe(cfg.transform), "mode": tf.mode, "workers": tf.inflight,
+        return {"function": describe(cfg.transform), "mode": tf.mode, "workers": tf.workers,
                 "seconds": secs, "ms_per_step": 1e3 * secs / n if n else 0.0,
                 "wait_seconds": wait, "wait_ms_per_step": 1e3 * wait / n if n else 0.0}
 

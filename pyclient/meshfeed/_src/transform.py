@@ -22,6 +22,7 @@ seeded by ``SeedSequence([seed, epoch, step, jax.process_index()])``.
 
 from __future__ import annotations
 
+import collections
 import math
 import mmap
 import os
@@ -33,6 +34,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from collections.abc import Mapping as _AbcMapping
 from typing import Any, Callable, Mapping
 
 import jax
@@ -41,10 +43,15 @@ import pyarrow as pa
 
 from . import layout as _layout
 from .errors import InvalidRequestError, MeshfeedError
-from .transform_worker import ALIGN, Channel, aligned, rng_for
+from .transform_worker import ALIGN, Channel, aligned, rng_for, send_fd
 
 WORKER_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "transform_worker.py")
 THREADS = 2  # transform_workers=0: threads in the pool (and steps in the stage at once)
+# Steps a worker process has at once (the stage: DEPTH per worker): the
+# next is in its pipe while it runs one, so the prefetch thread takes a step
+# back one step later than with one (2 steps' time instead of 1 for the
+# function on 2 workers) and rarely waits for it.
+DEPTH = 2
 _STOP_POLL = 0.1  # seconds between looks at the stop flag while waiting for a result
 
 
@@ -245,25 +252,45 @@ class _Segment:
 
 
 class _Worker:
-    """One worker process, its socket and its two segments."""
+    """One worker process: a pipe each way for its step frames and replies
+    (``ch``), a Unix socket for its first frame and its segments'
+    descriptors, and its two segments."""
 
     def __init__(self, init: dict[str, Any]):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        steps_r, steps_w = os.pipe()
+        replies_r, replies_w = os.pipe()
+        mine = (steps_r, replies_w)  # the worker's ends, closed here once it has them
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')",
-                 WORKER_FILE, str(theirs.fileno())], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+                 WORKER_FILE, str(theirs.fileno()), str(steps_r), str(replies_w)],
+                pass_fds=[theirs.fileno(), *mine], stdin=subprocess.DEVNULL)
+        except BaseException:
+            ours.close()
+            for fd in (steps_w, replies_r):
+                os.close(fd)
+            raise
         finally:
             theirs.close()
-        self.ch = Channel(ours)
-        self.ch.send(init)
-        self.seg_in: _Segment | None = None
-        self.seg_out: _Segment | None = None
-        self.busy = False  # a step sent, its reply not yet read
+            for fd in mine:
+                os.close(fd)
+        os.set_blocking(replies_r, False)  # a reply is read without waiting first (Channel.ready)
+        self.sock = ours
+        self.ch = Channel(replies_r, steps_w)
+        Channel(ours.fileno(), ours.fileno()).send(init)
+        # Step k uses segments k % DEPTH: a step may be sent while the one
+        # before is still in the worker.
+        self.seg_in: list[_Segment | None] = [None] * DEPTH
+        self.seg_out: list[_Segment | None] = [None] * DEPTH
+        self.closed = False
+        self.sent = 0  # steps sent
+        self.got = 0  # replies read (the steps before `sent - got` are done)
         self.cols: list | None = None  # the column layout last sent (a step frame repeats it as None)
-        self.copies_in = 0  # columns copied into seg_in for that step
-        # That step's columns: an input it returns unchanged is placed from them.
-        self.host: Mapping[str, Any] | None = None
+        # The steps sent and not yet answered, oldest first: (columns copied
+        # in, the step's columns: an input it returns unchanged is placed
+        # from them).
+        self.waiting: collections.deque = collections.deque()
 
     @property
     def pid(self) -> int:
@@ -283,21 +310,27 @@ class _Worker:
             code = self.proc.wait(5) if self.proc.poll() is None else self.proc.returncode
             raise TransformError(f"transform worker process {self.pid} exited with status {code} {what}") from e
 
-    def send_segment(self, kind: str, size: int) -> None:
+    def send_segment(self, kind: str, size: int, slot: int) -> None:
         seg = _Segment(size, write=kind == "in")
-        self.ch.send((kind, size), fds=[seg.fd])
+        send_fd(self.sock, seg.fd)  # the descriptor first: the frame tells the worker to take it
+        self.ch.send((kind, size, slot))
         seg.sent()
-        old = self.seg_in if kind == "in" else self.seg_out
-        if kind == "in":
-            self.seg_in = seg
-        else:
-            self.seg_out = seg
+        segs = self.seg_in if kind == "in" else self.seg_out
+        old, segs[slot] = segs[slot], seg
         if old is not None:
             old.close()
 
     def close(self, timeout: float) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for fd in (self.ch.wfd, self.ch.rfd):  # the worker reads the end of its steps and exits
+            try:
+                os.close(fd)
+            except OSError:
+                pass
         try:
-            self.ch.sock.close()  # the worker reads EOF and exits
+            self.sock.close()
         except OSError:
             pass
         try:
@@ -305,7 +338,7 @@ class _Worker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        for seg in (self.seg_in, self.seg_out):
+        for seg in (*self.seg_in, *self.seg_out):
             if seg is not None:
                 seg.close()
 
@@ -348,7 +381,7 @@ class ProcessStage:
         main = sys.modules.get("__main__")
         main_path = getattr(main, "__file__", None) if b"__main__" in blob else None
         init = {"fn": blob, "sys_path": list(sys.path), "main_path": main_path}
-        self.inflight = n
+        self.inflight = n * DEPTH
         self.workers: list[_Worker] = []
         self._next = 0
         self._fn = fn
@@ -383,10 +416,10 @@ class ProcessStage:
     def pids(self) -> list[int]:
         return [w.pid for w in self.workers]
 
-    def submit(self, host: Mapping[str, Any], entropy: tuple[int, ...]) -> _Worker:
+    def submit(self, host: Mapping[str, Any], entropy: tuple[int, ...]) -> tuple[_Worker, int]:
         w = self.workers[self._next % len(self.workers)]
         self._next += 1
-        if w.busy:  # a step a stopped prefetcher left there: its reply first
+        while w.sent - w.got >= DEPTH:  # steps a stopped prefetcher left there: their replies first
             try:
                 self._reply(w, None, "")
             except TransformError:
@@ -402,18 +435,21 @@ class ProcessStage:
             else:
                 extra[k] = v
         try:
-            self._send_step(w, host, cols, extra, entropy, need)
-        except OSError as e:  # the socket: the worker is gone
+            return self._send_step(w, host, cols, extra, entropy, need)
+        except OSError as e:  # the pipe: the worker is gone
             code = w.proc.wait(5) if w.proc.poll() is None else w.proc.returncode
             raise TransformError(f"transform worker process {w.pid} is gone (status {code})") from e
-        return w
 
     def _send_step(self, w: _Worker, host: Mapping[str, Any], cols: list, extra: dict, entropy: tuple[int, ...],
-                   need: int) -> None:
-        if w.seg_in is None or w.seg_in.size < need:
-            w.send_segment("in", max(need, ALIGN, 2 * w.seg_in.size if w.seg_in else 0))
-        assert w.seg_in is not None
-        mm = w.seg_in.mm
+                   need: int) -> tuple[_Worker, int]:
+        seq = w.sent
+        slot = seq % DEPTH
+        seg = w.seg_in[slot]
+        if seg is None or seg.size < need:
+            w.send_segment("in", max(need, ALIGN, 2 * seg.size if seg else 0), slot)
+            seg = w.seg_in[slot]
+        assert seg is not None
+        mm = seg.mm
         for (k, dtype, shape, off) in cols:
             v = host[k]
             dst = np.ndarray(shape, v[0].dtype, mm, off)
@@ -427,23 +463,27 @@ class ProcessStage:
         nxt = (*entropy[:2], entropy[2] + len(self.workers), *entropy[3:])
         # The columns' layout only when it changed (the worker keeps the last).
         same = cols == w.cols
-        w.ch.send(("step", None if same else cols, extra, entropy, nxt))
+        w.ch.send(("step", None if same else cols, extra, entropy, nxt, slot))
         if not same:
             w.cols = cols
-        w.busy = True
-        w.host = host
-        w.copies_in = len(cols)
+        w.sent = seq + 1
+        w.waiting.append((len(cols), host))
+        return w, seq
 
     def _reply(self, w: _Worker, stop: threading.Event | None, where: Any) -> tuple[Any, float, int] | None:
+        """Reads the reply to ``w``'s oldest step not yet answered (None
+        for ``stop`` None: an abandoned step's, read and dropped)."""
         what = _Lazy(_while, where)
+        slot = w.got % DEPTH
         while True:
             msg = w.recv(stop, what)
             if msg[0] == "grow":
-                old = w.seg_out.size if w.seg_out is not None else 0
-                w.send_segment("out", max(msg[1], ALIGN, 2 * old))
+                seg = w.seg_out[slot]
+                w.send_segment("out", max(msg[1], ALIGN, 2 * seg.size if seg else 0), slot)
                 continue
             break
-        w.busy = False
+        w.got += 1
+        copies_in, host = w.waiting.popleft()
         if msg[0] == "error":
             exc = _remote_exception(msg)
             raise TransformError(f"transform failed at {where} in worker process {w.pid}: "
@@ -452,22 +492,30 @@ class ProcessStage:
         if order is None or stop is None:
             return (rest, secs, 0) if stop is not None else None
         arrays: dict[str, Any] = {}
-        mm = w.seg_out.mm if w.seg_out is not None else None
+        seg = w.seg_out[slot]
+        mm = seg.mm if seg is not None else None
         for k, dtype, shape, off in layout:
             dtype = np.dtype(dtype)
             a = _aligned_empty(shape, dtype)
             np.copyto(a, np.ndarray(shape, dtype, mm, off))
             arrays[k] = a
-        host = w.host or {}
         ua = getattr(host, "unaligned", None) or {}
         for k, kin in same.items():  # inputs returned unchanged: the views they came from
             v = host[kin]
             arrays[k] = _Slices(v, ua.get(kin)) if isinstance(v, list) else v
-        w.host = None
         out = {k: arrays[k] if k in arrays else rest[k] for k in order}
-        return out, secs, w.copies_in + len(layout)  # each column in, each array out
+        return out, secs, copies_in + len(layout)  # each column in, each array out
 
-    def result(self, w: _Worker, stop: threading.Event, where: Any) -> tuple[Any, float, int]:
+    def result(self, handle: tuple[_Worker, int], stop: threading.Event, where: Any) -> tuple[Any, float, int]:
+        w, seq = handle
+        while w.got < seq:  # steps a stopped prefetcher left there: their replies first
+            try:
+                self._reply(w, None, "")
+            except TransformError:
+                if w.proc.poll() is not None:
+                    raise
+        if w.got != seq:
+            raise TransformError(f"transform worker process {w.pid}: the reply to {where} was taken already")
         got = self._reply(w, stop, where)
         assert got is not None
         return got
@@ -515,6 +563,12 @@ class Transformer:
         """``"threads"`` or ``"processes"``."""
         return self.stage.kind
 
+    @property
+    def workers(self) -> int:
+        """The worker processes, or the threads (``inflight`` is the steps
+        in the stage at once: DEPTH per worker process)."""
+        return len(self.stage.pids) or self.stage.inflight
+
     def wait_ready(self) -> None:
         """Waits for the worker processes to have loaded the function."""
         self.stage.wait_ready()
@@ -550,7 +604,8 @@ class Transformer:
         return batch, secs, copies + narrowed, unaligned, waited
 
     def _check(self, out: Any, host: Mapping[str, Any], where: Any) -> dict[str, Any]:
-        if not isinstance(out, Mapping):
+        # (a dict first: typing.Mapping's isinstance runs 4 Python functions)
+        if type(out) is not dict and not isinstance(out, _AbcMapping):
             raise TransformError(f"transform returned {type(out).__name__} at {where}: want a dict of arrays")
         out = dict(out)
         mk = self.mask_key

@@ -1,16 +1,18 @@
 """A transform worker process: runs a Loader's ``transform=`` function on the
 steps its parent sends, one at a time.
 
-Started by transform.ProcessStage as ``python transform_worker.py FD`` (a
-file run as a script, not a module of the package: the worker imports
-numpy and the function's own modules, not meshfeed or jax), ``FD`` being
-its end of a Unix socket pair. Arrays travel through two shared-memory
-segments (memfds the parent creates and passes over the socket, so nothing
-is left behind when either side dies, however it dies): the parent copies a
-step's columns into the input segment, the worker writes the function's
-arrays into the output segment. The socket carries only small pickled
-frames (and the other values: pyarrow arrays, by pickle). The worker ends
-when the socket closes (its parent closed it or died).
+Started by transform.ProcessStage as ``python transform_worker.py SOCK STEPS
+REPLIES`` (a file run as a script, not a module of the package: the worker
+imports numpy and the function's own modules, not meshfeed or jax): its end
+of a Unix socket pair, the read end of a pipe of step frames and the write
+end of a pipe of replies. Arrays travel through two shared-memory segments
+(memfds the parent creates and passes over the socket, so nothing is left
+behind when either side dies, however it dies): the parent copies a step's
+columns into the input segment, the worker writes the function's arrays
+into the output segment. The pipes carry only small pickled frames (and
+the other values: pyarrow arrays, by pickle): one write and one read a
+step on each side. The worker ends when its step pipe ends (its parent
+closed it or died).
 
 This file is also imported by the parent, for ``Channel`` and ``entropy``:
 it may import nothing from meshfeed.
@@ -18,6 +20,8 @@ it may import nothing from meshfeed.
 
 from __future__ import annotations
 
+import collections
+import gc
 import mmap
 import os
 import pickle
@@ -42,8 +46,18 @@ def aligned(n: int) -> int:
 
 def rng_for(entropy: tuple[int, ...]) -> np.random.Generator:
     """The generator a step's transform gets: numpy's PCG64 seeded by
-    ``SeedSequence([seed, epoch, step, process_index])``."""
+    ``SeedSequence([seed, epoch, step, process_index])``. Where every value
+    fits in 32 bits the entropy goes in as a uint32 array, the words the
+    list becomes inside SeedSequence (so the same state, and the same
+    children from ``spawn``), for half the time (8 against 18 us here:
+    numpy turns a list's ints into arrays one by one); its ``entropy``
+    attribute is then that array."""
+    if all(0 <= v < _WORD for v in entropy):
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(np.array(entropy, np.uint32))))
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(list(entropy))))
+
+
+_WORD = 1 << 32
 
 
 def shareable(v: Any) -> bool:
@@ -54,48 +68,53 @@ def shareable(v: Any) -> bool:
 
 
 class Channel:
-    """Length-prefixed pickled frames over a Unix socket, with file
-    descriptors passed alongside (SCM_RIGHTS)."""
+    """Length-prefixed pickled frames, read from file descriptor ``rfd``
+    and written to ``wfd`` (a pipe's ends, or one socket's twice).
 
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
+    A worker's steps and replies go over a pipe each way: on the 2-vCPU
+    machine of BENCHMARKS.md a pipe's write and read cost the two sides
+    about 30 us less a step than a Unix socket's (no socket buffers to
+    allocate and free, no socket state locks to contend for), and a pipe
+    still ends (EOF) when the other side exits, however it exits. File
+    descriptors (the segments) go over a Unix socket beside it
+    (``send_fd``/``recv_fd``)."""
+
+    def __init__(self, rfd: int, wfd: int):
+        self.rfd = rfd
+        self.wfd = wfd
         self._buf = bytearray()
-        self.fds: list[int] = []  # received, not yet taken
-        self._eof = False  # the other end closed the socket (its last bytes may still be in _buf)
+        self._eof = False  # the other end closed (its last bytes may still be in _buf)
         self._err: OSError | None = None  # a read's error, raised by the next recv
 
-    def send(self, obj: Any, fds: list[int] | None = None) -> None:
-        """Sends one frame (and ``fds`` with its first bytes)."""
+    def send(self, obj: Any) -> None:
+        """Sends one frame."""
         b = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        data = _LEN.pack(len(b)) + b
-        if fds:
-            n = socket.send_fds(self.sock, [data], fds)
-            data = data[n:]
-        if data:
-            self.sock.sendall(data)
+        data = memoryview(_LEN.pack(len(b)) + b)
+        while data:
+            data = data[os.write(self.wfd, data):]
 
     def ready(self, timeout: float) -> bool:
-        """Whether a frame's first bytes (or the socket's end) are here
-        within ``timeout`` seconds. Reads first without waiting: where the
-        frame is already there, as a reply the parent asks for late usually
-        is, that is one system call instead of a select and a read (and one
-        less point where the thread lets go of the GIL)."""
+        """Whether a frame's first bytes (or the end) are here within
+        ``timeout`` seconds. Reads first without waiting (``rfd`` is
+        non-blocking there): where the frame is already there, as a reply
+        the parent asks for late usually is, that is one system call
+        instead of a select and a read (and one less point where the
+        thread lets go of the GIL)."""
         if self._buf or self._eof or self._err is not None:
             return True
         try:
-            self._read(1 << 16, socket.MSG_DONTWAIT)
+            self._read(1 << 16)
             return True
         except BlockingIOError:
             pass
         except OSError as e:  # raised where the frame is read (recv)
             self._err = e
             return True
-        r, _, _ = select.select([self.sock], [], [], timeout)
+        r, _, _ = select.select([self.rfd], [], [], timeout)
         return bool(r)
 
-    def _read(self, size: int, flags: int = 0) -> None:
-        data, fds, _, _ = socket.recv_fds(self.sock, size, 8, flags)
-        self.fds.extend(fds)
+    def _read(self, size: int) -> None:
+        data = os.read(self.rfd, size)
         if not data:
             self._eof = True
         self._buf += data
@@ -106,8 +125,11 @@ class Channel:
                 e, self._err = self._err, None
                 raise e
             if self._eof:
-                raise EOFError("the other end closed the socket")
-            self._read(max(1 << 16, n - len(self._buf)))
+                raise EOFError("the other end closed")
+            try:
+                self._read(max(1 << 16, n - len(self._buf)))
+            except BlockingIOError:  # a non-blocking end: the rest of the frame is on its way
+                select.select([self.rfd], [], [])
 
     def recv(self) -> Any:
         """The next frame (EOFError once the other end closed)."""
@@ -118,11 +140,18 @@ class Channel:
         del self._buf[:_LEN.size + n]
         return obj
 
-    def take_fd(self) -> int:
-        """The oldest descriptor received and not yet taken."""
-        if not self.fds:
-            raise RuntimeError("meshfeed transform: a frame announced a descriptor that did not come")
-        return self.fds.pop(0)
+
+def send_fd(sock: socket.socket, fd: int) -> None:
+    """Passes ``fd`` over a Unix socket (SCM_RIGHTS, with one byte)."""
+    socket.send_fds(sock, [b"f"], [fd])
+
+
+def recv_fd(sock: socket.socket) -> int:
+    """The next descriptor ``send_fd`` passed (waiting for it)."""
+    data, fds, _, _ = socket.recv_fds(sock, 1, 1)
+    if not data or not fds:
+        raise EOFError("meshfeed transform: the socket ended before an announced descriptor came")
+    return fds[0]
 
 
 def _map(fd: int, size: int, write: bool) -> mmap.mmap:
@@ -156,49 +185,62 @@ def _load(init: dict) -> Any:
     return pickle.loads(init["fn"])
 
 
-def serve(ch: Channel) -> None:
-    """The worker's loop: load the function, then answer step frames until
-    the socket closes."""
+def serve(init: Channel, ch: Channel, sock: socket.socket) -> None:
+    """The worker's loop: load the function (``init``: the socket's first
+    frame), then answer the step frames of ``ch`` (a pipe each way) until
+    the parent closes it; segments' descriptors come over ``sock``."""
     try:
-        fn = _load(ch.recv())
+        fn = _load(init.recv())
     except EOFError:
         return
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         ch.send(_error(e))
         return
+    # What is loaded now (numpy, the function's modules) stays: the
+    # collector's full passes, which a step's garbage sets off now and
+    # then, no longer walk it.
+    gc.freeze()
     ch.send(("ready", os.getpid()))
-    seg_in: mmap.mmap | None = None
-    seg_out: mmap.mmap | None = None
+    # Step k's segments are k % len(...): the parent sends a step while the
+    # one before may still be here (transform.DEPTH), never one whose
+    # segments a step not yet answered uses.
+    seg_in: list[mmap.mmap | None] = [None, None]
+    seg_out: list[mmap.mmap | None] = [None, None]
+    early: collections.deque = collections.deque()  # step frames read while waiting for an output segment
     ahead: tuple = ((), None)  # (entropy, its generator), built while waiting
     want: tuple | None = None  # the entropy of this worker's next step, as the parent expects it
     cols: list = []  # the input columns' layout: (key, dtype, shape, offset); a step frame's None repeats it
     typed: list | None = []  # cols with numpy dtypes (None: not yet made)
     while True:
-        if want is not None:  # the reply is sent: the next step's generator, before waiting for it
+        if want is not None and not early:  # the reply is sent: the next step's generator, before waiting
             ahead, want = (want, rng_for(want)), None
         try:
-            msg = ch.recv()
+            msg = early.popleft() if early else ch.recv()
         except EOFError:
             return
         kind = msg[0]
-        if kind == "in":  # a new input segment of msg[1] bytes
-            seg_in = _map(ch.take_fd(), msg[1], False)
+        if kind == "in":  # a new input segment of msg[1] bytes for steps msg[2]
+            seg_in[msg[2]] = _map(recv_fd(sock), msg[1], False)
             continue
-        if kind == "out":  # a new output segment of msg[1] bytes
-            seg_out = _map(ch.take_fd(), msg[1], True)
+        if kind == "out":  # a new output segment of msg[1] bytes for steps msg[2]
+            seg_out[msg[2]] = _map(recv_fd(sock), msg[1], True)
             continue
-        _, new_cols, extra, entropy, want = msg
+        _, new_cols, extra, entropy, want, slot = msg
         if new_cols is not None:
             cols, typed = new_cols, None
         try:
             if typed is None:
                 typed = [(key, np.dtype(dtype), shape, off) for key, dtype, shape, off in cols]
             batch: dict[str, Any] = {}
+            ids: dict[int, str] = {}  # the inputs' ids (kept alive by `inputs`: the ids stay theirs)
             for key, dtype, shape, off in typed:
-                batch[key] = a = np.ndarray(shape, dtype, seg_in, off)
+                batch[key] = a = np.ndarray(shape, dtype, seg_in[slot], off)
                 a.flags.writeable = False
-            batch.update(extra)
-            inputs = dict(batch)  # kept alive: their ids below stay theirs
+                ids[id(a)] = key
+            for key, v in extra.items():
+                batch[key] = v
+                ids[id(v)] = key
+            inputs = list(batch.values())
             rng = ahead[1] if ahead[0] == entropy else rng_for(entropy)
             ahead = ((), None)
             t = time.perf_counter()
@@ -212,24 +254,43 @@ def serve(ch: Channel) -> None:
             ch.send(("ok", None, [], out, secs, {}))  # the parent names what is wrong
             continue
         order = list(out)
-        # Inputs returned as they are do not travel back: the parent has them.
-        ids = {id(v): k for k, v in inputs.items()}
-        same = {k: ids[id(v)] for k, v in out.items() if id(v) in ids}
+        # Inputs returned as they are do not travel back (the parent has
+        # them); NumPy arrays go through the output segment; the rest by pickle.
+        same: dict[str, str] = {}
+        arrays: dict[str, np.ndarray] = {}
+        rest: dict[str, Any] = {}
+        need = 0
+        for k, v in out.items():
+            kin = ids.get(id(v))
+            if kin is not None:
+                same[k] = kin
+            elif shareable(v):
+                arrays[k] = v
+                need += aligned(v.nbytes)
+            else:
+                rest[k] = v
         del inputs, ids
-        arrays = {k: v for k, v in out.items() if k not in same and shareable(v)}
-        need = sum(aligned(v.nbytes) for v in arrays.values())
-        if need and (seg_out is None or len(seg_out) < need):
+        out_seg = seg_out[slot]
+        if need and (out_seg is None or len(out_seg) < need):
             ch.send(("grow", need))
-            _, size = ch.recv()  # ("out", size): the parent's new segment
-            seg_out = _map(ch.take_fd(), size, True)
+            while True:  # the parent's new segment, ("out", size, slot), after what it sent before
+                m = ch.recv()
+                if m[0] == "step":
+                    early.append(m)
+                    continue
+                seg = _map(recv_fd(sock), m[1], m[0] == "out")  # descriptors come in the frames' order
+                if m[0] == "in":
+                    seg_in[m[2]] = seg  # the next step's (never this one's)
+                    continue
+                seg_out[m[2]] = out_seg = seg
+                break
         layout, off = [], 0
         for k, v in arrays.items():
-            dst = np.ndarray(v.shape, v.dtype, seg_out, off)
+            dst = np.ndarray(v.shape, v.dtype, out_seg, off)
             np.copyto(dst, v, casting="no")
             del dst
             layout.append((k, v.dtype.str if np.dtype(v.dtype.str) == v.dtype else v.dtype, v.shape, off))
             off += aligned(v.nbytes)
-        rest = {k: v for k, v in out.items() if k not in arrays and k not in same}
         del out, arrays
         try:
             ch.send(("ok", order, layout, rest, secs, same))
@@ -237,17 +298,40 @@ def serve(ch: Channel) -> None:
             ch.send(_error(e))
 
 
-def main(argv: list[str]) -> int:
-    """``transform_worker.py FD`` (FD the last argument)."""
-    import signal
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes the socket
-    sock = socket.socket(fileno=int(argv[-1]))
+def batch_scheduling() -> bool:
+    """Puts this process under Linux's SCHED_BATCH policy (no privilege
+    needed): a worker woken by its next step then does not preempt the
+    thread that woke it (the parent's prefetch thread, which goes on to
+    place the previous step), and otherwise gets its fair share as before.
+    False where the policy does not exist or is refused."""
     try:
-        serve(Channel(sock))
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+        return True
+    except (AttributeError, OSError):
+        return False
+
+
+def main(argv: list[str]) -> int:
+    """``transform_worker.py SOCK STEPS REPLIES`` (the last three
+    arguments): the socket's descriptor (the first frame, then segments'
+    descriptors), the read end of the steps' pipe and the write end of
+    the replies'."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes the pipe
+    sfd, rfd, wfd = (int(x) for x in argv[-3:])
+    batch_scheduling()
+    sock = socket.socket(fileno=sfd)
+    try:
+        serve(Channel(sfd, sfd), Channel(rfd, wfd), sock)
     except (BrokenPipeError, ConnectionResetError, EOFError):
         pass
     finally:
         sock.close()
+        for fd in (rfd, wfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
     return 0
 
 
