@@ -131,7 +131,16 @@ type decoded struct {
 // do not add up.
 func (c *colDecoder) decodeRows(v chunkView, r rowRange, o outSpec) (decoded, error) {
 	switch c.kind {
-	case kindPrimitive: // every row of the pages: the next pieces slice them
+	case kindPrimitive:
+		if v.codec == pqformat.Uncompressed {
+			// The piece's own rows: copying them out of the pages costs
+			// what slicing pages decoded whole would, without holding the
+			// pages' other rows for the next pieces.
+			a, err := c.decodeFastRows(v, rowRange{r.lo - v.first, r.hi - v.first}, o)
+			return decoded{a, r.lo}, err
+		}
+		// Every row of the pages, decompressed once: the next pieces slice
+		// them.
 		a, err := c.decodeFastRows(v, rowRange{0, v.n}, o)
 		return decoded{a, v.first}, err
 	case kindFixedList:
