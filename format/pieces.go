@@ -99,6 +99,34 @@ type Shared struct {
 	extra   int64                // bytes decoded whole that Charge did not foresee
 	decoded map[int]decodedPages // per streamed column: the pages its last piece decoded
 	edges   map[int]edgePage     // per streamed column of lists or fixed-size lists: the page its last piece ended in
+	checked map[int][2]int       // per streamed column: the pages [lo, hi) whose headers a piece checked (checkPages)
+}
+
+// unchecked returns the first of pages [i, j) of column col from which
+// they were not checked by an earlier piece of the row group (the same
+// bytes of the same object version: a page that later pieces cut too need
+// not be checked again): j when all were.
+func (e *Shared) unchecked(col, i, j int) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r, ok := e.checked[col]
+	if !ok || i < r[0] || i >= r[1] {
+		return i
+	}
+	return min(r[1], j)
+}
+
+// markChecked records that pages [i, j) of column col were checked.
+func (e *Shared) markChecked(col, i, j int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.checked == nil {
+		e.checked = map[int][2]int{}
+	}
+	if r, ok := e.checked[col]; ok && i <= r[1] && j >= r[0] {
+		i, j = min(i, r[0]), max(j, r[1]) // overlapping or touching: one range
+	}
+	e.checked[col] = [2]int{i, j}
 }
 
 // edgePage is a page a piece decompressed whole and ended inside: the
@@ -201,6 +229,7 @@ func (e *Shared) Release() {
 		bufpool.Put(p.buf)
 	}
 	e.edges = nil
+	e.checked = nil
 }
 
 // piece is a Piece as the decoders pass it on: column col's share of it

@@ -50,8 +50,12 @@ func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLo
 	if !ok {
 		return nil, nil
 	}
-	if err := checkPages(b, md, d.maxBytes); err != nil {
-		return nil, fmt.Errorf("format: %s row group %d column %q pages %d..%d: %w", d.uri, p.rg, c.name, i, t-1, err)
+	if u := e.unchecked(p.col, i, t); u < t {
+		if err := checkPages(b[locs[u].off-off:], md, d.maxBytes); err != nil {
+			return nil, fmt.Errorf("format: %s row group %d column %q pages %d..%d: %w", d.uri, p.rg, c.name, u, t-1, err)
+		}
+		e.markChecked(p.col, u, t)
+		p.stats.PagesChecked.Add(int64(t - u))
 	}
 	v := chunkView{b: b, codec: md.Codec, first: first, n: slots, cut: c.kind == kindList && (locs[i].cont || t > j)}
 	out, err := c.decodeRows(v, p.rows, outSpec{mem: p.mem, maxBytes: d.maxBytes, ed: edges{e, p.col, i, p.stats}})

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"testing"
 
@@ -576,6 +577,10 @@ func TestPiecesMapTheirRowGroupOnce(t *testing.T) {
 		rd := ds.NewReader(context.Background(), evenPieces(ds, 1000), mem, WithReaderDecodeWorkers(1))
 		drainReader(t, rd)
 		rd.Close()
+		// Each page's header is checked once, by the first piece cutting it.
+		if checked, pages := rd.Stats().PagesChecked.Load(), pagesIn(t, path, cols); checked != pages {
+			t.Errorf("%d page headers checked by the pieces, want each of the %d pages of the columns once", checked, pages)
+		}
 		if live := stats.LiveMaps.Load(); live != 0 {
 			t.Errorf("%d mappings live after the reader closed", live)
 		}
@@ -598,4 +603,28 @@ func TestPiecesMapTheirRowGroupOnce(t *testing.T) {
 	if rangeMapped <= mapped {
 		t.Errorf("a mapping per piece mapped %d bytes, the windows %d: the test measures nothing", rangeMapped, mapped)
 	}
+}
+
+// pagesIn returns the number of data pages of the named columns of path.
+func pagesIn(t *testing.T, path string, cols []string) int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pr, err := file.NewParquetReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for leaf := 0; leaf < pr.MetaData().Schema.NumColumns(); leaf++ {
+		if !slices.Contains(cols, pr.MetaData().Schema.Column(leaf).ColumnPath()[0]) {
+			continue
+		}
+		for _, starts := range pageValueStarts(t, path, leaf) {
+			n += int64(len(starts) - 1)
+		}
+	}
+	return n
 }
