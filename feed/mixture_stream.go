@@ -107,28 +107,43 @@ func (p *Pipeline) openMixture(ctx context.Context, req *transport.Request, mem 
 }
 
 // mixtureHold is the most a mixture's cursors hold, as a multiple of the
-// read-ahead budget they share: each holds at most one and a half shares
-// (mixturePieces), and the stream reserves that much.
+// read-ahead budget they share, and the stream reserves that much: cut on
+// the steps' ends (stepPieces) the cursors of a slice hold one slice's
+// share (or three one-step pieces each, where a step's take is over a
+// quarter of a cursor's part), and a cursor cut on an even share where no
+// step ahead takes from its source (mixturePieces) holds at most one and a
+// half shares.
 const mixtureHold = 1.5
 
 // reserveMixture takes the stream's memory from the server's account: what
 // the cursors may hold of the read-ahead budget (mixtureHold times the one
-// budget the sources share), the sources' shuffle windows, a fixed cost per
-// reader and two steps.
+// budget the sources share, or that budget and two steps' reads where
+// one-step pieces exceed it), the sources' shuffle windows, a fixed cost
+// per reader and two steps.
 func (p *Pipeline) reserveMixture(ctx context.Context, mp *mixturePlan) (int64, error) {
 	l := p.serverLimits()
 	if l.Memory == nil {
 		return 0, nil
 	}
 	n := float64(len(mp.slices))
-	total := mixtureHold*float64(p.cfg.readAhead) + 2*mp.stepBytes()
+	// One-step pieces may hold two steps' reads over the read-ahead
+	// (stepPieces: three pieces a cursor where a step's take is over a
+	// quarter of its part).
+	var perRow float64
+	for _, s := range mp.srcs {
+		r, _ := s.ds.StreamedRowBytes()
+		perRow = max(perRow, r)
+	}
+	ra := float64(p.cfg.readAhead)
+	hold := max(mixtureHold*ra, ra+2*n*float64(mp.mix.SliceRows())*perRow)
+	total := hold + 2*mp.stepBytes()
 	for _, s := range mp.srcs {
 		total += n * (sliceOverhead + float64(s.window)*tokenRowBytes(s.toks, s.ds.ArrowRowBytes()))
 		total += tokensAhead(s.toks, s.ds, float64(p.cfg.readAhead)) // a bound: the sources share the budget
 	}
 	if l.MemoryBudget > 0 && total+mp.stepBytes() > float64(l.MemoryBudget) {
-		return 0, fmt.Errorf("feed: %w: this mixture's stream needs about %.0f bytes of memory (the cursors' pieces, up to %.1f x the read-ahead of %d; %d sources' windows and readers, three steps), over the server's memory budget of %d bytes (--memory-budget): ask for fewer slices per request or smaller shuffle windows, or raise --memory-budget",
-			transport.ErrTooLarge, total+mp.stepBytes(), mixtureHold, p.cfg.readAhead, len(mp.srcs), l.MemoryBudget)
+		return 0, fmt.Errorf("feed: %w: this mixture's stream needs about %.0f bytes of memory (the cursors' pieces, up to %.0f bytes for the read-ahead of %d; %d sources' windows and readers, three steps), over the server's memory budget of %d bytes (--memory-budget): ask for fewer slices per request or smaller shuffle windows, or raise --memory-budget",
+			transport.ErrTooLarge, total+mp.stepBytes(), hold, p.cfg.readAhead, len(mp.srcs), l.MemoryBudget)
 	}
 	if err := l.Memory.Reserve(ctx, int64(total)); err != nil {
 		return 0, fmt.Errorf("feed: waiting for %d bytes of the server's memory budget for this mixture: %w", int64(total), err)
