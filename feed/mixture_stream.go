@@ -399,6 +399,11 @@ func (s *mixStream) parts(mc *mixCursor, real, n int64, parts []arrow.RecordBatc
 
 // shapePart renames and shapes rec (released) into the common schema.
 func (s *mixStream) shapePart(src *mixSource, rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+	if src.shaper == nil { // renamed is the common schema: the same columns
+		out := array.NewRecordBatch(s.mp.in, rec.Columns(), rec.NumRows())
+		rec.Release()
+		return out, nil
+	}
 	renamed := array.NewRecordBatch(src.renamed, rec.Columns(), rec.NumRows())
 	rec.Release()
 	if src.shaper != nil {
