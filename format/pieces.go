@@ -43,9 +43,12 @@ import (
 // range's edges, a piece of a fixed-size list column copies its own rows'
 // values alone, and a compressed page it ends inside is kept decompressed
 // for the row group's next piece, which starts there (edges); a primitive
-// column's pages are decoded whole, and kept for the next piece to slice
-// where its rows lie inside them (decodedPages: it then fetches nothing;
-// an int64 id of 65,536 rows is one page). A piece of a list column holds
+// column's piece of uncompressed pages copies its own rows alone, and of
+// compressed pages decodes them whole and keeps them for the next piece to
+// slice where its rows lie inside them (decodedPages: it then fetches
+// nothing; an int64 id of 65,536 rows is one page). The pages' headers are
+// checked and read once per row group, by the first piece cutting them
+// (Shared: checked, heads). A piece of a list column holds
 // its rows' values alone where the levels can be read apart from the values
 // (uncompressed and SNAPPY v1 pages, v2 pages), not its pages'.
 //
