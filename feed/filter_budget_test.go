@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshfeed/meshfeed/loader"
 	"github.com/meshfeed/meshfeed/objstore"
 	"github.com/meshfeed/meshfeed/transport"
 )
@@ -117,7 +118,9 @@ func withoutEdgeShare() Option { return func(c *pipelineConfig) { c.noEdgeShare 
 // edges inside row groups, the slices that read pieces of the same row
 // group fetch the pages they share once (loader.FetchShare): at least a
 // page per inner edge fewer than when each fetches its own, and the same
-// rows delivered.
+// rows delivered. The pages are read (loader.WithMmap(false)), as from a
+// remote store: mapped, each slice's pieces are parts of its own mapping of
+// the row group, and the page cache serves the pages two slices share.
 func TestFilterEdgePagesFetchedOnce(t *testing.T) {
 	spec := filterSpec()
 	spec.PageIndex = true
@@ -126,7 +129,7 @@ func TestFilterEdgePagesFetchedOnce(t *testing.T) {
 	run := func(opts ...Option) (int64, [][]int64) {
 		store := objstore.NewLocalStore()
 		defer store.Close()
-		p, err := NewPipeline(context.Background(), append([]Option{WithStore(store), WithCacheTTL(0)}, opts...)...)
+		p, err := NewPipeline(context.Background(), append([]Option{WithStore(store), WithCacheTTL(0), WithLoaderOptions(loader.WithMmap(false))}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}

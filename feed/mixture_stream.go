@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime"
 	"slices"
+	"sort"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -25,10 +26,12 @@ type mixStream struct {
 	ctx       context.Context // the readers'
 	cancel    context.CancelFunc
 	walk      *batching.Walker
+	ahead     *mixAhead // the steps' ends the cursors' pieces are cut on
 	counts    []int64
 	curs      [][]*mixCursor        // [source][index in mp.slices]
 	cols      *batching.PartColumns // the constant columns of the slices' parts
-	budget    int64                 // read-ahead per cursor
+	budget    int64                 // read-ahead per cursor, evenly (mixturePieces, where the steps ahead are not known)
+	share     int64                 // read-ahead per slice (sliceShare), which the slice's cursors split
 	workers   int
 	closed    bool
 	unreserve func()
@@ -45,6 +48,12 @@ type mixCursor struct {
 	segs  []batching.Segment   // what rd reads, in order
 	refs  []loader.RowGroupRef // the refs of segs (pieces of physical rows)
 	got   int
+	// next is where rd's reads end in the cursor's sequence (the
+	// composition's count, Walker.Cum): the next reader reads from there.
+	next int64
+	// piece and budget: the bytes of rd's pieces (stepPieces; 0 when cut
+	// otherwise) and its budget in flight.
+	piece, budget int64
 }
 
 // openMixture opens a stream over mp from the request's start step. The
@@ -66,12 +75,17 @@ func (p *Pipeline) openMixture(ctx context.Context, req *transport.Request, mem 
 	n := len(mp.slices) * len(mp.srcs)
 	s := &mixStream{mp: mp, mem: mem, ctx: sctx, cancel: cancel, walk: mp.mix.Composition().Walk(),
 		counts: make([]int64, len(mp.srcs)), budget: sliceShare(p.cfg.readAhead, n),
+		share:     sliceShare(p.cfg.readAhead, len(mp.slices)),
 		workers:   max(runtime.GOMAXPROCS(0)/n, 1),
 		unreserve: func() { p.serverLimits().Memory.Unreserve(reserved) }}
 	if mp.packer == nil {
 		s.cols = batching.NewPartColumns(mem, mp.in, mp.schema, len(mp.srcs), int64(mp.mix.SliceRows()))
 	}
 	if err := s.walk.Skip(req.Start.Step); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if s.ahead, err = newMixAhead(mp.mix, req.Start.Step); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -83,7 +97,7 @@ func (p *Pipeline) openMixture(ctx context.Context, req *transport.Request, mem 
 				s.Close()
 				return nil, fmt.Errorf("feed: mixture %s slice %d: %w", src.name, d, err)
 			}
-			mc := &mixCursor{src: src, d: d, cur: cur, epoch: -1}
+			mc := &mixCursor{src: src, d: d, cur: cur, epoch: -1, next: s.walk.Cum()[i]}
 			row = append(row, mc)
 			s.startReader(mc)
 		}
@@ -93,28 +107,43 @@ func (p *Pipeline) openMixture(ctx context.Context, req *transport.Request, mem 
 }
 
 // mixtureHold is the most a mixture's cursors hold, as a multiple of the
-// read-ahead budget they share: each holds at most one and a half shares
-// (mixturePieces), and the stream reserves that much.
+// read-ahead budget they share, and the stream reserves that much: cut on
+// the steps' ends (stepPieces) the cursors of a slice hold one slice's
+// share (or three one-step pieces each, where a step's take is over a
+// quarter of a cursor's part), and a cursor cut on an even share where no
+// step ahead takes from its source (mixturePieces) holds at most one and a
+// half shares.
 const mixtureHold = 1.5
 
 // reserveMixture takes the stream's memory from the server's account: what
 // the cursors may hold of the read-ahead budget (mixtureHold times the one
-// budget the sources share), the sources' shuffle windows, a fixed cost per
-// reader and two steps.
+// budget the sources share, or that budget and two steps' reads where
+// one-step pieces exceed it), the sources' shuffle windows, a fixed cost
+// per reader and two steps.
 func (p *Pipeline) reserveMixture(ctx context.Context, mp *mixturePlan) (int64, error) {
 	l := p.serverLimits()
 	if l.Memory == nil {
 		return 0, nil
 	}
 	n := float64(len(mp.slices))
-	total := mixtureHold*float64(p.cfg.readAhead) + 2*mp.stepBytes()
+	// One-step pieces may hold two steps' reads over the read-ahead
+	// (stepPieces: three pieces a cursor where a step's take is over a
+	// quarter of its part).
+	var perRow float64
+	for _, s := range mp.srcs {
+		r, _ := s.ds.StreamedRowBytes()
+		perRow = max(perRow, r)
+	}
+	ra := float64(p.cfg.readAhead)
+	hold := max(mixtureHold*ra, ra+2*n*float64(mp.mix.SliceRows())*perRow)
+	total := hold + 2*mp.stepBytes()
 	for _, s := range mp.srcs {
 		total += n * (sliceOverhead + float64(s.window)*tokenRowBytes(s.toks, s.ds.ArrowRowBytes()))
 		total += tokensAhead(s.toks, s.ds, float64(p.cfg.readAhead)) // a bound: the sources share the budget
 	}
 	if l.MemoryBudget > 0 && total+mp.stepBytes() > float64(l.MemoryBudget) {
-		return 0, fmt.Errorf("feed: %w: this mixture's stream needs about %.0f bytes of memory (the cursors' pieces, up to %.1f x the read-ahead of %d; %d sources' windows and readers, three steps), over the server's memory budget of %d bytes (--memory-budget): ask for fewer slices per request or smaller shuffle windows, or raise --memory-budget",
-			transport.ErrTooLarge, total+mp.stepBytes(), mixtureHold, p.cfg.readAhead, len(mp.srcs), l.MemoryBudget)
+		return 0, fmt.Errorf("feed: %w: this mixture's stream needs about %.0f bytes of memory (the cursors' pieces, up to %.0f bytes for the read-ahead of %d; %d sources' windows and readers, three steps), over the server's memory budget of %d bytes (--memory-budget): ask for fewer slices per request or smaller shuffle windows, or raise --memory-budget",
+			transport.ErrTooLarge, total+mp.stepBytes(), hold, p.cfg.readAhead, len(mp.srcs), l.MemoryBudget)
 	}
 	if err := l.Memory.Reserve(ctx, int64(total)); err != nil {
 		return 0, fmt.Errorf("feed: waiting for %d bytes of the server's memory budget for this mixture: %w", int64(total), err)
@@ -123,30 +152,40 @@ func (p *Pipeline) reserveMixture(ctx context.Context, mp *mixturePlan) (int64, 
 }
 
 // startReader gives mc a reader of what its cursor's current epoch reads
-// from where it stands, in pieces that fit its share of the budget
-// (mixturePieces).
+// from where its last reader stopped, in pieces that fit its share of the
+// budget: cut on the steps' ends (stepPieces) where the composition's steps
+// ahead are known, else of half its even share (mixturePieces).
 func (s *mixStream) startReader(mc *mixCursor) {
 	if mc.rd != nil {
 		mc.rd.Close()
 		mc.rd = nil
 	}
 	mc.epoch, mc.got = mc.cur.Phase(), 0
-	var pieceRows int64
 	budget := s.budget
-	if s.budget > 0 {
+	mc.segs, mc.piece = nil, 0
+	if s.share > 0 {
 		if perRow, whole := mc.src.ds.StreamedRowBytes(); perRow > 0 {
-			pieceRows, budget = mixturePieces(s.budget, perRow, whole)
+			var ok bool
+			if mc.segs, budget, mc.piece, ok = s.stepPieces(mc, perRow, whole); !ok {
+				var pieceRows int64
+				pieceRows, budget = mixturePieces(s.budget, perRow, whole)
+				mc.segs = mc.cur.Cutter().Reads(pieceRows)
+			}
 		}
 	}
-	mc.segs = mc.cur.Cutter().Reads(pieceRows)
+	if mc.segs == nil {
+		mc.segs = mc.cur.Cutter().Reads(0)
+	}
 	if len(mc.segs) == 0 {
 		return
 	}
 	refs := make([]loader.RowGroupRef, len(mc.segs))
 	for i, g := range mc.segs {
 		refs[i] = keptRef(mc.src.refs[g.RowGroup], mc.src.selection(g.RowGroup), g)
+		mc.next += g.Len()
 	}
 	mc.refs = refs
+	mc.budget = budget
 	if mc.src.window > 0 {
 		_, whole := mc.src.ds.StreamedRowBytes()
 		budget = max(budget, windowCost(mc.src.ds, mc.src.window, whole))
@@ -157,6 +196,72 @@ func (s *mixStream) startReader(mc *mixCursor) {
 		opts = append(opts, loader.WithReaderTransform(prepareRead(src.ds, src.toks, src.cutIn, src.selection, nil, mc.segs, refs, s.workers, s.mem)))
 	}
 	mc.rd = mc.src.ds.NewReader(s.ctx, refs, s.mem, opts...)
+}
+
+// aheadSteps is how many steps ahead a cursor's reader is given pieces
+// cut on the steps' ends: past them, a new reader continues (push).
+var aheadSteps = 4096 // a test sets it smaller
+
+// stepPieces returns what mc's next reader reads, from where its last one
+// stopped (mc.next in its sequence) to the end of the step aheadSteps
+// steps on, in pieces that end on the ends of whole steps' takes of its
+// source, and that reader's budget in flight: the single dataset's rule
+// (planPieces) applied to the cursor's share of its slice's share. The
+// share is split among the slice's cursors as the steps ahead take their
+// rows (by the sources' weights); of the cursor's share, the columns
+// decoded whole come first, a quarter of the rest is the piece (whole
+// steps' takes, at least one step's), the cutter holds two pieces and the
+// reader has the rest in flight, at least one piece. A step's take then
+// lies in one piece (the composition counts each step's rows of a source
+// in a slice: its take is rows [C(k), C(k+1)) of the cursor's sequence),
+// as a slice's step lies in one of the single dataset's pieces, and the
+// cursors of a slice together hold what one slice holds. ok is false where
+// no step ahead takes a row of the source (the caller then cuts as
+// without).
+func (s *mixStream) stepPieces(mc *mixCursor, perRow float64, whole int64) (segs []batching.Segment, budget, pieceBytes int64, ok bool) {
+	i := mc.src.idx
+	from := mc.next
+	cums, err := s.ahead.from(i, from, s.walk.Step()-1, aheadSteps)
+	if err != nil || len(cums) < 2 || cums[len(cums)-1] <= from {
+		return nil, 0, 0, false
+	}
+	steps := float64(len(cums) - 1)
+	take := float64(cums[len(cums)-1]-cums[0]) / steps // rows a step, on average
+	share := float64(s.share) * take / float64(s.mp.mix.SliceRows())
+	avail := share - float64(whole)
+	per := max(int(avail/perRow/4/take), 1) // steps a piece
+	piece := float64(per) * take * perRow
+	budget = int64(max(avail-2*piece, piece)) + whole
+	// The pieces' ends, in rows from "from": every per-th step's end.
+	var ends []int64
+	for j := per; j < len(cums); j += per {
+		if e := cums[j] - from; e > 0 && (len(ends) == 0 || e > ends[len(ends)-1]) {
+			ends = append(ends, e)
+		}
+	}
+	if last := cums[len(cums)-1] - from; len(ends) == 0 || ends[len(ends)-1] < last {
+		ends = append(ends, last)
+	}
+	stop := ends[len(ends)-1]
+	var at int64 // rows from "from" at the start of g
+	e := 0
+	for _, g := range mc.cur.Cutter().Reads(0) {
+		for lo := g.Start; lo < g.End && at < stop; {
+			for e < len(ends) && ends[e] <= at {
+				e++
+			}
+			n := g.End - lo
+			if e < len(ends) {
+				n = min(n, ends[e]-at)
+			}
+			segs = append(segs, batching.Segment{RowGroup: g.RowGroup, Start: lo, End: lo + n})
+			lo, at = lo+n, at+n
+		}
+		if at >= stop {
+			break
+		}
+	}
+	return segs, budget, int64(piece + 0.5), len(segs) > 0
 }
 
 // mixturePieces returns the rows per piece of a mixture cursor's reader and
@@ -294,6 +399,11 @@ func (s *mixStream) parts(mc *mixCursor, real, n int64, parts []arrow.RecordBatc
 
 // shapePart renames and shapes rec (released) into the common schema.
 func (s *mixStream) shapePart(src *mixSource, rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+	if src.shaper == nil { // renamed is the common schema: the same columns
+		out := array.NewRecordBatch(s.mp.in, rec.Columns(), rec.NumRows())
+		rec.Release()
+		return out, nil
+	}
 	renamed := array.NewRecordBatch(src.renamed, rec.Columns(), rec.NumRows())
 	rec.Release()
 	if src.shaper != nil {
@@ -314,6 +424,11 @@ func (s *mixStream) shapePart(src *mixSource, rec arrow.RecordBatch) (arrow.Reco
 func (s *mixStream) push(mc *mixCursor) error {
 	cut := mc.cur.Cutter()
 	if mc.cur.Phase() != mc.epoch {
+		s.startReader(mc)
+	}
+	if _, want := cut.Wants(); want && mc.got >= len(mc.segs) && mc.rd != nil {
+		// The reader read its steps ahead (stepPieces): the next one
+		// continues.
 		s.startReader(mc)
 	}
 	seg, want := cut.Wants()
@@ -376,4 +491,71 @@ func (s *mixStream) Close() error {
 		s.unreserve()
 	}
 	return nil
+}
+
+// mixAhead records the composition's counts C(k) (Walker.Cum) of the steps
+// from the one being cut on, for stepPieces: a walker of its own, ahead of
+// the stream's.
+type mixAhead struct {
+	w      *batching.Walker
+	steps  int       // the mixture's
+	first  int       // the step of cums[0]
+	cums   [][]int64 // C(first+j)
+	counts []int64
+}
+
+func newMixAhead(mix *batching.Mixture, start int) (*mixAhead, error) {
+	w := mix.Composition().Walk()
+	if err := w.Skip(start); err != nil {
+		return nil, err
+	}
+	return &mixAhead{w: w, steps: mix.Steps(), first: start, cums: [][]int64{slices.Clone(w.Cum())},
+		counts: make([]int64, len(w.Cum()))}, nil
+}
+
+// step walks one step on; false at the mixture's end.
+func (a *mixAhead) step() (bool, error) {
+	if a.w.Step() >= a.steps {
+		return false, nil
+	}
+	if err := a.w.Next(a.counts); err != nil {
+		return false, err
+	}
+	a.cums = append(a.cums, slices.Clone(a.w.Cum()))
+	return true, nil
+}
+
+// from returns source i's counts C_i(k) for k from k0, the last step whose
+// count is at most pos, to k0+n (fewer at the mixture's end), first
+// forgetting the steps before floor (no cursor reads from them again).
+func (a *mixAhead) from(i int, pos int64, floor, n int) ([]int64, error) {
+	if drop := floor - a.first; drop > 0 && drop < len(a.cums) {
+		a.cums, a.first = slices.Clone(a.cums[drop:]), floor
+	}
+	for a.cums[len(a.cums)-1][i] <= pos && len(a.cums) <= 2*n { // a source no step takes from stops the search
+		if ok, err := a.step(); err != nil || !ok {
+			if err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
+	k := sort.Search(len(a.cums), func(j int) bool { return a.cums[j][i] > pos }) - 1
+	if k < 0 {
+		return nil, fmt.Errorf("row %d of source %d is before step %d (internal error)", pos, i, a.first)
+	}
+	for len(a.cums) <= k+n {
+		if ok, err := a.step(); err != nil || !ok {
+			if err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
+	end := min(k+n+1, len(a.cums))
+	out := make([]int64, 0, end-k)
+	for _, c := range a.cums[k:end] {
+		out = append(out, c[i])
+	}
+	return out, nil
 }

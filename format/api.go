@@ -157,4 +157,9 @@ type Stats struct {
 	// SparseSkipped is the bytes of edge pages a piece did not fetch: the
 	// values of rows outside it in uncompressed pages (pieces_sparse.go).
 	SparseSkipped atomic.Int64
+	// PagesChecked counts the pages whose headers pieces checked against
+	// the column chunk's limits before decoding them: once per page and
+	// row group entry (a page that later pieces cut too is not checked
+	// again: Shared).
+	PagesChecked atomic.Int64
 }

@@ -101,7 +101,7 @@ func (c *colDecoder) decodeFastRows(v chunkView, r rowRange, o outSpec) (arrow.A
 	if (vals.hi-vals.lo)*int64(c.elemSize) > o.maxBytes || want > math.MaxInt32 {
 		return nil, errFallback // decodeChunk reports the limit
 	}
-	pages, err := c.fastPages(v.b, v.codec)
+	pages, err := v.fastPages(c)
 	if err != nil {
 		return nil, err
 	}

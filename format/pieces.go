@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -42,9 +43,12 @@ import (
 // range's edges, a piece of a fixed-size list column copies its own rows'
 // values alone, and a compressed page it ends inside is kept decompressed
 // for the row group's next piece, which starts there (edges); a primitive
-// column's pages are decoded whole, and kept for the next piece to slice
-// where its rows lie inside them (decodedPages: it then fetches nothing;
-// an int64 id of 65,536 rows is one page). A piece of a list column holds
+// column's piece of uncompressed pages copies its own rows alone, and of
+// compressed pages decodes them whole and keeps them for the next piece to
+// slice where its rows lie inside them (decodedPages: it then fetches
+// nothing; an int64 id of 65,536 rows is one page). The pages' headers are
+// checked and read once per row group, by the first piece cutting them
+// (Shared: checked, heads). A piece of a list column holds
 // its rows' values alone where the levels can be read apart from the values
 // (uncompressed and SNAPPY v1 pages, v2 pages), not its pages'.
 //
@@ -95,10 +99,101 @@ type Shared struct {
 	mu      sync.Mutex
 	locs    map[int][]pageLoc // per column: nil slice when the column is not streamed
 	cols    map[int]arrow.Array
-	charged map[int]bool         // columns whose whole size was charged (Charge)
-	extra   int64                // bytes decoded whole that Charge did not foresee
-	decoded map[int]decodedPages // per streamed column: the pages its last piece decoded
-	edges   map[int]edgePage     // per streamed column of lists or fixed-size lists: the page its last piece ended in
+	charged map[int]bool             // columns whose whole size was charged (Charge)
+	extra   int64                    // bytes decoded whole that Charge did not foresee
+	decoded map[int]decodedPages     // per streamed column: the pages its last piece decoded
+	edges   map[int]edgePage         // per streamed column of lists or fixed-size lists: the page its last piece ended in
+	checked map[int][2]int           // per streamed column: the pages [lo, hi) whose headers a piece checked (checkPages)
+	heads   map[int]map[int]fastHead // per streamed column of primitives or fixed-size lists: its pages' headers as fastPages read them, by page index
+}
+
+// fastHead is a fastPage without its bytes: where its body lies from the
+// page's start, and how long it is.
+type fastHead struct {
+	p       fastPage // body nil
+	at, len int64
+}
+
+// fastPagesOf returns pages [i, t) of column col (locs; b their bytes,
+// from off, stored with codec) as c.fastPages reads them: from the headers
+// an earlier piece of the row group read, else reading them from b and
+// keeping them for the next pieces, which cut the same pages. nil where
+// c.fastPages fails or reads another number of pages (the caller then
+// reads them as before, and falls back where it must).
+func (e *Shared) fastPagesOf(c *colDecoder, col, i, t int, b []byte, codec pqformat.CompressionCodec, locs []pageLoc, off int64) []fastPage {
+	if len(b) == 0 {
+		return nil
+	}
+	pages := make([]fastPage, 0, t-i)
+	e.mu.Lock()
+	heads := e.heads[col]
+	for k := i; k < t && heads != nil; k++ {
+		h, ok := heads[k]
+		if !ok {
+			break
+		}
+		at := locs[k].off - off + h.at
+		if at < 0 || at+h.len > int64(len(b)) {
+			break
+		}
+		fp := h.p
+		fp.body = b[at : at+h.len : at+h.len]
+		pages = append(pages, fp)
+	}
+	e.mu.Unlock()
+	if len(pages) == t-i {
+		return pages
+	}
+	read, err := c.fastPages(b, codec)
+	if err != nil || len(read) != t-i {
+		return nil
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.heads == nil {
+		e.heads = map[int]map[int]fastHead{}
+	}
+	if e.heads[col] == nil {
+		e.heads[col] = map[int]fastHead{}
+	}
+	for k, fp := range read {
+		if len(fp.body) == 0 {
+			continue
+		}
+		at := int64(uintptr(unsafe.Pointer(unsafe.SliceData(fp.body))) - base)
+		h := fastHead{p: fp, at: at - (locs[i+k].off - off), len: int64(len(fp.body))}
+		h.p.body = nil
+		e.heads[col][i+k] = h
+	}
+	return read
+}
+
+// unchecked returns the first of pages [i, j) of column col from which
+// they were not checked by an earlier piece of the row group (the same
+// bytes of the same object version: a page that later pieces cut too need
+// not be checked again): j when all were.
+func (e *Shared) unchecked(col, i, j int) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r, ok := e.checked[col]
+	if !ok || i < r[0] || i >= r[1] {
+		return i
+	}
+	return min(r[1], j)
+}
+
+// markChecked records that pages [i, j) of column col were checked.
+func (e *Shared) markChecked(col, i, j int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.checked == nil {
+		e.checked = map[int][2]int{}
+	}
+	if r, ok := e.checked[col]; ok && i <= r[1] && j >= r[0] {
+		i, j = min(i, r[0]), max(j, r[1]) // overlapping or touching: one range
+	}
+	e.checked[col] = [2]int{i, j}
 }
 
 // edgePage is a page a piece decompressed whole and ended inside: the
@@ -201,6 +296,8 @@ func (e *Shared) Release() {
 		bufpool.Put(p.buf)
 	}
 	e.edges = nil
+	e.checked = nil
+	e.heads = nil
 }
 
 // piece is a Piece as the decoders pass it on: column col's share of it

@@ -50,10 +50,17 @@ func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLo
 	if !ok {
 		return nil, nil
 	}
-	if err := checkPages(b, md, d.maxBytes); err != nil {
-		return nil, fmt.Errorf("format: %s row group %d column %q pages %d..%d: %w", d.uri, p.rg, c.name, i, t-1, err)
+	if u := e.unchecked(p.col, i, t); u < t {
+		if err := checkPages(b[locs[u].off-off:], md, d.maxBytes); err != nil {
+			return nil, fmt.Errorf("format: %s row group %d column %q pages %d..%d: %w", d.uri, p.rg, c.name, u, t-1, err)
+		}
+		e.markChecked(p.col, u, t)
+		p.stats.PagesChecked.Add(int64(t - u))
 	}
 	v := chunkView{b: b, codec: md.Codec, first: first, n: slots, cut: c.kind == kindList && (locs[i].cont || t > j)}
+	if c.kind != kindList {
+		v.pages = e.fastPagesOf(c, p.col, i, t, b, md.Codec, locs, off)
+	}
 	out, err := c.decodeRows(v, p.rows, outSpec{mem: p.mem, maxBytes: d.maxBytes, ed: edges{e, p.col, i, p.stats}})
 	if err == errFallback {
 		return nil, nil
@@ -267,7 +274,7 @@ func (c *colDecoder) decodeFixedListSlots(v chunkView, r rowRange, o outSpec) (a
 	one.listSize = 1
 	one.field.Type = arrow.FixedSizeListOfNonNullable(1, one.elem)
 	L := int64(c.listSize)
-	a, err := one.decodeFastRows(chunkView{b: v.b, codec: v.codec, n: v.n}, rowRange{r.lo*L - v.first, r.hi*L - v.first}, o)
+	a, err := one.decodeFastRows(chunkView{b: v.b, codec: v.codec, n: v.n, pages: v.pages}, rowRange{r.lo*L - v.first, r.hi*L - v.first}, o)
 	if err != nil {
 		return nil, err
 	}

@@ -102,6 +102,19 @@ type chunkView struct {
 	first int64 // the row group's slot (c.slot) where the pages start: 0 for a whole chunk
 	n     int64 // slots the pages hold: rows, or a fixed_size_list's values
 	cut   bool  // list pages that may begin inside a row and end past their last (decodeFastListRows)
+	// pages: b's pages as fastPages reads them, where a piece of the
+	// row group read their headers before (Shared.fastPagesOf); nil: read
+	// them from b.
+	pages []fastPage
+}
+
+// fastPages returns v's pages as c reads them (colDecoder.fastPages), or
+// those read before for v.
+func (v chunkView) fastPages(c *colDecoder) ([]fastPage, error) {
+	if v.pages != nil {
+		return v.pages, nil
+	}
+	return c.fastPages(v.b, v.codec)
 }
 
 // rowRange is rows [lo, hi).
@@ -131,7 +144,16 @@ type decoded struct {
 // do not add up.
 func (c *colDecoder) decodeRows(v chunkView, r rowRange, o outSpec) (decoded, error) {
 	switch c.kind {
-	case kindPrimitive: // every row of the pages: the next pieces slice them
+	case kindPrimitive:
+		if v.codec == pqformat.Uncompressed {
+			// The piece's own rows: copying them out of the pages costs
+			// what slicing pages decoded whole would, without holding the
+			// pages' other rows for the next pieces.
+			a, err := c.decodeFastRows(v, rowRange{r.lo - v.first, r.hi - v.first}, o)
+			return decoded{a, r.lo}, err
+		}
+		// Every row of the pages, decompressed once: the next pieces slice
+		// them.
 		a, err := c.decodeFastRows(v, rowRange{0, v.n}, o)
 		return decoded{a, v.first}, err
 	case kindFixedList:

@@ -34,7 +34,12 @@
 // Local files are mapped with mmap for decoding (see [WithMmap] and
 // objstore.Mapper); no decoded array points into a mapping, and every mapping
 // is released once its row group is decoded, unless the store keeps whole
-// files mapped between reads (objstore.WithMapCache). A file truncated while
+// files mapped between reads (objstore.WithMapCache). A reader's pieces of a
+// row group share one mapping of its projected column chunks
+// (objstore.WindowMapper), made by its first piece of the row group and
+// released after its last: each page is populated once, when a piece first
+// decodes it, and stays mapped (file-backed page-cache pages, not charged to
+// the read-ahead beyond what each piece charges) until then. A file truncated while
 // mapped raises SIGBUS when a lost page is touched: during decoding it
 // becomes an error wrapping ErrNotFound (objstore's caveats say why files
 // must be renamed into place instead).

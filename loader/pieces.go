@@ -9,6 +9,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/meshfeed/meshfeed/format"
+	"github.com/meshfeed/meshfeed/objstore"
 )
 
 // Pieces: a row range of a row group read and decoded by itself, so that a
@@ -34,10 +35,21 @@ type rgEntry struct {
 	charged bool              // rec's whole size was charged (pieceCharge)
 	pin     int64             // bytes this entry holds pinned in the reader's budget
 	pages   format.Shared     // what the pieces share: page locations, decoded columns and pages
+
+	winMu sync.Mutex
+	win   *objstore.Window // the row group's projected chunks mapped once (mappedWindow); nil: none yet
+	noWin bool             // the store cannot map one: pieces fetch as without
 }
 
 func (e *rgEntry) release() {
 	e.pages.Release()
+	e.winMu.Lock()
+	if e.win != nil {
+		e.win.Release()
+		e.win = nil
+	}
+	e.noWin = true // a late fetch (none is expected) maps its own ranges
+	e.winMu.Unlock()
 	if e.rec != nil {
 		e.rec.Release()
 		e.rec = nil
@@ -127,7 +139,7 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // formatPiece is rows [start, end) of row group ref as format decodes it.
 func (ds *Dataset) formatPiece(ref RowGroupRef, p piece) format.Piece {
-	var f format.Fetcher = chunkFetcher{ds: ds, fi: ref.File, stats: p.stats, share: p.share, held: p.held}
+	var f format.Fetcher = chunkFetcher{ds: ds, fi: ref.File, stats: p.stats, share: p.share, held: p.held, ent: p.e}
 	if testWholePages {
 		f = wholePages{f}
 	}
@@ -214,4 +226,50 @@ func slicePiece(rec arrow.RecordBatch, start, end int64, uri string, batch int) 
 		}
 	}()
 	return rec.NewSlice(start, end), nil
+}
+
+// mappedWindow returns the window of row group rg of file fi that e maps
+// for its pieces: the byte range of the row group's projected column
+// chunks, mapped once on the first piece's first fetch (not populated:
+// each fetch populates the pages it hands out) and unmapped with e, after
+// the reader's last piece of the row group is decoded. A piece's pages
+// then cost no mmap and munmap of their own, and the pages two pieces
+// share at their edge are mapped once: a reader of pieces smaller than a
+// page (a mixture's cursor) mapped each edge page again for every piece
+// cutting it. nil where mmap is off, the store maps no windows, or mapping
+// failed (the pieces then fetch as without).
+func (ds *Dataset) mappedWindow(ctx context.Context, e *rgEntry, fi, rg int) *objstore.Window {
+	if e == nil || !ds.cfg.mmap {
+		return nil
+	}
+	wm, ok := ds.store.(objstore.WindowMapper)
+	if !ok {
+		return nil
+	}
+	e.winMu.Lock()
+	defer e.winMu.Unlock()
+	if e.win != nil || e.noWin {
+		return e.win
+	}
+	lo, hi := int64(-1), int64(0)
+	for _, c := range ds.Files[fi].RowGroups[rg].Chunks {
+		if c.Length == 0 {
+			continue
+		}
+		if lo < 0 || c.Offset < lo {
+			lo = c.Offset
+		}
+		hi = max(hi, c.Offset+c.Length)
+	}
+	if lo < 0 {
+		e.noWin = true
+		return nil
+	}
+	w, err := wm.MapWindow(ctx, ds.Files[fi].Object, lo, hi-lo)
+	if err != nil {
+		e.noWin = true
+		return nil
+	}
+	e.win = w
+	return w
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"testing"
 
@@ -343,10 +344,14 @@ func TestArrowRowBytes(t *testing.T) {
 }
 
 // TestPiecesReuseTheirRowGroupsPages: consecutive pieces of a row group
-// whose rows lie in pages an earlier piece decoded slice those pages instead
-// of decoding them again: a narrow column's chunk is one page here, decoded
-// once for all its pieces, with the same values: a later piece neither
-// fetches (maps) nor decodes them.
+// whose rows lie in compressed pages an earlier piece decoded slice those
+// pages instead of decompressing them again: a narrow column's chunk is one
+// page here, decoded once for all its pieces, with the same values: a later
+// piece neither fetches (maps) nor decodes them. Uncompressed pages are
+// not kept: each piece copies its own rows out of them
+// (TestPiecesOfUncompressedPagesHoldTheirRowsAlone), a copy of the same
+// bytes a slice of them would have cost once, without holding the pages'
+// other rows for the row group's later pieces.
 func TestPiecesReuseTheirRowGroupsPages(t *testing.T) {
 	rec := fastRecord(0, 20000)
 	defer rec.Release()
@@ -364,8 +369,12 @@ func TestPiecesReuseTheirRowGroupsPages(t *testing.T) {
 			if got := st.Pieces.Load(); got != 20 {
 				t.Fatalf("%d pieces read, want 20", got)
 			}
-			if pages, reused := st.Pages.Load(), st.Reused.Load(); pages != 2 || reused != 2*19 {
-				t.Errorf("pages decoded %d, columns reused %d; want 2 (one page per column, once) and %d", pages, reused, 2*19)
+			wantPages, wantReused := int64(2), int64(2*19)
+			if c.codec == compress.Codecs.Uncompressed {
+				wantPages, wantReused = 2*20, 0 // each piece its rows of the one page per column
+			}
+			if pages, reused := st.Pages.Load(), st.Reused.Load(); pages != wantPages || reused != wantReused {
+				t.Errorf("pages decoded %d, columns reused %d; want %d and %d", pages, reused, wantPages, wantReused)
 			}
 		})
 	}
@@ -386,17 +395,18 @@ func bufferBytes(d arrow.ArrayData) int64 {
 	return n
 }
 
-// A piece of uncompressed fixed-size lists (of float32, and of uint8 stored
-// as INT32, narrowed) copies its own rows' values out of the pages at its
-// edges, not the whole pages: its arrays hold exactly its rows' bytes. Pages
-// of 16 KiB, so that the 1,000-row pieces start and end inside pages.
-// (Primitive columns keep their pages whole for the next pieces to slice:
+// A piece of uncompressed pages of fixed-size lists (of float32, and of
+// uint8 stored as INT32, narrowed) or of primitive values (int64, int32)
+// copies its own rows' values out of the pages at its edges, not the whole
+// pages: its arrays hold exactly its rows' bytes. Pages of 16 KiB, so that
+// the 1,000-row pieces start and end inside pages. (Compressed primitive
+// pages are decompressed once and sliced by the row group's next pieces:
 // TestPiecesReuseTheirRowGroupsPages.)
 func TestPiecesOfUncompressedPagesHoldTheirRowsAlone(t *testing.T) {
 	rec := fastRecord(0, 20000)
 	defer rec.Release()
-	cols := []string{"features", "pixels"}
-	width := map[string]int64{"features": 4 * fastListSize, "pixels": fastListSize}
+	cols := []string{"features", "pixels", "id", "label"}
+	width := map[string]int64{"features": 4 * fastListSize, "pixels": fastListSize, "id": 8, "label": 4}
 	for _, v := range []struct {
 		name string
 		ver  pq.DataPageVersion
@@ -519,4 +529,102 @@ func TestPiecesShareTheirCompressedEdgePages(t *testing.T) {
 			})
 		}
 	}
+}
+
+// noWindows hides a local store's WindowMapper: it maps each range.
+type noWindows struct {
+	objstore.Store
+	local *objstore.LocalStore
+}
+
+func (s noWindows) Map(ctx context.Context, obj objstore.Object, off, n int64) ([]byte, func(), error) {
+	return s.local.Map(ctx, obj, off, n)
+}
+
+func (s noWindows) Stats() *objstore.Stats { return s.local.Stats() }
+
+// A reader's pieces of a row group share one mapping of it (a window, made
+// by the row group's first piece and unmapped after its last): 20 pieces of
+// two row groups of uncompressed pages of 16 KiB map the file twice, and
+// each page once (pieces of 1,000 rows start and end inside pages, so
+// without the window each edge page was mapped again by the next piece).
+// Counted by the store, not timed; every mapping is gone once the reader
+// is closed.
+func TestPiecesMapTheirRowGroupOnce(t *testing.T) {
+	rec := fastRecord(0, 20000)
+	defer rec.Release()
+	path := filepath.Join(t.TempDir(), "none.parquet")
+	writeFastFile(t, path, []arrow.RecordBatch{rec},
+		pq.WithCompression(compress.Codecs.Uncompressed),
+		pq.WithDictionaryDefault(false),
+		pq.WithMaxRowGroupLength(10000),
+		pq.WithDataPageSize(16<<10))
+	cols := []string{"id", "label", "features"}
+	read := func(store objstore.Store) (maps, mapped, chunks int64) {
+		mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+		defer mem.AssertSize(t, 0)
+		ds, err := Open(context.Background(), store, []string{path}, WithColumns(cols...), WithFooterCache(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rg := range ds.Files[0].RowGroups {
+			for _, c := range rg.Chunks {
+				chunks += c.Length
+			}
+		}
+		stats := store.(objstore.StatsReporter).Stats()
+		m0, b0 := stats.Maps.Load(), stats.BytesMapped.Load()
+		rd := ds.NewReader(context.Background(), evenPieces(ds, 1000), mem, WithReaderDecodeWorkers(1))
+		drainReader(t, rd)
+		rd.Close()
+		// Each page's header is checked once, by the first piece cutting it.
+		if checked, pages := rd.Stats().PagesChecked.Load(), pagesIn(t, path, cols); checked != pages {
+			t.Errorf("%d page headers checked by the pieces, want each of the %d pages of the columns once", checked, pages)
+		}
+		if live := stats.LiveMaps.Load(); live != 0 {
+			t.Errorf("%d mappings live after the reader closed", live)
+		}
+		return stats.Maps.Load() - m0, stats.BytesMapped.Load() - b0, chunks
+	}
+	local := objstore.NewLocalStore()
+	defer local.Close()
+	maps, mapped, chunks := read(local)
+	other := objstore.NewLocalStore()
+	defer other.Close()
+	rangeMaps, rangeMapped, _ := read(noWindows{other, other})
+	t.Logf("windows: %d maps, %d bytes mapped; a mapping per piece and column: %d maps, %d bytes; the chunks: %d bytes", maps, mapped, rangeMaps, rangeMapped, chunks)
+	if maps != 2 {
+		t.Errorf("%d mappings for 2 row groups read in 20 pieces, want one per row group", maps)
+	}
+	page := int64(os.Getpagesize())
+	if mapped > chunks+2*2*page {
+		t.Errorf("%d bytes mapped for %d bytes of column chunks: pages mapped more than once", mapped, chunks)
+	}
+	if rangeMapped <= mapped {
+		t.Errorf("a mapping per piece mapped %d bytes, the windows %d: the test measures nothing", rangeMapped, mapped)
+	}
+}
+
+// pagesIn returns the number of data pages of the named columns of path.
+func pagesIn(t *testing.T, path string, cols []string) int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pr, err := file.NewParquetReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for leaf := 0; leaf < pr.MetaData().Schema.NumColumns(); leaf++ {
+		if !slices.Contains(cols, pr.MetaData().Schema.Column(leaf).ColumnPath()[0]) {
+			continue
+		}
+		for _, starts := range pageValueStarts(t, path, leaf) {
+			n += int64(len(starts) - 1)
+		}
+	}
+	return n
 }

@@ -356,6 +356,39 @@ func (ds *Dataset) keepChunks(ra *spanReader, fi, rg int, k *Keeper) {
 	}
 }
 
+// fromWindow serves chunks of row group rg, with the held spans kept,
+// from the window the reader's entry maps for the row group
+// (Dataset.mappedWindow): false when there is none or a chunk lies
+// outside it.
+func (f chunkFetcher) fromWindow(ctx context.Context, rg int, chunks []format.Chunk, kept []span) (*spanReader, bool, error) {
+	w := f.ds.mappedWindow(ctx, f.ent, f.fi, rg)
+	if w == nil {
+		return nil, false, nil
+	}
+	obj := f.ds.Files[f.fi].Object
+	spans := make([]span, 0, len(chunks))
+	var n int64
+	for _, c := range chunks {
+		if c.Length == 0 {
+			continue
+		}
+		b, ok, err := w.Bytes(c.Offset, c.Length)
+		if err != nil {
+			return nil, false, fmt.Errorf("loader: %s row group %d column %q: %w", obj.URI, rg, c.Column, err)
+		}
+		if !ok {
+			return nil, false, nil
+		}
+		spans = append(spans, span{off: c.Offset, n: c.Length, data: b, borrowed: true})
+		n += c.Length
+	}
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.off, b.off) })
+	f.stats.Fetches.Add(int64(len(spans)))
+	f.stats.FetchedBytes.Add(n)
+	f.stats.MappedBytes.Add(n)
+	return &spanReader{ctx: ctx, store: f.ds.store, obj: obj, spans: withHeld(spans, kept), stats: f.stats, mapped: true}, true, nil
+}
+
 // decodeGate bounds how many row groups or pieces a reader decodes at once
 // (WithDecodeWorkers). A whole row group holds a slot while decoding, not
 // while fetching, so that more reads than decodes can be in flight
@@ -402,6 +435,7 @@ type chunkFetcher struct {
 	stats *ReadStats
 	share *FetchShare // nil: none
 	held  *HeldChunks // nil: none
+	ent   *rgEntry    // the reader's entry of the row group, whose window serves the pieces (nil: none)
 }
 
 // HeldBytes implements format.HeldFetcher: the bytes [off, off+n) of row
@@ -412,10 +446,11 @@ func (f chunkFetcher) HeldBytes(rg int, off, n int64) ([]byte, bool) {
 
 // Sparse implements format.SparseFetcher: pages are left out in part only
 // where they are read, not mapped (a store that is no objstore.Mapper, or
-// WithMmap(false)). On a mapped local file the whole pages are mapped, as
-// before sparse fetching: reading a piece's pages into a buffer to leave
-// out a part of its edge pages cost the single dataset of BenchmarkMixture
-// (feed) about a quarter more CPU per step than mapping them.
+// WithMmap(false)). On a mapped local file the pieces' pages are parts of
+// their row group's mapping (fromWindow), whose pages no piece touches are
+// never populated: reading a piece's pages into a buffer to leave out a
+// part of its edge pages cost the single dataset of BenchmarkMixture (feed)
+// about a quarter more CPU per step than mapping them.
 func (f chunkFetcher) Sparse() bool {
 	_, maps := f.ds.store.(objstore.Mapper)
 	return !(maps && f.ds.cfg.mmap)
@@ -480,6 +515,12 @@ func (f chunkFetcher) Fetch(ctx context.Context, rg int, chunks []format.Chunk) 
 	chunks, kept := heldSpans(f.held, obj, rg, chunks, f.stats)
 	if len(chunks) == 0 {
 		return &spanReader{ctx: ctx, store: f.ds.store, obj: obj, spans: withHeld(nil, kept), stats: f.stats}, nil
+	}
+	if r, ok, err := f.fromWindow(ctx, rg, chunks, kept); ok || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return r, nil
 	}
 	if len(chunks) == 1 && len(kept) == 0 && f.share.shares(f.fi, rg) {
 		sp, ok, err := f.share.fetch(ctx, f.ds, f.fi, rg, chunks[0], f.stats)

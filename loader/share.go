@@ -12,7 +12,9 @@ import (
 )
 
 // FetchShare lets the readers of one consumer (a feed stream's slices) fetch
-// the pages of a row group that several of them read pieces of once: where
+// the pages of a row group that several of them read pieces of once (where
+// the pages are read: on a mapped local file each reader's pieces are parts
+// of its mapping of the row group, and the page cache serves every reader): where
 // two slices' edges fall inside the same row group (one ends in it, the next
 // starts in it), the pages both need are read from storage by the first and
 // served to the second from memory. It holds, per shared row group and

@@ -20,7 +20,7 @@ func TestFetchShareConcurrentReaders(t *testing.T) {
 	defer rec.Release()
 	path := filepath.Join(t.TempDir(), "concurrent.parquet")
 	writeFastFile(t, path, []arrow.RecordBatch{rec}, pq.WithDictionaryDefault(false), pq.WithMaxRowGroupLength(20000), pq.WithDataPageSize(16<<10))
-	ds, mem := openChecked(t, path, WithColumns("id", "features"))
+	ds, mem := openChecked(t, path, WithColumns("id", "features"), WithMmap(false)) // mapped, pieces share the page cache (Dataset.mappedWindow)
 	ctx := context.Background()
 	whole, err := ds.ReadRowGroup(ctx, 0, 0, mem)
 	if err != nil {

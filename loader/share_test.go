@@ -62,7 +62,7 @@ func TestFetchShareFetchesEdgePagesOnce(t *testing.T) {
 			path := filepath.Join(dir, fmt.Sprintf("share_%v_%v.parquet", c.codec, c.index))
 			writeFastFile(t, path, []arrow.RecordBatch{rec}, pq.WithDictionaryDefault(false), pq.WithMaxRowGroupLength(20000),
 				pq.WithDataPageSize(64<<10), pq.WithPageIndexEnabled(c.index), pq.WithCompression(c.codec))
-			ds, mem := openChecked(t, path, WithColumns("id", "features"))
+			ds, mem := openChecked(t, path, WithColumns("id", "features"), WithMmap(false)) // mapped, pieces share the page cache (Dataset.mappedWindow)
 			ref := ds.RowGroups()[0]
 			edges := []int64{0, 7001, 13003, 20000}
 			read := func(share *FetchShare) (fetched int64) {
@@ -111,7 +111,7 @@ func TestFetchShareReleasedOnClose(t *testing.T) {
 	defer rec.Release()
 	path := filepath.Join(t.TempDir(), "close.parquet")
 	writeFastFile(t, path, []arrow.RecordBatch{rec}, pq.WithDictionaryDefault(false), pq.WithMaxRowGroupLength(20000), pq.WithDataPageSize(64<<10))
-	ds, mem := openChecked(t, path, WithColumns("id", "features"))
+	ds, mem := openChecked(t, path, WithColumns("id", "features"), WithMmap(false)) // mapped, pieces share the page cache (Dataset.mappedWindow)
 	ref := ds.RowGroups()[0]
 	share := NewFetchShare(map[[2]int]int{{0, 0}: 2}, ref.Bytes)
 	a, b := ref, ref

@@ -70,6 +70,12 @@
 // store is closed, and a truncated file can fault for as long as it stays
 // cached.
 //
+// Windows. [WindowMapper.MapWindow] maps a range of a local file once,
+// unpopulated, for many reads of its parts ([Window.Bytes] populates each
+// page the first time it is handed out); the loader maps a row group's column
+// chunks as one window for the pieces a reader reads of it. Its pages stay in
+// the process's RSS (file-backed, reclaimable) until [Window.Release].
+//
 // Disk cache. Entries are checked (size, header, CRC-32C) on every read and
 // replaced atomically, so a crash or a damaged disk costs a fetch, never a
 // wrong byte. Several processes may share a cache directory, but each keeps

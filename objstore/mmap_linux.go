@@ -50,3 +50,10 @@ func madvisePopulate(b []byte) error {
 	}
 	return nil
 }
+
+// mmapWindow maps length bytes of the file fd from off (a multiple of the
+// page size) read-only and shared, without populating them (a Window
+// populates the parts it hands out).
+func mmapWindow(fd uintptr, off int64, length int) ([]byte, error) {
+	return syscall.Mmap(int(fd), off, length, syscall.PROT_READ, syscall.MAP_SHARED)
+}

@@ -15,3 +15,5 @@ func munmapRange(b []byte) error { return nil }
 func mmapWhole(fd uintptr, length int) ([]byte, error) { return mmapRange(fd, 0, length) }
 
 func madvisePopulate(b []byte) error { return nil }
+
+func mmapWindow(fd uintptr, off int64, length int) ([]byte, error) { return mmapRange(fd, off, length) }

@@ -1,0 +1,76 @@
+package objstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// A window hands out parts of its range without copying, refuses parts
+// outside it, counts each page it populates once in BytesMapped (and itself
+// as one Map), and is gone from LiveMaps once released (twice is fine).
+func TestLocalStoreMapWindow(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("mmap is Linux only")
+	}
+	ctx := context.Background()
+	page := int64(os.Getpagesize())
+	content := make([]byte, 8*page+100)
+	for i := range content {
+		content[i] = byte(i*13 + i>>9)
+	}
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := NewLocalStore()
+	defer s.Close()
+	obj, err := s.Stat(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MapWindow(ctx, obj, 10, int64(len(content))); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("a window past the end: %v, want io.ErrUnexpectedEOF", err)
+	}
+	off, n := page+10, 5*page // pages 1..6 of the file
+	w, err := s.MapWindow(ctx, obj, off, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.Maps.Load() != 1 || st.LiveMaps.Load() != 1 || st.BytesMapped.Load() != 0 {
+		t.Fatalf("after MapWindow: %d maps, %d live, %d bytes mapped; want 1, 1 and 0 (nothing populated yet)", st.Maps.Load(), st.LiveMaps.Load(), st.BytesMapped.Load())
+	}
+	for _, r := range [][2]int64{{off, 100}, {off + 50, page}, {off + 3*page, 2*page - 10}} {
+		b, ok, err := w.Bytes(r[0], r[1])
+		if err != nil || !ok {
+			t.Fatalf("Bytes(%d, %d) = %v, %v", r[0], r[1], ok, err)
+		}
+		if !bytes.Equal(b, content[r[0]:r[0]+r[1]]) {
+			t.Fatalf("Bytes(%d, %d): wrong bytes", r[0], r[1])
+		}
+	}
+	// Pages 1 and 2 of the file for the first two parts (the second's
+	// first page again), pages 4 and 5 for the third.
+	if got := st.BytesMapped.Load(); got != 4*page {
+		t.Errorf("%d bytes populated, want %d (each page once)", got, 4*page)
+	}
+	for _, r := range [][2]int64{{off - 1, 10}, {off + n - 5, 10}} {
+		if _, ok, err := w.Bytes(r[0], r[1]); ok || err != nil {
+			t.Errorf("Bytes(%d, %d) outside the window = %v, %v; want false, nil", r[0], r[1], ok, err)
+		}
+	}
+	w.Release()
+	w.Release()
+	if live := st.LiveMaps.Load(); live != 0 {
+		t.Errorf("%d mappings live after Release", live)
+	}
+	if _, ok, _ := w.Bytes(off, 10); ok {
+		t.Error("Bytes after Release handed out bytes")
+	}
+}
