@@ -518,7 +518,7 @@ func appendShmStep(dst []byte, s *shmStep) []byte {
 				if i > 0 {
 					dst = append(dst, ',')
 				}
-				dst = appendInt64s(dst, e)
+				dst = appendInts(dst, e)
 			}
 			dst = append(dst, ']')
 		}
@@ -527,7 +527,9 @@ func appendShmStep(dst []byte, s *shmStep) []byte {
 	return append(dst, "}}"...)
 }
 
-func appendInts(dst []byte, v []int) []byte {
+// appendInts appends v as a JSON array of numbers (null when v is nil), as
+// encoding/json writes it.
+func appendInts[T int | int64](dst []byte, v []T) []byte {
 	if v == nil {
 		return append(dst, "null"...)
 	}
@@ -537,20 +539,6 @@ func appendInts(dst []byte, v []int) []byte {
 			dst = append(dst, ',')
 		}
 		dst = strconv.AppendInt(dst, int64(x), 10)
-	}
-	return append(dst, ']')
-}
-
-func appendInt64s(dst []byte, v []int64) []byte {
-	if v == nil {
-		return append(dst, "null"...)
-	}
-	dst = append(dst, '[')
-	for i, x := range v {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = strconv.AppendInt(dst, x, 10)
 	}
 	return append(dst, ']')
 }
