@@ -259,6 +259,9 @@ def main() -> None:
     p.add_argument("--probe-steps", type=int, default=400)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--prefetch-too", type=int, default=2, metavar="N",
+                   help="also run the processes with --prefetch N (0: not); the Loader's default is 4 with a "
+                        "transform, 2 without")
     p.add_argument("--overhead", action="store_true",
                    help="only the transform stage's own cost per step (no server, no placement)")
     a = p.parse_args()
@@ -279,6 +282,9 @@ def main() -> None:
                ("gil_1ms, threads", ["--transform", "transform_fns:gil_1ms", "--transform-workers", "0"]),
                (f"gil_1ms, {a.workers} processes",
                 ["--transform", "transform_fns:gil_1ms", "--transform-workers", str(a.workers)])]
+    if a.prefetch_too:  # the same stage with the depth of the loader alone (the default before 2026-12-03)
+        configs.append((f"gil_1ms, {a.workers} processes, prefetch {a.prefetch_too}",
+                        [*configs[2][1], "--prefetch", str(a.prefetch_too)]))
     runs: dict[str, list[dict]] = {name: [] for name, _ in configs}
     for i in range(a.repeats):
         for name, extra in configs:

@@ -484,6 +484,26 @@ def test_loader_config_reports_every_problem_at_once():
         assert want in msg, f"{want!r} not in {msg!r}"
 
 
+def test_prefetch_default_stages_more_with_a_transform():
+    """prefetch=None stages 2 steps, 4 with a transform (threads or workers);
+    an explicit depth is kept either way."""
+    sh = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",)),
+                                    jax.sharding.PartitionSpec("data"))
+    kw = dict(data="/d", global_batch_size=8, sharding=sh)
+    C = meshfeed.LoaderConfig
+    assert C(**kw).prefetch is None and C(**kw).staged == 2
+    assert C(**kw, transform=_identity).staged == 4
+    assert C(**kw, transform=_identity, transform_workers=2).staged == 4
+    assert C(**kw, transform=_identity, prefetch=1).staged == 1
+    assert C(**kw, prefetch=3).staged == 3
+    with pytest.raises(meshfeed.InvalidRequestError, match="prefetch=0"):
+        C(**kw, prefetch=0)
+
+
+def _identity(cols):
+    return cols
+
+
 def test_server_options_validation_and_shape():
     with pytest.raises(meshfeed.InvalidRequestError) as e:
         meshfeed.ServerOptions(binary=3, read_ahead=-1, memory_budget=1.5, extra_args="--x")

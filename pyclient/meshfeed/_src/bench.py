@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="simulated step time in ms (0: no step; measures the loader's maximum rate)")
     p.add_argument("--x64", action="store_true",
                    help="enable jax_enable_x64 (64-bit columns stay 64-bit instead of a narrowing host copy)")
-    p.add_argument("--prefetch", type=int, default=2, help="steps staged on device ahead of the loop")
+    p.add_argument("--prefetch", type=int, default=None,
+                   help="steps staged on device ahead of the loop (default: the Loader's, 2, or 4 with --transform)")
     p.add_argument("--server", default=None, help="address of a running meshfeed server (default: start one)")
     p.add_argument("--binary", default=None, help="path of the meshfeed binary")
     p.add_argument("--gcs-emulator", action="store_true",
@@ -142,7 +143,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error("--step-ms must be a finite number >= 0")
     if a.shuffle_window < 0:
         p.error("--shuffle-window must be >= 0")
-    if a.prefetch < 1:
+    if a.prefetch is not None and a.prefetch < 1:
         p.error("--prefetch must be >= 1")
     if a.gcs_emulator and a.server:
         p.error("--gcs-emulator starts its own server; drop --server")

@@ -400,7 +400,7 @@ class LoaderConfig:
     last_batch: LastBatch = "drop"
     shuffle: Shuffle | None = None
     num_epochs: int | None = 1
-    prefetch: int = 2
+    prefetch: int | None = None
     server: str | Callable[[], str] | None = None
     server_options: ServerOptions | None = None
     mask_key: str = "valid"
@@ -458,8 +458,8 @@ class LoaderConfig:
             bad(f"shuffle={self.shuffle!r}: want a meshfeed.Shuffle or None")
         if self.num_epochs is not None and not _int_at_least(self.num_epochs, 1):
             bad(f"num_epochs={self.num_epochs!r}: want an int >= 1 or None (unbounded)")
-        if not _int_at_least(self.prefetch, 1):
-            bad(f"prefetch={self.prefetch!r}: want an int >= 1")
+        if self.prefetch is not None and not _int_at_least(self.prefetch, 1):
+            bad(f"prefetch={self.prefetch!r}: want an int >= 1, or None (2; 4 with a transform)")
         if not isinstance(self.mask_key, str) or not self.mask_key:
             bad(f"mask_key={self.mask_key!r}: want a non-empty string")
         rt = self.recovery_timeout
@@ -507,6 +507,18 @@ class LoaderConfig:
     def local_server(self) -> ServerOptions:
         """The local server's options (``server_options`` or the defaults)."""
         return self.server_options if self.server_options is not None else ServerOptions()
+
+    @property
+    def staged(self) -> int:
+        """Steps staged on device ahead of the loop: ``prefetch``, or by
+        default 2, and 4 with a transform. A transform's stage hands steps
+        back late when its function or its workers are not scheduled in
+        time (BENCHMARKS.md, "Transforms"): two more steps on device cover
+        such a delay where the loop would otherwise wait for it."""
+        if self.prefetch is not None:
+            return self.prefetch
+        return 2 if self.transform is None else 4
+
     @property
     def pad_mask(self) -> str | None:
         """The mask column's name with ``last_batch="pad"``, else None."""

@@ -164,7 +164,8 @@ class Loader:
             tokenized column by its tokenizer's SHA-256, not its path.
             Without it a changed mixture is a StateMismatchError naming what
             changed.
-        prefetch: steps staged on device ahead of the consumer (>= 1).
+        prefetch: steps staged on device ahead of the consumer (>= 1); None:
+            2, or 4 with a ``transform`` (its stage's delays are covered).
         server: ``"unix:///path"`` or ``"host:port"`` of a running server; None
             starts a local one (stopped by :meth:`close`). Or a callable
             returning the current address, called again before every
@@ -269,7 +270,7 @@ class Loader:
     def __init__(self, data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, global_batch_size: int,
                  sharding: jax.sharding.Sharding, columns: Sequence[str] | Mapping[str, Column | None] | None = None,
                  last_batch: LastBatch = "drop", shuffle: Shuffle | None = None, num_epochs: int | None = 1,
-                 state: Mapping[str, Any] | None = None, prefetch: int = 2,
+                 state: Mapping[str, Any] | None = None, prefetch: int | None = None,
                  server: str | Callable[[], str] | None = None, server_options: ServerOptions | None = None,
                  mask_key: str = "valid", recovery_timeout: float = 60.0, transport: Transport = "auto",
                  elastic: bool = False, tls_root_certs: bytes | str | os.PathLike[str] | None = None,
@@ -529,13 +530,13 @@ class Loader:
                 raise MeshfeedError("loader has no connection (an earlier recovery failed)")
             if self._finished():
                 raise StopIteration
-            session, slots = self._session, self._cfg.prefetch + SHM_EXTRA_SLOTS
+            session, slots = self._session, self._cfg.staged + SHM_EXTRA_SLOTS
             tf = self._tbox[0]
             if tf is not None:
                 slots += tf.inflight  # the steps in the transform stage hold their slots too
             pf = self._box[0] = Prefetcher(lambda t: session.open_stream(t, slots),
                                            json.dumps(self._request(self._pos)).encode(), self._mat,
-                                           self._rows, self._pos, self._spe, self._cfg.prefetch, tf)
+                                           self._rows, self._pos, self._spe, self._cfg.staged, tf)
             if self._t0 is None:
                 self._t0 = time.perf_counter()
         t = time.perf_counter()
