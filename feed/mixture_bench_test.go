@@ -7,6 +7,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,6 +60,15 @@ func (a *peakAllocator) Reallocate(n int, b []byte) []byte {
 	return a.Allocator.Reallocate(n, b)
 }
 func (a *peakAllocator) Free(b []byte) { a.add(-int64(len(b))); a.Allocator.Free(b) }
+
+// minorFaults returns the process's minor page faults so far.
+func minorFaults() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Minflt
+}
 
 // cpuTime returns the process's user plus system CPU time.
 func cpuTime() time.Duration {
@@ -150,6 +162,11 @@ func BenchmarkMixture(b *testing.B) {
 			b.ReportMetric(float64(r.alloc)/(n*steps), "alloc-bytes/step")
 			b.ReportMetric(float64(r.maps)/(n*steps), "maps/step")
 			b.ReportMetric(float64(r.mapped)/(n*steps), "mapped-bytes/step")
+			b.ReportMetric(float64(r.allocs)/(n*steps), "pool-allocs/step")
+			b.ReportMetric(float64(r.allocs-r.reused)/(n*steps), "pool-misses/step")
+			b.ReportMetric(float64(r.faults)/(n*steps), "minflt/step")
+			b.ReportMetric(float64(r.mallocs)/(n*steps), "mallocs/step")
+			b.ReportMetric(float64(r.gcs)/n, "gc/op")
 			base := strings.TrimSuffix(v.name, "-again")
 			sum := got[base]
 			sum.add(r)
@@ -180,6 +197,8 @@ type mixBenchResult struct {
 	peak, alloc, maps, mapped int64
 	held                      int64 // mixBenchHeld's, of one run
 	elapsed, cpu              time.Duration
+	allocs, reused            int64 // the pool's allocations, and those it served from freed memory
+	faults, mallocs, gcs      int64 // minor page faults, Go heap allocations, GC cycles
 }
 
 func (r *mixBenchResult) add(o mixBenchResult) {
@@ -187,6 +206,8 @@ func (r *mixBenchResult) add(o mixBenchResult) {
 	r.peak, r.held = max(r.peak, o.peak), max(r.held, o.held)
 	r.alloc, r.maps, r.mapped = r.alloc+o.alloc, r.maps+o.maps, r.mapped+o.mapped
 	r.elapsed, r.cpu = r.elapsed+o.elapsed, r.cpu+o.cpu
+	r.allocs, r.reused = r.allocs+o.allocs, r.reused+o.reused
+	r.faults, r.mallocs, r.gcs = r.faults+o.faults, r.mallocs+o.mallocs, r.gcs+o.gcs
 }
 
 // mixBenchHeld reads steps steps of req on a new Pipeline allocating from
@@ -251,6 +272,13 @@ func mixBenchRun(b *testing.B, req *transport.Request, pool memory.Allocator, st
 		b.Fatal(err)
 	}
 	defer p.Close()
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	var reused0 int64
+	if pa, ok := pool.(*arrowmem.PoolAllocator); ok {
+		reused0 = pa.Reused()
+	}
+	f0 := minorFaults()
 	t0, c0 := time.Now(), cpuTime()
 	st, err := p.Open(context.Background(), req)
 	if err != nil {
@@ -268,6 +296,13 @@ func mixBenchRun(b *testing.B, req *transport.Request, pool memory.Allocator, st
 		step.Release()
 	}
 	r := mixBenchResult{runs: 1, elapsed: time.Since(t0), cpu: cpuTime() - c0}
+	r.faults = minorFaults() - f0
+	runtime.ReadMemStats(&ms1)
+	r.mallocs, r.gcs = int64(ms1.Mallocs-ms0.Mallocs), int64(ms1.NumGC-ms0.NumGC)
+	if pa, ok := pool.(*arrowmem.PoolAllocator); ok {
+		r.reused = pa.Reused() - reused0
+	}
+	r.allocs = mem.allocs.Load()
 	st.Close()
 	if n != steps {
 		b.Fatalf("%d steps, want %d", n, steps)
@@ -277,4 +312,58 @@ func mixBenchRun(b *testing.B, req *transport.Request, pool memory.Allocator, st
 	}
 	r.peak, r.alloc = mem.peak.Load(), mem.total.Load()
 	return r
+}
+
+// BenchmarkMixturePaired reads BenchmarkMixture's two requests in pairs of
+// runs, one of each, alternating which goes first, each case with its own
+// pool kept across its runs: other work on a shared machine then falls on
+// both cases alike, and the medians of the pairs' ratios (mixture over
+// single: CPU per run, wall time per run) compare them where BenchmarkMixture's
+// blocks of runs of one case at a time move with the machine's load. It
+// reports the medians of the cases' CPU per run too, and the mixture's
+// counts per run against the single dataset's (pool allocations and misses,
+// Go allocations, minor page faults).
+func BenchmarkMixturePaired(b *testing.B) {
+	dirs := mixBenchData(b)
+	const B, D, steps = 8192, 4, 24
+	single, mix := mixtureAndOne(dirs, B, D, steps)
+	pools := [2]*arrowmem.PoolAllocator{arrowmem.NewPoolAllocator(), arrowmem.NewPoolAllocator()}
+	reqs := [2]*transport.Request{single, mix}
+	var cpu, wall, cpuRatio, wallRatio [2][]float64
+	var sums [2]mixBenchResult
+	for i := 0; i < b.N; i++ {
+		var r [2]mixBenchResult
+		for j := 0; j < 2; j++ {
+			c := (i + j) % 2
+			pprof.Do(context.Background(), pprof.Labels("case", [2]string{"single", "mixture"}[c]), func(context.Context) {
+				r[c] = mixBenchRun(b, reqs[c], pools[c], steps)
+			})
+			sums[c].add(r[c])
+		}
+		for c := 0; c < 2; c++ {
+			cpu[c] = append(cpu[c], float64(r[c].cpu.Microseconds())/1000)
+			wall[c] = append(wall[c], float64(r[c].elapsed.Microseconds())/1000)
+		}
+		cpuRatio[0] = append(cpuRatio[0], r[1].cpu.Seconds()/max(r[0].cpu.Seconds(), 1e-9))
+		wallRatio[0] = append(wallRatio[0], r[1].elapsed.Seconds()/r[0].elapsed.Seconds())
+	}
+	med := func(v []float64) float64 {
+		s := append([]float64(nil), v...)
+		slices.Sort(s)
+		if len(s) == 0 {
+			return 0
+		}
+		return s[len(s)/2]
+	}
+	b.ReportMetric(med(cpu[0]), "single-cpu-ms/op")
+	b.ReportMetric(med(cpu[1]), "mixture-cpu-ms/op")
+	b.ReportMetric(100*(med(cpuRatio[0])-1), "cpu-%")
+	b.ReportMetric(100*(med(wallRatio[0])-1), "wall-%")
+	n := float64(b.N)
+	per := func(c int, v int64) float64 { return float64(v) / n }
+	b.Logf("%d pairs: medians: CPU per run single %.2f ms, mixture %.2f ms (pairs' ratio %+.1f%%); wall per run single %.2f ms, mixture %.2f ms (pairs' ratio %+.1f%%); per run single/mixture: pool allocations %.0f/%.0f, misses %.1f/%.1f, Go allocations %.0f/%.0f, minor faults %.0f/%.0f, maps %.1f/%.1f",
+		b.N, med(cpu[0]), med(cpu[1]), 100*(med(cpuRatio[0])-1), med(wall[0]), med(wall[1]), 100*(med(wallRatio[0])-1),
+		per(0, sums[0].allocs), per(1, sums[1].allocs), per(0, sums[0].allocs-sums[0].reused), per(1, sums[1].allocs-sums[1].reused),
+		per(0, sums[0].mallocs), per(1, sums[1].mallocs), per(0, sums[0].faults), per(1, sums[1].faults),
+		per(0, sums[0].maps), per(1, sums[1].maps))
 }

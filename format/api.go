@@ -162,4 +162,9 @@ type Stats struct {
 	// row group entry (a page that later pieces cut too is not checked
 	// again: Shared).
 	PagesChecked atomic.Int64
+	// ChunksLocated counts the column chunks whose pages pieces located
+	// (their headers walked, or their offset index read): once per row
+	// group and column among every reader of a Dataset's file, while the
+	// row group is among the last few the file's decoder located.
+	ChunksLocated atomic.Int64
 }

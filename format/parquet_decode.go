@@ -56,6 +56,7 @@ type parquetDecoder struct {
 	sch      *arrow.Schema
 	maxBytes int64 // per column chunk: decoded bytes and values
 	opts     Options
+	located  pageCache // the page locations of recent row groups' streamed columns, for every reader
 }
 
 // rows returns the rows of row group rg, by the footer.

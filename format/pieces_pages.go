@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/parquet-go/parquet-go/encoding/thrift"
 	pqformat "github.com/parquet-go/parquet-go/format"
@@ -62,7 +63,11 @@ func pageTail(locs []pageLoc, j int) int {
 }
 
 // pages returns the page locations of column i of row group p.rg, located
-// on the Shared's first need; nil when the column cannot be streamed.
+// on the Shared's first need; nil when the column cannot be streamed. The
+// locations are also kept for other readers of the row group (d.located):
+// the readers of a mixture's or a single dataset's slices that read parts
+// of one row group walk its pages' headers once between them, not once
+// each.
 func (d *parquetDecoder) pages(ctx context.Context, p piece, i int) ([]pageLoc, error) {
 	rg, stats, e := p.rg, p.stats, p.e
 	e.mu.Lock()
@@ -70,7 +75,10 @@ func (d *parquetDecoder) pages(ctx context.Context, p piece, i int) ([]pageLoc, 
 	if locs, ok := e.locs[i]; ok {
 		return locs, nil
 	}
-	locs, err := d.locatePages(ctx, rg, &d.cols[i], d.chunkSource(p, i), stats)
+	locs, err := d.located.get(rg, i, func() ([]pageLoc, error) {
+		stats.ChunksLocated.Add(1)
+		return d.locatePages(ctx, rg, &d.cols[i], d.chunkSource(p, i), stats)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("format: %s row group %d column %q: locating pages: %w", d.uri, rg, d.cols[i].name, err)
 	}
@@ -78,6 +86,61 @@ func (d *parquetDecoder) pages(ctx context.Context, p piece, i int) ([]pageLoc, 
 		e.locs = map[int][]pageLoc{}
 	}
 	e.locs[i] = locs
+	return locs, nil
+}
+
+// pageCacheSize is how many row groups' columns a decoder keeps the page
+// locations of (pageCache): each is a few dozen bytes per page, and the
+// readers that share a row group read it at about the same time.
+const pageCacheSize = 64
+
+// pageCache keeps the page locations of the pageCacheSize (row group,
+// column) pairs located last, for every reader of a file: locating walks
+// the chunk's page headers (a read per page where pages are larger than
+// pageWindow), which each reader of a part of the row group would
+// otherwise repeat. Readers asking for one pair at once wait for the first
+// to locate it; a failed locate is not kept (the next asks again).
+type pageCache struct {
+	mu    sync.Mutex
+	m     map[[2]int]*pageCached
+	order [][2]int // the keys in m, oldest first
+}
+
+type pageCached struct {
+	mu   sync.Mutex
+	done bool
+	locs []pageLoc // nil when the column cannot be streamed; read only
+}
+
+// get returns the locations of column col of row group rg, from locate on
+// the first ask.
+func (c *pageCache) get(rg, col int, locate func() ([]pageLoc, error)) ([]pageLoc, error) {
+	k := [2]int{rg, col}
+	c.mu.Lock()
+	e, ok := c.m[k]
+	if !ok {
+		if c.m == nil {
+			c.m = map[[2]int]*pageCached{}
+		}
+		if len(c.order) >= pageCacheSize {
+			delete(c.m, c.order[0])
+			c.order = append(c.order[:0], c.order[1:]...)
+		}
+		e = &pageCached{}
+		c.m[k] = e
+		c.order = append(c.order, k)
+	}
+	c.mu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.done {
+		return e.locs, nil
+	}
+	locs, err := locate()
+	if err != nil {
+		return nil, err
+	}
+	e.locs, e.done = locs, true
 	return locs, nil
 }
 

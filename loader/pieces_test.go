@@ -628,3 +628,42 @@ func pagesIn(t *testing.T, path string, cols []string) int64 {
 	}
 	return n
 }
+
+// TestReadersLocatePagesOnce: readers of one Dataset that read parts of the
+// same row groups (a mixture's cursors, a dataset's slices) locate each
+// column chunk's pages once between them: the file's decoder keeps the
+// locations for the next reader. Each of 4 readers here reads a quarter of
+// both row groups: 6 chunks located, where each reader locating its own
+// made 24.
+func TestReadersLocatePagesOnce(t *testing.T) {
+	rec := fastRecord(0, 20000)
+	defer rec.Release()
+	path := filepath.Join(t.TempDir(), "located.parquet")
+	writeFastFile(t, path, []arrow.RecordBatch{rec},
+		pq.WithCompression(compress.Codecs.Uncompressed),
+		pq.WithDictionaryDefault(false),
+		pq.WithMaxRowGroupLength(10000),
+		pq.WithDataPageSize(16<<10))
+	for _, mapped := range []bool{true, false} {
+		ds, mem := openChecked(t, path, WithColumns("id", "label", "features"), WithMmap(mapped))
+		var located, fetches []int64
+		for q := int64(0); q < 4; q++ {
+			var refs []RowGroupRef
+			for _, ref := range ds.RowGroups() {
+				p := ref
+				p.Start, p.End = q*ref.Rows/4, (q+1)*ref.Rows/4
+				refs = append(refs, p)
+			}
+			rd := ds.NewReader(context.Background(), refs, mem, WithReaderDecodeWorkers(2))
+			drainReader(t, rd)
+			rd.Close()
+			st := rd.Stats()
+			located = append(located, st.ChunksLocated.Load())
+			fetches = append(fetches, st.Fetches.Load())
+		}
+		t.Logf("mapped %v: chunks located by each reader %v, fetches %v", mapped, located, fetches)
+		if want := []int64{6, 0, 0, 0}; !slices.Equal(located, want) {
+			t.Errorf("mapped %v: chunks located by each of 4 readers of quarters of 2 row groups of 3 columns: %v, want %v", mapped, located, want)
+		}
+	}
+}
