@@ -196,23 +196,34 @@ func (s *LocalStore) admitMappingLocked(f *openFile) {
 // page tables in as few system calls as possible, skipping chunks populated
 // before, so the decoder does not take a page fault every few pages.
 func (f *openFile) populate(off, n int64) error {
-	first, last := off/populateChunk, (off+n-1)/populateChunk
+	_, err := populateRuns(f.whole, f.populated, populateChunk, off, n)
+	return err
+}
+
+// populateRuns populates the chunks of m (of size chunk each, the last one
+// shorter) that [at, at+n) touches and whose bit in populated is clear, one
+// madvise per run of such chunks, and sets their bits; it returns the bytes
+// it populated.
+func populateRuns(m []byte, populated []atomic.Uint64, chunk, at, n int64) (int64, error) {
+	var done int64
+	first, last := at/chunk, (at+n-1)/chunk
 	for c := first; c <= last; {
-		if f.populated[c/64].Load()&(1<<(c%64)) != 0 {
+		if populated[c/64].Load()&(1<<(c%64)) != 0 {
 			c++
 			continue
 		}
 		run := c
-		for run <= last && f.populated[run/64].Load()&(1<<(run%64)) == 0 {
+		for run <= last && populated[run/64].Load()&(1<<(run%64)) == 0 {
 			run++
 		}
-		lo, hi := c*populateChunk, min(run*populateChunk, f.size)
-		if err := madvisePopulate(f.whole[lo:hi]); err != nil {
-			return err
+		lo, hi := c*chunk, min(run*chunk, int64(len(m)))
+		if err := madvisePopulate(m[lo:hi]); err != nil {
+			return done, err
 		}
+		done += hi - lo
 		for ; c < run; c++ {
-			f.populated[c/64].Or(1 << (c % 64))
+			populated[c/64].Or(1 << (c % 64))
 		}
 	}
-	return nil
+	return done, nil
 }

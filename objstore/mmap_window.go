@@ -69,26 +69,9 @@ func (w *Window) Bytes(off, n int64) ([]byte, bool, error) {
 
 // populate populates the pages of m[at:at+n] not populated before.
 func (w *Window) populate(at, n int64) error {
-	first, last := at/w.page, (at+n-1)/w.page
-	for c := first; c <= last; {
-		if w.populated[c/64].Load()&(1<<(c%64)) != 0 {
-			c++
-			continue
-		}
-		run := c
-		for run <= last && w.populated[run/64].Load()&(1<<(run%64)) == 0 {
-			run++
-		}
-		lo, hi := c*w.page, min(run*w.page, int64(len(w.m)))
-		if err := madvisePopulate(w.m[lo:hi]); err != nil {
-			return err
-		}
-		w.stats.BytesMapped.Add(hi - lo)
-		for ; c < run; c++ {
-			w.populated[c/64].Or(1 << (c % 64))
-		}
-	}
-	return nil
+	done, err := populateRuns(w.m, w.populated, w.page, at, n)
+	w.stats.BytesMapped.Add(done)
+	return err
 }
 
 // Release unmaps the window; no part handed out may be used after. It may
