@@ -114,13 +114,23 @@ type fastHead struct {
 	at, len int64
 }
 
-// fastPagesOf returns pages [i, t) of column col (locs; b their bytes,
-// from off, stored with codec) as c.fastPages reads them: from the headers
+// pageRun is pages [i, t) of a column chunk: locs are the chunk's page
+// locations, b the bytes fetched of it, from file offset off.
+type pageRun struct {
+	i, t int
+	b    []byte
+	locs []pageLoc
+	off  int64
+}
+
+// fastPagesOf returns the pages of sp of column col (stored with codec) as
+// c.fastPages reads them: from the headers
 // an earlier piece of the row group read, else reading them from b and
 // keeping them for the next pieces, which cut the same pages. nil where
 // c.fastPages fails or reads another number of pages (the caller then
 // reads them as before, and falls back where it must).
-func (e *Shared) fastPagesOf(c *colDecoder, col, i, t int, b []byte, codec pqformat.CompressionCodec, locs []pageLoc, off int64) []fastPage {
+func (e *Shared) fastPagesOf(c *colDecoder, col int, sp pageRun, codec pqformat.CompressionCodec) []fastPage {
+	i, t, b, locs, off := sp.i, sp.t, sp.b, sp.locs, sp.off
 	if len(b) == 0 {
 		return nil
 	}

@@ -59,7 +59,7 @@ func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLo
 	}
 	v := chunkView{b: b, codec: md.Codec, first: first, n: slots, cut: c.kind == kindList && (locs[i].cont || t > j)}
 	if c.kind != kindList {
-		v.pages = e.fastPagesOf(c, p.col, i, t, b, md.Codec, locs, off)
+		v.pages = e.fastPagesOf(c, p.col, pageRun{i: i, t: t, b: b, locs: locs, off: off}, md.Codec)
 	}
 	out, err := c.decodeRows(v, p.rows, outSpec{mem: p.mem, maxBytes: d.maxBytes, ed: edges{e, p.col, i, p.stats}})
 	if err == errFallback {
