@@ -35,6 +35,15 @@ type Fetched interface {
 	Release()
 }
 
+// Dropper is a Fetched that can give back the memory of ranges its
+// caller is done with before Release: the pages of a mapping that a
+// reader's later pieces will not read (the decoder drops a piece's pages
+// but the last, which the next piece may start in). The bytes stay valid:
+// touched again, they are read back.
+type Dropper interface {
+	Drop(off, n int64)
+}
+
 // Fetcher fetches byte ranges of row group rg of the file (parts of its
 // column chunks), for the decoding of a row range.
 type Fetcher interface {

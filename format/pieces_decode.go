@@ -69,6 +69,18 @@ func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLo
 		return nil, fmt.Errorf("format: %s row group %d column %q pages %d..%d (slots %d..%d): %w", d.uri, p.rg, c.name, i, t-1, first, first+slots-1, err)
 	}
 	p.stats.Pages.Add(int64(t - i))
+	if dr, ok := ra.(Dropper); ok {
+		// The reader's pieces go forward: its next one starts in the last
+		// page at the earliest, and takes a compressed one decompressed
+		// (edges), not from here. From the chunk's first page on: mapping
+		// a page maps its neighbours too (the kernel's fault-around), some
+		// of them pages dropped before.
+		end := locs[t-1].off
+		if md.Codec != pqformat.Uncompressed {
+			end = off + n
+		}
+		dr.Drop(locs[0].off, end-locs[0].off)
+	}
 	a := out.a
 	if out.first == start && int64(a.Len()) == end-start {
 		return a, nil

@@ -18,6 +18,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
 
+	"github.com/meshfeed/meshfeed/internal/procmem"
 	"github.com/meshfeed/meshfeed/objstore"
 )
 
@@ -665,5 +666,77 @@ func TestReadersLocatePagesOnce(t *testing.T) {
 		if want := []int64{6, 0, 0, 0}; !slices.Equal(located, want) {
 			t.Errorf("mapped %v: chunks located by each of 4 readers of quarters of 2 row groups of 3 columns: %v, want %v", mapped, located, want)
 		}
+	}
+}
+
+// A window holds the pages its reader's pieces are using, not every page
+// the reader has touched: a piece gives back its pages once decoded (all
+// of a compressed page's, whose next piece takes it decompressed; all but
+// the last of uncompressed ones, where the next piece starts), so a reader
+// of 40 pieces of a 40,000-row row group (about 10.5 MB of column chunks)
+// keeps at most a few pieces' pages of the file in the process's page
+// tables (smaps, sampled after every piece), where the window kept them
+// all until its last piece: RSS of file pages that the mixture's many
+// cursors multiplied (BENCHMARKS.md, "Mixtures"). The pieces read right.
+func TestPiecesDropTheirPages(t *testing.T) {
+	if _, err := procmem.FileRSS("/"); err != nil {
+		t.Skipf("no smaps here: %v", err)
+	}
+	rec := fastRecord(0, 40000)
+	defer rec.Release()
+	cols := []string{"id", "label", "features"}
+	for _, codec := range []compress.Compression{compress.Codecs.Uncompressed, compress.Codecs.Snappy} {
+		t.Run(codec.String(), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "f.parquet")
+			writeFastFile(t, path, []arrow.RecordBatch{rec},
+				pq.WithCompression(codec), pq.WithDictionaryDefault(false),
+				pq.WithMaxRowGroupLength(40000), pq.WithDataPageSize(64<<10))
+			store := objstore.NewLocalStore()
+			defer store.Close()
+			ds, err := Open(context.Background(), store, []string{path}, WithColumns(cols...), WithFooterCache(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var chunks int64
+			for _, c := range ds.Files[0].RowGroups[0].Chunks {
+				chunks += c.Length
+			}
+			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+			defer mem.AssertSize(t, 0)
+			rd := ds.NewReader(context.Background(), evenPieces(ds, 1000), mem,
+				WithReaderDecodeWorkers(1), WithReaderReadAhead(1<<20))
+			defer rd.Close()
+			var most, row int64
+			for {
+				got, _, err := rd.Next()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, name := range cols {
+					checkColumn(t, name, got.Column(i), int(row))
+				}
+				row += got.NumRows()
+				got.Release()
+				n, err := procmem.FileRSS(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				most = max(most, n)
+			}
+			dropped := store.Stats().BytesDropped.Load()
+			t.Logf("%d bytes of column chunks; at most %d bytes of the file in the page tables after a piece; %d bytes dropped", chunks, most, dropped)
+			if row != 40000 {
+				t.Fatalf("%d rows read, want 40000", row)
+			}
+			if most > chunks/3 {
+				t.Errorf("up to %d bytes of the file in the page tables for pieces of about %d bytes: the window keeps the pages its pieces are done with", most, chunks/40)
+			}
+			if dropped < chunks/2 {
+				t.Errorf("%d bytes dropped of %d", dropped, chunks)
+			}
+		})
 	}
 }

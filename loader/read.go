@@ -61,7 +61,17 @@ type spanReader struct {
 	obj    objstore.Object
 	spans  []span // sorted by off, disjoint
 	stats  *ReadStats
-	mapped bool // some spans are mappings of the file
+	mapped bool             // some spans are mappings of the file
+	win    *objstore.Window // the window the spans are parts of (fromWindow); nil: none
+}
+
+// Drop implements format.Dropper: the pages of [off, off+n) of a window
+// (fromWindow) leave the process's page tables (objstore.Window.Drop); a
+// span of its own (read, or mapped alone) is released with the reader.
+func (r *spanReader) Drop(off, n int64) {
+	if r.win != nil {
+		r.win.Drop(off, n)
+	}
 }
 
 func (r *spanReader) ReadAt(p []byte, off int64) (int, error) {
@@ -386,7 +396,7 @@ func (f chunkFetcher) fromWindow(ctx context.Context, rg int, chunks []format.Ch
 	f.stats.Fetches.Add(int64(len(spans)))
 	f.stats.FetchedBytes.Add(n)
 	f.stats.MappedBytes.Add(n)
-	return &spanReader{ctx: ctx, store: f.ds.store, obj: obj, spans: withHeld(spans, kept), stats: f.stats, mapped: true}, true, nil
+	return &spanReader{ctx: ctx, store: f.ds.store, obj: obj, spans: withHeld(spans, kept), stats: f.stats, mapped: true, win: w}, true, nil
 }
 
 // decodeGate bounds how many row groups or pieces a reader decodes at once

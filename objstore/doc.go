@@ -74,7 +74,8 @@
 // unpopulated, for many reads of its parts ([Window.Bytes] populates each
 // page the first time it is handed out); the loader maps a row group's column
 // chunks as one window for the pieces a reader reads of it. Its pages stay in
-// the process's RSS (file-backed, reclaimable) until [Window.Release].
+// the process's RSS (file-backed, reclaimable) until [Window.Drop] gives back
+// those a reader is done with, or [Window.Release].
 //
 // Disk cache. Entries are checked (size, header, CRC-32C) on every read and
 // replaced atomically, so a crash or a damaged disk costs a fetch, never a

@@ -51,6 +51,16 @@ func madvisePopulate(b []byte) error {
 	return nil
 }
 
+// madviseDrop removes the pages of b, a page-aligned part of a read-only
+// shared file mapping, from the page tables (MADV_DONTNEED): they leave
+// the process's RSS, stay in the page cache, and fault back in if touched.
+func madviseDrop(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return syscall.Madvise(b, syscall.MADV_DONTNEED)
+}
+
 // mmapWindow maps length bytes of the file fd from off (a multiple of the
 // page size) read-only and shared, without populating them (a Window
 // populates the parts it hands out).

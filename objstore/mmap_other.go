@@ -16,4 +16,6 @@ func mmapWhole(fd uintptr, length int) ([]byte, error) { return mmapRange(fd, 0,
 
 func madvisePopulate(b []byte) error { return nil }
 
+func madviseDrop(b []byte) error { return nil }
+
 func mmapWindow(fd uintptr, off int64, length int) ([]byte, error) { return mmapRange(fd, off, length) }

@@ -74,6 +74,30 @@ func (w *Window) populate(at, n int64) error {
 	return err
 }
 
+// Drop gives the window's whole pages inside [off, off+n) back, those
+// Bytes populated and those a touch faulted in: they leave the process's
+// page tables (and its RSS; the file's pages stay in the page cache) and
+// are populated again if a later Bytes hands them out.
+// A reader drops the pages its pieces are done with, so that a window
+// holds the pages in use, not every page its reader has touched. Parts of
+// them handed out before stay valid: touched again, a page faults back in
+// from the page cache.
+func (w *Window) Drop(off, n int64) {
+	if w.m == nil || n <= 0 {
+		return
+	}
+	lo, hi := max(off, w.off)-w.off+w.lo, min(off+n, w.off+w.n)-w.off+w.lo
+	lo = (lo + w.page - 1) / w.page * w.page // whole pages only: an edge page may hold a neighbour's bytes
+	hi = min(hi/w.page*w.page, int64(len(w.m)))
+	if hi <= lo {
+		return
+	}
+	dropped, err := dropRange(w.m, w.populated, w.page, lo, hi-lo)
+	if err == nil {
+		w.stats.BytesDropped.Add(dropped)
+	}
+}
+
 // Release unmaps the window; no part handed out may be used after. It may
 // be called more than once.
 func (w *Window) Release() {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/meshfeed/meshfeed/internal/procmem"
 )
 
 // A window hands out parts of its range without copying, refuses parts
@@ -72,5 +74,80 @@ func TestLocalStoreMapWindow(t *testing.T) {
 	}
 	if _, ok, _ := w.Bytes(off, 10); ok {
 		t.Error("Bytes after Release handed out bytes")
+	}
+}
+
+// mappedRSS returns the bytes of the file at path in this process's page
+// tables.
+func mappedRSS(t *testing.T, path string) int64 {
+	t.Helper()
+	n, err := procmem.FileRSS(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Drop gives back the whole pages of its range (not the pages it cuts):
+// they leave the process's page tables (smaps), BytesDropped counts them,
+// the bytes handed out before still read right, and handed out again they
+// are populated again. After Release it does nothing.
+func TestWindowDrop(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("mmap is Linux only")
+	}
+	ctx := context.Background()
+	page := int64(os.Getpagesize())
+	content := make([]byte, 16*page)
+	for i := range content {
+		content[i] = byte(i*7 + i>>11)
+	}
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := NewLocalStore()
+	defer s.Close()
+	obj, err := s.Stat(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.MapWindow(ctx, obj, 0, int64(len(content)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, ok, err := w.Bytes(0, int64(len(content)))
+	if err != nil || !ok || !bytes.Equal(all, content) {
+		t.Fatalf("Bytes of the whole window: %v, %v, equal %v", ok, err, bytes.Equal(all, content))
+	}
+	st := s.Stats()
+	if got := mappedRSS(t, path); got != 16*page {
+		t.Fatalf("%d bytes of the file resident after Bytes of its 16 pages, want %d", got, 16*page)
+	}
+	// [page/2, 10.5 pages): pages 1..9 are whole inside it; 0 and 10 are cut.
+	w.Drop(page/2, 10*page)
+	if got, want := st.BytesDropped.Load(), 9*page; got != want {
+		t.Errorf("BytesDropped %d, want %d (the 9 whole pages)", got, want)
+	}
+	if got, want := mappedRSS(t, path), 7*page; got != want {
+		t.Errorf("%d bytes of the file resident after Drop, want %d", got, want)
+	}
+	if !bytes.Equal(all, content) { // touched again, the pages fault back in
+		t.Fatal("the bytes handed out before Drop read differently")
+	}
+	// Touched, not handed out by Bytes: not marked populated again, so
+	// Bytes populates what it hands out of them.
+	mapped := st.BytesMapped.Load()
+	b, ok, err := w.Bytes(2*page, 3*page)
+	if err != nil || !ok || !bytes.Equal(b, content[2*page:5*page]) {
+		t.Fatalf("Bytes after Drop: %v, %v", ok, err)
+	}
+	if got := st.BytesMapped.Load() - mapped; got != 3*page {
+		t.Errorf("Bytes after Drop populated %d bytes, want the %d dropped", got, 3*page)
+	}
+	w.Release()
+	w.Drop(0, int64(len(content))) // nothing mapped: nothing to do
+	if got := mappedRSS(t, path); got != 0 {
+		t.Errorf("%d bytes of the file resident after Release", got)
 	}
 }

@@ -82,6 +82,10 @@ type Stats struct {
 	// BytesMapped is the number of bytes those Map calls made available. They
 	// are not counted in BytesRead.
 	BytesMapped atomic.Int64
+	// BytesDropped is the number of populated bytes of windows given back
+	// before their Release ([Window.Drop]): out of the process's page
+	// tables, still in the page cache.
+	BytesDropped atomic.Int64
 	// FileMaps is the number of whole-file mappings made for
 	// [WithMapCache]; each serves Map calls until it is evicted.
 	FileMaps atomic.Int64
