@@ -1,22 +1,24 @@
 package arrowmem
 
 import (
-	"math/bits"
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/meshfeed/meshfeed/internal/sizeclass"
 )
 
-// poolClasses bounds the pooled size classes: powers of two from 64 bytes
-// (class 6) to 2^(poolClasses-1). Larger allocations are not pooled.
+// poolMin is the smallest buffer pooled (smaller ones are rounded up to
+// it); poolMaxClass bounds the pooled classes (sizeclass), about 1 TiB.
 const (
-	poolMinClass = 6
-	poolClasses  = 41
+	poolMin      = 64
+	poolMaxClass = 113
 	poolAlign    = 64
 )
 
 // PoolAllocator is a memory.Allocator that recycles freed memory: sizes are
-// rounded up to a power of two (at least 64 bytes), and each size class keeps
+// rounded up to their size class (package sizeclass: powers of two from 64
+// bytes to 64 KiB, then quarter steps), and each size class keeps
 // the buffers freed in it in a sync.Pool, so a loop that decodes and releases
 // row groups of similar sizes reuses the same memory instead of having the
 // runtime allocate and clear it each time. Buffers not yet reused are
@@ -37,8 +39,8 @@ const (
 //
 // A PoolAllocator is safe for concurrent use.
 type PoolAllocator struct {
-	pools  [poolClasses]sync.Pool // of *[]byte, len 0, cap 1<<class
-	live   atomic.Int64           // bytes allocated and not freed (requested sizes)
+	pools  [poolMaxClass]sync.Pool // of *[]byte, len 0, cap the class's size
+	live   atomic.Int64            // bytes allocated and not freed (requested sizes)
 	reused atomic.Int64
 	poison func([]byte) // test hook: called on each freed buffer before it is pooled
 }
@@ -57,29 +59,21 @@ func (p *PoolAllocator) Allocated() int64 { return p.live.Load() }
 // Reused returns how many allocations were served from freed memory.
 func (p *PoolAllocator) Reused() int64 { return p.reused.Load() }
 
-// poolClass returns the size class of n bytes.
-func poolClass(n int) int {
-	if n <= 1<<poolMinClass {
-		return poolMinClass
-	}
-	return bits.Len(uint(n - 1))
-}
-
 // get returns size bytes of class memory, dirty when reused.
 func (p *PoolAllocator) get(size int) (b []byte, dirty bool) {
 	if size < 0 {
 		panic("arrowmem: PoolAllocator: negative size") // as memory.GoAllocator (make) does
 	}
 	p.live.Add(int64(size))
-	c := poolClass(size)
-	if c >= poolClasses {
+	c, capacity := sizeclass.Of(int64(max(size, poolMin)))
+	if c >= poolMaxClass {
 		return alignedBytes(size, size), false
 	}
 	if bp, ok := p.pools[c].Get().(*[]byte); ok {
 		p.reused.Add(1)
 		return (*bp)[:size], true
 	}
-	return alignedBytes(size, 1<<c), false
+	return alignedBytes(size, int(capacity)), false
 }
 
 // alignedBytes returns a fresh, zeroed slice of len n and cap c starting at a
@@ -133,8 +127,8 @@ func (p *PoolAllocator) Reallocate(size int, b []byte) []byte {
 // AllocateUninitialized or Reallocate) and not be used afterwards.
 func (p *PoolAllocator) Free(b []byte) {
 	p.live.Add(-int64(len(b)))
-	c := poolClass(cap(b))
-	if cap(b) == 0 || c >= poolClasses || cap(b) != 1<<c {
+	c, ok := sizeclass.Exact(int64(cap(b)))
+	if !ok || cap(b) < poolMin || c >= poolMaxClass {
 		return // not pooled (too large), or not from p
 	}
 	if p.poison != nil {

@@ -22,10 +22,12 @@ func poisoned() *PoolAllocator {
 
 func aligned(b []byte) bool { return uintptr(unsafe.Pointer(unsafe.SliceData(b)))%64 == 0 }
 
+// TestPoolAllocatorSizes: sizes round up to their class (package sizeclass:
+// powers of two to 64 KiB, quarter steps past it), 64-byte aligned.
 func TestPoolAllocatorSizes(t *testing.T) {
 	p := NewPoolAllocator()
 	for _, tc := range []struct{ size, cap int }{
-		{0, 64}, {1, 64}, {64, 64}, {65, 128}, {1000, 1024}, {1 << 20, 1 << 20}, {1<<20 + 1, 2 << 20},
+		{0, 64}, {1, 64}, {64, 64}, {65, 128}, {1000, 1024}, {1 << 20, 1 << 20}, {1<<20 + 1, 5 << 18}, {3<<20 + 1, 7 << 19}, {100 << 10, 112 << 10},
 	} {
 		b := p.Allocate(tc.size)
 		if len(b) != tc.size || cap(b) != tc.cap || !aligned(b) {

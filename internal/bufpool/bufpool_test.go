@@ -1,9 +1,13 @@
 package bufpool
 
-import "testing"
+import (
+	"testing"
 
-// TestGetPut: a buffer has the length asked for and a power-of-two capacity
-// of at least 64 KiB; a buffer put back is handed out again for its size
+	"github.com/meshfeed/meshfeed/internal/sizeclass"
+)
+
+// TestGetPut: a buffer has the length asked for and a class's capacity
+// (sizeclass) of at least 64 KiB, at most a quarter over what was asked; a buffer put back is handed out again for its size
 // class, and one whose capacity is no size class is dropped.
 func TestGetPut(t *testing.T) {
 	for _, n := range []int64{0, 1, 64 << 10, 64<<10 + 1, 3 << 20} {
@@ -11,8 +15,11 @@ func TestGetPut(t *testing.T) {
 		if int64(len(b)) != n {
 			t.Fatalf("Get(%d): len %d", n, len(b))
 		}
-		if c := cap(b); c < 64<<10 || c&(c-1) != 0 || int64(c) < n {
-			t.Fatalf("Get(%d): cap %d, want a power of two of at least max(n, 64 KiB)", n, c)
+		if c := cap(b); c < 64<<10 || int64(c) < n || (n > 64<<10 && float64(c) > 1.25*float64(n)) {
+			t.Fatalf("Get(%d): cap %d, want a class size of at least max(n, 64 KiB), at most a quarter over n", n, c)
+		}
+		if _, ok := sizeclass.Exact(int64(cap(b))); !ok {
+			t.Fatalf("Get(%d): cap %d is no class size", n, cap(b))
 		}
 		Put(b)
 	}

@@ -1,7 +1,7 @@
-// Package bufpool recycles byte buffers by power-of-two size class: fetch
-// buffers and decompressed pages live from a ranged read to the end of
-// decoding (the decoders copy out of them), and fresh ones would be zeroed
-// by the runtime on every row group.
+// Package bufpool recycles byte buffers by size class (package sizeclass,
+// from 64 KiB on): fetch buffers and decompressed pages live from a ranged
+// read to the end of decoding (the decoders copy out of them), and fresh
+// ones would be zeroed by the runtime on every row group.
 //
 // # Caveats
 //
