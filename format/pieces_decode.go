@@ -19,6 +19,10 @@ import (
 	"github.com/meshfeed/meshfeed/internal/bufpool"
 )
 
+// faultAround is how far before a piece's pages a reader drops pages (the
+// kernel's fault-around maps up to 64 KiB of a page's neighbours with it).
+const faultAround = 64 << 10
+
 // decodePages decodes rows p.rows of column p.col from the pages that hold
 // them, fetched alone, or returns nil (no error) when those pages do not
 // qualify for the fast path after all (the column is then decoded whole).
@@ -72,14 +76,14 @@ func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLo
 	if dr, ok := ra.(Dropper); ok {
 		// The reader's pieces go forward: its next one starts in the last
 		// page at the earliest, and takes a compressed one decompressed
-		// (edges), not from here. From the chunk's first page on: mapping
-		// a page maps its neighbours too (the kernel's fault-around), some
-		// of them pages dropped before.
-		end := locs[t-1].off
+		// (edges), not from here. From a little before the first: populating
+		// a page maps its neighbours too (the kernel's fault-around, 64 KiB
+		// by default), some of them pages dropped before.
+		from, end := max(locs[0].off, off-faultAround), locs[t-1].off
 		if md.Codec != pqformat.Uncompressed {
 			end = off + n
 		}
-		dr.Drop(locs[0].off, end-locs[0].off)
+		dr.Drop(from, end-from)
 	}
 	a := out.a
 	if out.first == start && int64(a.Len()) == end-start {

@@ -227,17 +227,3 @@ func populateRuns(m []byte, populated []atomic.Uint64, chunk, at, n int64) (int6
 	}
 	return done, nil
 }
-
-// dropRange gives back the pages of m[at:at+n] (at and n whole chunks)
-// in one system call, whether Bytes populated them or a touch faulted them
-// in, clears their bits, and returns the bytes of those that were marked
-// populated.
-func dropRange(m []byte, populated []atomic.Uint64, chunk, at, n int64) (int64, error) {
-	var done int64
-	for c := at / chunk; c <= (at+n-1)/chunk; c++ {
-		if populated[c/64].And(^uint64(1<<(c%64)))&(1<<(c%64)) != 0 {
-			done += chunk
-		}
-	}
-	return done, madviseDrop(m[at : at+n])
-}

@@ -74,14 +74,15 @@ func (w *Window) populate(at, n int64) error {
 	return err
 }
 
-// Drop gives the window's whole pages inside [off, off+n) back, those
-// Bytes populated and those a touch faulted in: they leave the process's
-// page tables (and its RSS; the file's pages stay in the page cache) and
-// are populated again if a later Bytes hands them out.
-// A reader drops the pages its pieces are done with, so that a window
-// holds the pages in use, not every page its reader has touched. Parts of
-// them handed out before stay valid: touched again, a page faults back in
-// from the page cache.
+// Drop gives the window's whole pages inside [off, off+n) back, whether
+// Bytes populated them or a touch faulted them in: they leave the
+// process's page tables (and its RSS; the file's pages stay in the page
+// cache). Bytes does not populate them again: a part handed out before or
+// after stays valid, and its dropped pages fault in if touched. A reader
+// drops the pages its pieces are done with, those of a compressed page
+// included, which its next piece hands out again but takes decompressed
+// (so never touches): a window then holds the pages in use, not every
+// page its reader has touched.
 func (w *Window) Drop(off, n int64) {
 	if w.m == nil || n <= 0 {
 		return
@@ -92,9 +93,8 @@ func (w *Window) Drop(off, n int64) {
 	if hi <= lo {
 		return
 	}
-	dropped, err := dropRange(w.m, w.populated, w.page, lo, hi-lo)
-	if err == nil {
-		w.stats.BytesDropped.Add(dropped)
+	if madviseDrop(w.m[lo:hi]) == nil {
+		w.stats.BytesDropped.Add(hi - lo)
 	}
 }
 

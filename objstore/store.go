@@ -82,9 +82,9 @@ type Stats struct {
 	// BytesMapped is the number of bytes those Map calls made available. They
 	// are not counted in BytesRead.
 	BytesMapped atomic.Int64
-	// BytesDropped is the number of populated bytes of windows given back
-	// before their Release ([Window.Drop]): out of the process's page
-	// tables, still in the page cache.
+	// BytesDropped is the number of bytes of windows given back before
+	// their Release ([Window.Drop]: out of the process's page tables,
+	// still in the page cache); a page given back twice counts twice.
 	BytesDropped atomic.Int64
 	// FileMaps is the number of whole-file mappings made for
 	// [WithMapCache]; each serves Map calls until it is evicted.
