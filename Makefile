@@ -136,6 +136,13 @@ bench-memcpy: build
 	PYTHONPATH="$(CURDIR)/pyclient" MESHFEED_BIN="$(CURDIR)/$(BIN)" $(VENV)/bin/python benchmarks/memcpy_ratio.py
 .PHONY: bench-memcpy
 
+# A three-source mixture against one dataset of the same files, end to end
+# (python -m meshfeed bench, alternated): rows/s and peak RSS against issue
+# 26's targets (benchmarks/mixture.py; BENCH_ARGS, e.g. --repeats 9).
+bench-mixture: build
+	PYTHONPATH="$(CURDIR)/pyclient" $(VENV)/bin/python benchmarks/mixture.py --binary "$(CURDIR)/$(BIN)" $(BENCH_ARGS)
+.PHONY: bench-mixture
+
 # Fuzz each target for FUZZTIME (not part of make test; seeds run in make test).
 FUZZTIME ?= 60s
 fuzz:
