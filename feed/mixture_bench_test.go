@@ -323,9 +323,23 @@ func mixBenchRun(b *testing.B, req *transport.Request, pool memory.Allocator, st
 // reports the medians of the cases' CPU per run too, and the mixture's
 // counts per run against the single dataset's (pool allocations and misses,
 // Go allocations, minor page faults).
+//
+// MESHFEED_MIX_BENCH_SOURCES=PREFIX reads the sources PREFIX-0, -1 and -2
+// instead (benchmarks/mixture.py's, e.g. .cache/bench-mixture-400000) with
+// MESHFEED_MIX_BENCH_SHAPE=B,D,STEPS (default 2048,8,585: that script's
+// mesh and steps), and a run reads every step.
 func BenchmarkMixturePaired(b *testing.B) {
 	dirs := mixBenchData(b)
-	const B, D, steps = 8192, 4, 24
+	B, D, steps := 8192, 4, 24
+	if pre := os.Getenv("MESHFEED_MIX_BENCH_SOURCES"); pre != "" {
+		dirs = []string{pre + "-0", pre + "-1", pre + "-2"}
+		B, D, steps = 2048, 8, 585
+		if v := os.Getenv("MESHFEED_MIX_BENCH_SHAPE"); v != "" {
+			if _, err := fmt.Sscanf(v, "%d,%d,%d", &B, &D, &steps); err != nil {
+				b.Fatalf("MESHFEED_MIX_BENCH_SHAPE=%q: want B,D,STEPS", v)
+			}
+		}
+	}
 	single, mix := mixtureAndOne(dirs, B, D, steps)
 	pools := [2]*arrowmem.PoolAllocator{arrowmem.NewPoolAllocator(), arrowmem.NewPoolAllocator()}
 	reqs := [2]*transport.Request{single, mix}
