@@ -7,7 +7,8 @@ within 5% and peak memory within 10% (the sources' read-ahead shares one
 budget).
 
 Three sources of the tabular workload's rows (``meshfeed gen``: id int64,
-label int32, features float32[64], snappy) are written once under --cache.
+label int32, features float32[64], snappy or --compression) are written
+once under --cache.
 Then `python -m meshfeed bench` runs, alternating, --repeats times each:
 
 - "single": one dataset of the three sources' files (its URIs concatenated);
@@ -46,9 +47,10 @@ def _gen(a: argparse.Namespace) -> list[str]:
     directories."""
     dirs = []
     for i in range(3):
-        d = os.path.join(a.cache, f"bench-mixture-{a.rows}-{i}")
+        d = os.path.join(a.cache, f"bench-mixture-{a.rows}-{a.compression}-{i}" if a.compression != "snappy"
+                         else f"bench-mixture-{a.rows}-{i}")
         cmd = [a.binary, "gen", "--out", d, "--rows", str(a.rows), "--files", "2",
-               "--row-group-rows", str(a.row_group_rows), "--features", "64", "--compression", "snappy",
+               "--row-group-rows", str(a.row_group_rows), "--features", "64", "--compression", a.compression,
                "--seed", str(i + 1), "--if-absent"]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
@@ -83,6 +85,8 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=5, help="runs of each case, alternated (default 5)")
     p.add_argument("--rows", type=int, default=400_000, help="rows per source (default 400,000)")
     p.add_argument("--row-group-rows", type=int, default=65_536)
+    p.add_argument("--compression", default="snappy", choices=("snappy", "zstd", "none"),
+                   help="the sources' codec (default snappy, pyarrow's)")
     p.add_argument("--batch", type=int, default=2048, help="global batch (default 2048)")
     p.add_argument("--shuffle-window", type=int, default=0,
                    help="rows per shuffle window, the same for the dataset and each source (default 0: file order)")
@@ -114,7 +118,7 @@ def main() -> int:
             json.dump({"sources": sources, "stop": steps}, f)
         cases = {"single": (dirs, single_extra), "mixture": ([], ["--mixture", spec])}
         runs: dict[str, list[dict]] = {"single": [], "mixture": []}
-        print(f"3 sources of {a.rows:,} rows (id, label, features[64], snappy, 2 files, row groups of "
+        print(f"3 sources of {a.rows:,} rows (id, label, features[64], {a.compression}, 2 files, row groups of "
               f"{a.row_group_rows:,}); B={a.batch}, mesh data=8, {steps} steps "
               f"({'shuffle window ' + str(a.shuffle_window) if a.shuffle_window else 'file order'}, "
               f"{'free loop' if a.step_ms <= 0 else f'{a.step} step {a.step_ms} ms'}); "
