@@ -10,22 +10,31 @@ import (
 	"testing"
 )
 
-func TestLocalStoreMap(t *testing.T) {
-	ctx := context.Background()
-	content := make([]byte, 3*os.Getpagesize()+123)
+// mappedFile writes n bytes (byte i is i*7 + i>>shift) to a file of its
+// own and returns them, its path, a LocalStore (closed with the test) and
+// the file's Object.
+func mappedFile(t *testing.T, n int, shift uint) ([]byte, string, *LocalStore, Object) {
+	t.Helper()
+	content := make([]byte, n)
 	for i := range content {
-		content[i] = byte(i*7 + i>>8)
+		content[i] = byte(i*7 + i>>shift)
 	}
 	path := filepath.Join(t.TempDir(), "f")
 	if err := os.WriteFile(path, content, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s := NewLocalStore()
-	defer s.Close()
-	obj, err := s.Stat(ctx, path)
+	t.Cleanup(func() { s.Close() })
+	obj, err := s.Stat(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return content, path, s, obj
+}
+
+func TestLocalStoreMap(t *testing.T) {
+	ctx := context.Background()
+	content, path, s, obj := mappedFile(t, 3*os.Getpagesize()+123, 8)
 	size := int64(len(content))
 	for _, tc := range []struct {
 		off, n  int64

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"testing"
 
@@ -22,20 +21,7 @@ func TestLocalStoreMapWindow(t *testing.T) {
 	}
 	ctx := context.Background()
 	page := int64(os.Getpagesize())
-	content := make([]byte, 8*page+100)
-	for i := range content {
-		content[i] = byte(i*13 + i>>9)
-	}
-	path := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(path, content, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s := NewLocalStore()
-	defer s.Close()
-	obj, err := s.Stat(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	content, _, s, obj := mappedFile(t, int(8*page+100), 9)
 	if _, err := s.MapWindow(ctx, obj, 10, int64(len(content))); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("a window past the end: %v, want io.ErrUnexpectedEOF", err)
 	}
@@ -100,20 +86,7 @@ func TestWindowDrop(t *testing.T) {
 	}
 	ctx := context.Background()
 	page := int64(os.Getpagesize())
-	content := make([]byte, 64*page)
-	for i := range content {
-		content[i] = byte(i*7 + i>>11)
-	}
-	path := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(path, content, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s := NewLocalStore()
-	defer s.Close()
-	obj, err := s.Stat(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	content, path, s, obj := mappedFile(t, int(64*page), 11)
 	w, err := s.MapWindow(ctx, obj, 0, int64(len(content)))
 	if err != nil {
 		t.Fatal(err)
