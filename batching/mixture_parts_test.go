@@ -39,12 +39,24 @@ func TestPartColumnsjoinParts(t *testing.T) {
 			left -= n
 		}
 		before := mem.CurrentAlloc()
-		got, err := cols.Parts(parts, real, src)
+		first, err := cols.Parts(parts, real, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cols.Parts(parts, real, src) // again: the constant columns' views kept
 		if err != nil {
 			t.Fatal(err)
 		}
 		if mem.CurrentAlloc() != before {
 			t.Fatalf("Parts allocated %d bytes: want views only", mem.CurrentAlloc()-before)
+		}
+		for i, r := range got {
+			for c := idOnlySchema.NumFields(); c < out.NumFields(); c++ {
+				if r.Column(c) != first[i].Column(c) {
+					t.Fatalf("round %d part %d column %s: a new view of the constant column, want the one the first call made", round, i, out.Field(c).Name)
+				}
+			}
+			first[i].Release()
 		}
 		want, err := joinParts(mem, idOnlySchema, out, parts, real, src, policy == Pad)
 		if err != nil {
@@ -75,5 +87,38 @@ func TestPartColumnsjoinParts(t *testing.T) {
 			p.Release()
 		}
 		cols.Release()
+	}
+}
+
+// TestPartColumnsHeadsBounded: past maxHeads lengths, the constant columns'
+// views are made per part and released with it (the checked allocator
+// sees every buffer back), and the parts still read right.
+func TestPartColumnsHeadsBounded(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	out, err := MixtureSliceSchema(idOnlySchema, Pad, "source", "valid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rows = 2 * maxHeads
+	cols := NewPartColumns(mem, idOnlySchema, out, 1, rows)
+	defer cols.Release()
+	for n := int64(1); n <= rows; n++ {
+		part := makeRecord(mem, idOnlySchema, n<<20, n)
+		got, err := cols.Parts([]arrow.RecordBatch{part}, []int64{n}, []int32{0})
+		part.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[0].NumRows() != n || got[0].Column(1).Len() != int(n) || got[0].Column(2).Len() != int(n) {
+			t.Fatalf("a part of %d rows: %d records, %v", n, len(got), got)
+		}
+		if v := got[0].Column(1).(*array.Int32).Value(int(n - 1)); v != 0 {
+			t.Fatalf("a part of %d rows: source %d, want 0", n, v)
+		}
+		got[0].Release()
+	}
+	if len(cols.heads) != maxHeads {
+		t.Errorf("%d views kept, want at most (and here exactly) %d", len(cols.heads), maxHeads)
 	}
 }

@@ -62,6 +62,41 @@ type PartColumns struct {
 	src     []arrow.Array // [i]: source i's int32 values; [len-1]: padding's (-1)
 	mask    [2]arrow.Array
 	rows    int64
+	// heads are views of the first n rows of a constant column, kept for
+	// the next part of n rows (most parts of a mixture's slices have one
+	// of a few lengths: a view a part cost two allocations of its own).
+	heads map[headKey]arrow.Array
+}
+
+// headKey names a view of the first n rows of a constant column: source
+// column i (mask false), or the mask (valid).
+type headKey struct {
+	col   int
+	mask  bool
+	valid bool
+	n     int64
+}
+
+// maxHeads bounds the views PartColumns keeps.
+const maxHeads = 256
+
+// head returns a view of the first k.n rows of of, the constant column k
+// names: one kept from an earlier part where there is one (PartColumns
+// keeps its reference; the caller's record takes its own). owned: a view
+// not kept, which the caller releases.
+func (c *PartColumns) head(k headKey, of arrow.Array) (a arrow.Array, owned bool) {
+	if a, ok := c.heads[k]; ok {
+		return a, false
+	}
+	a = array.NewSlice(of, 0, k.n)
+	if len(c.heads) >= maxHeads {
+		return a, true
+	}
+	if c.heads == nil {
+		c.heads = map[headKey]arrow.Array{}
+	}
+	c.heads[k] = a
+	return a, false
 }
 
 // NewPartColumns makes the constant columns of the parts of slices of rows
@@ -101,6 +136,10 @@ func NewPartColumns(mem memory.Allocator, in, out *arrow.Schema, sources int, ro
 func (c *PartColumns) Release() {
 	releaseAll(c.src)
 	releaseAll(c.mask[:])
+	for _, a := range c.heads {
+		a.Release()
+	}
+	c.heads = nil
 }
 
 // Parts returns one slice of a mixture's step as records of schema out, in
@@ -128,18 +167,24 @@ func (c *PartColumns) Parts(parts []arrow.RecordBatch, real []int64, src []int32
 			defer view.Release()
 		}
 		cols = append(cols, view.Columns()...)
-		var mine []arrow.Array
+		var own []arrow.Array
 		if c.src != nil {
-			mine = append(mine, array.NewSlice(c.src[srcIdx], 0, hi-lo))
+			a, owned := c.head(headKey{col: srcIdx, n: hi - lo}, c.src[srcIdx])
+			if cols = append(cols, a); owned {
+				own = append(own, a)
+			}
 		}
 		if m := c.mask[0]; m != nil {
 			if valid {
 				m = c.mask[1]
 			}
-			mine = append(mine, array.NewSlice(m, 0, hi-lo))
+			a, owned := c.head(headKey{mask: true, valid: valid, n: hi - lo}, m)
+			if cols = append(cols, a); owned {
+				own = append(own, a)
+			}
 		}
-		out = append(out, array.NewRecordBatch(c.out, append(cols, mine...), hi-lo))
-		releaseAll(mine)
+		out = append(out, array.NewRecordBatch(c.out, cols, hi-lo))
+		releaseAll(own)
 	}
 	for j, p := range parts {
 		if real[j] > 0 {

@@ -397,8 +397,14 @@ func (s *mixStream) parts(mc *mixCursor, real, n int64, parts []arrow.RecordBatc
 	return parts, reals, nil
 }
 
-// shapePart renames and shapes rec (released) into the common schema.
+// shapePart renames and shapes rec (released) into the common schema; rec
+// itself where it needs neither and no packer reads the parts' names.
 func (s *mixStream) shapePart(src *mixSource, rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+	if src.shaper == nil && s.mp.packer == nil {
+		// The same columns as the common schema's; PartColumns.Parts reads
+		// a part's columns, not its names.
+		return rec, nil
+	}
 	if src.shaper == nil { // renamed is the common schema: the same columns
 		out := array.NewRecordBatch(s.mp.in, rec.Columns(), rec.NumRows())
 		rec.Release()
