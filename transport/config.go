@@ -171,7 +171,8 @@ func WithShmArena(bytes int64) Option { return func(c *Config) { c.shmArena = by
 // WithIdleTimeout sets how long a stream may wait for its client to read
 // before the server ends it with Unavailable (ErrIdle), giving back its
 // stream slot and memory: over Flight, a step handed to gRPC that the
-// client's flow-control window does not take; over shared memory, a window
+// client's flow-control window does not take, or the wait for the next step
+// while steps gRPC took are still unwritten; over shared memory, a window
 // of unread steps or slots the client holds. Default DefaultIdleTimeout; 0
 // turns it off (a stream then waits for its client forever); must be >= 0.
 func WithIdleTimeout(d time.Duration) Option { return func(c *Config) { c.idle = d } }

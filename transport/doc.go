@@ -34,7 +34,10 @@
 //     regions all count against that account.
 //   - A stream whose client takes no step for the idle timeout is ended
 //     (ErrIdle): a DoGet's stream runs on its own goroutine so that a send
-//     its client never takes can be abandoned. Once abandoned, the stream
+//     its client never takes can be abandoned. Waiting for the next step
+//     counts too while gRPC holds steps of the stream it took but has not
+//     written (they hold the memory the next step may wait for; idle.go).
+//     Once abandoned, the stream
 //     starts no further send; it closes its Stream after its call has
 //     returned, and Shutdown waits for that. A step whose zero-copy message
 //     gRPC drops unfreed (its stream ended while it was queued) is released,

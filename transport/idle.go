@@ -9,10 +9,57 @@ import (
 // idleClock tells how long a stream has waited for its client to take a
 // step (WithIdleTimeout), and closes the stream to new sends once its call
 // has given up on it.
+//
+// A stream also waits for its client when gRPC has taken its steps but not
+// written them (the client reads nothing, its connection's buffers are
+// full): the steps hold their share of the memory budget, so the next step
+// may wait for budget that only the client's reading returns, with no send
+// pending. While such steps are held, waiting for the next step counts too.
 type idleClock struct {
 	mu        sync.Mutex
 	since     time.Time // when the pending send began; zero: none pending
+	held      int       // steps handed to gRPC and not yet written
+	heldWait  time.Time // when the wait for the next step began with steps held; zero: none
 	abandoned bool      // the call gave up on the stream: no send may start
+}
+
+// handed marks a step handed to gRPC, held until written (a zero-copy
+// frame's release).
+func (c *idleClock) handed() {
+	c.mu.Lock()
+	c.held++
+	c.mu.Unlock()
+}
+
+// written marks a handed step written (or dropped) by gRPC; once none is
+// held, waiting for the next step no longer counts.
+func (c *idleClock) written() {
+	c.mu.Lock()
+	if c.held--; c.held <= 0 {
+		c.held, c.heldWait = 0, time.Time{}
+	}
+	c.mu.Unlock()
+}
+
+// waitingNext marks the wait for the next step begun (counted while steps
+// are held); it returns false once the call has given up on the stream.
+func (c *idleClock) waitingNext() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.abandoned {
+		return false
+	}
+	if c.held > 0 {
+		c.heldWait = time.Now()
+	}
+	return true
+}
+
+// gotNext marks the wait for the next step over.
+func (c *idleClock) gotNext() {
+	c.mu.Lock()
+	c.heldWait = time.Time{}
+	c.mu.Unlock()
 }
 
 // sending marks a send begun; it returns false, marking nothing, once the
@@ -36,16 +83,20 @@ func (c *idleClock) sent() {
 	c.mu.Unlock()
 }
 
-// abandon gives up on the stream when its pending send has waited longer
-// than timeout at now; it returns how long the send has waited (0: none
-// pending).
+// abandon gives up on the stream when its pending send, or its wait for
+// the next step with steps held, has waited longer than timeout at now; it
+// returns how long it has waited (0: nothing pending).
 func (c *idleClock) abandon(now time.Time, timeout time.Duration) (time.Duration, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.since.IsZero() {
+	since := c.since
+	if since.IsZero() || (!c.heldWait.IsZero() && c.heldWait.Before(since)) {
+		since = c.heldWait
+	}
+	if since.IsZero() {
 		return 0, false
 	}
-	w := now.Sub(c.since)
+	w := now.Sub(since)
 	if w <= timeout {
 		return w, false
 	}

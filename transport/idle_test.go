@@ -195,3 +195,53 @@ func TestIdleNoSendAfterAbandon(t *testing.T) {
 		t.Errorf("%d sends, want 2: the schema and the step pending when the call gave up", n)
 	}
 }
+
+// TestIdleTimeoutWhileStepsHeld: a client that reads nothing while gRPC has
+// taken its stream's steps without writing them (they hold the memory
+// budget until written) leaves the stream waiting for budget, not in a send:
+// the idle timeout still ends it, with Unavailable, and the budget and slot
+// come back. Before, such a stream waited for its client's own deadline.
+func TestIdleTimeoutWhileStepsHeld(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		batch  int
+		budget int64
+	}{
+		// ~100 KB steps: gRPC takes the first (its write quota) and cannot
+		// write it; the second waits for budget the first holds.
+		{"one step held, the next waits for budget", 1 << 12, 150 << 10},
+		// The next step fits: its send is what waits (as before).
+		{"the next send waits", 1 << 12, 4 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ts := startServer(t, viaTCP, &DemoBackend{NumRows: 1 << 30}, []Option{WithMaxStreams(2),
+				WithIdleTimeout(200 * time.Millisecond), WithMemoryBudget(c.budget), WithPrefetch(2)})
+			req := baseRequest()
+			req.GlobalBatchSize, req.NumSlices, req.Slices, req.Epochs = c.batch, 1, []int{0}, 0
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			s, err := ts.client.DoGet(ctx, ticket(t, req))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Header(); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			time.Sleep(time.Second) // read nothing
+			var last error
+			for last == nil {
+				_, last = s.Recv()
+			}
+			t.Logf("stream ended after %v: %v", time.Since(start).Round(time.Millisecond), last)
+			if status.Code(last) != codes.Unavailable {
+				t.Fatalf("a stream whose client read nothing ended with %v, want Unavailable (the idle timeout)", last)
+			}
+			waitFor(t, "budget and slot returned", func() bool {
+				runtime.GC()
+				m := ts.srv.Metrics()
+				return m.BudgetInUse == 0 && m.StreamsActive == 0
+			})
+		})
+	}
+}

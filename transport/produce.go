@@ -86,7 +86,7 @@ func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWrit
 	if schema == nil {
 		return n, errors.New("transport: backend stream has no schema")
 	}
-	send, closeWriter, err := s.stepWriter(fs, schema)
+	send, closeWriter, err := s.stepWriter(fs, schema, idle)
 	if err != nil {
 		return n, err
 	}
@@ -96,11 +96,16 @@ func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWrit
 		var it item
 		var ok bool
 		waited := time.Now()
+		if !idle.waitingNext() {
+			return n, fmt.Errorf("transport: %w: the call gave up on the stream before step %d", ErrIdle, n.steps)
+		}
 		select {
 		case <-ctx.Done():
+			idle.gotNext()
 			return n, ctx.Err()
 		case it, ok = <-items:
 		}
+		idle.gotNext()
 		if !ok {
 			return n, errors.New("transport: producer stopped without a reason")
 		}
@@ -143,15 +148,18 @@ func (s *Server) stream(ctx context.Context, st Stream, fs flight.DataStreamWrit
 // allows it, else through the stock writer (zstd bodies, dictionaries, a
 // writer that is not gRPC's). send releases the item (at once, or once gRPC
 // has written its buffers); closeWriter ends the stock writer.
-func (s *Server) stepWriter(fs flight.DataStreamWriter, schema *arrow.Schema) (send func(item, []byte) error, closeWriter func(), err error) {
+func (s *Server) stepWriter(fs flight.DataStreamWriter, schema *arrow.Schema, idle *idleClock) (send func(item, []byte) error, closeWriter func(), err error) {
 	hw := flight.NewRecordWriter(fs, ipc.WithSchema(schema), ipc.WithAllocator(s.cfg.mem))
 	if err := hw.Close(); err != nil {
 		return nil, nil, fmt.Errorf("transport: send schema: %w", err)
 	}
 	if zw := newZeroCopyWriter(fs, schema, s.cfg.zstd, s.cfg.mem); zw != nil {
 		// The record and its budget share are held until gRPC has written
-		// (or dropped) its buffers.
-		return func(it item, meta []byte) error { return zw.write(it.rec, meta, func() { s.drop(it) }) }, func() {}, nil
+		// (or dropped) its buffers; the idle clock counts it held till then.
+		return func(it item, meta []byte) error {
+			idle.handed()
+			return zw.write(it.rec, meta, func() { s.drop(it); idle.written() })
+		}, func() {}, nil
 	}
 	opts := []ipc.Option{ipc.WithSchema(schema), ipc.WithAllocator(s.cfg.mem)}
 	if s.cfg.zstd {
