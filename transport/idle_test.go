@@ -45,22 +45,34 @@ func TestIdleTimeoutManyStreams(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(deadline) {
-				s, err := ts.client.DoGet(ctx, ticket(t, big))
+				sctx, scancel := context.WithCancel(ctx)
+				s, err := ts.client.DoGet(sctx, ticket(t, big))
 				if err != nil {
+					scancel()
 					count(err)
 					continue
 				}
 				if _, err := s.Header(); err != nil {
+					scancel()
 					count(err)
 					continue
 				}
 				// Hold the stream without reading until the server ends it
 				// (the client's window fills first), then drain what it had.
-				time.Sleep(150 * time.Millisecond)
+				// A stream that spent the hold waiting for the memory
+				// budget or a slot that other streams held was not idle
+				// (no step of its own waited for its client): read from
+				// then on, it is served for ever (the request is
+				// unbounded), so the drain gives up after a second
+				// (Canceled) instead of waiting for the test's deadline.
+				time.Sleep(400 * time.Millisecond)
+				stop := time.AfterFunc(time.Second, scancel)
 				var err2 error
 				for err2 == nil {
 					_, err2 = s.Recv()
 				}
+				stop.Stop()
+				scancel()
 				count(err2)
 			}
 		}()
