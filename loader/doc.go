@@ -38,8 +38,11 @@
 // row group share one mapping of its projected column chunks
 // (objstore.WindowMapper), made by its first piece of the row group and
 // released after its last: each page is populated once, when a piece first
-// decodes it, and stays mapped (file-backed page-cache pages, not charged to
-// the read-ahead beyond what each piece charges) until then. A file truncated while
+// decodes it, and leaves the page tables once the reader's pieces are past it
+// (format.Dropper, objstore.Window.Drop: a piece gives back its pages but the
+// one it ended in, all of them when compressed); mapped pages are file-backed
+// page-cache pages, not charged to the read-ahead beyond what each piece
+// charges. A file truncated while
 // mapped raises SIGBUS when a lost page is touched: during decoding it
 // becomes an error wrapping ErrNotFound (objstore's caveats say why files
 // must be renamed into place instead).
