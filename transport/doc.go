@@ -37,9 +37,8 @@
 //     its client never takes can be abandoned. Waiting for the next step
 //     counts too while gRPC holds steps of the stream it took but has not
 //     written (they hold the memory the next step may wait for; idle.go).
-//     Once abandoned, the stream
-//     starts no further send; it closes its Stream after its call has
-//     returned, and Shutdown waits for that. A step whose zero-copy message
+//     Once abandoned, the stream starts no further send; it closes its
+//     Stream after its call has returned, and Shutdown waits for that. A step whose zero-copy message
 //     gRPC drops unfreed (its stream ended while it was queued) is released,
 //     with its share of the memory account, once its frame is garbage
 //     (zerocopy.go): the account can hold such bytes until the next GC.
