@@ -3,6 +3,7 @@ package feed
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -397,5 +398,66 @@ func TestMixtureStepsAcrossReaders(t *testing.T) {
 		}
 		got[k].Release()
 		want[k].Release()
+	}
+}
+
+// withoutSnap makes the pipeline's mixture readers keep their pieces' ends
+// where the cursors cut them (no loader.WithReaderSnapPieces).
+func withoutSnap() Option { return func(c *pipelineConfig) { c.noSnap = true } }
+
+// TestMixtureSnappedPiecesMatchModel reads a mixture of snappy sources
+// whose cursors' pieces (a few steps' takes under a small read-ahead) are
+// smaller than a page: their readers move the pieces' ends to page breaks
+// (loader.WithReaderSnapPieces), so a record a reader returns covers
+// several of the cursor's pieces or parts of them, and the cursor pushes
+// what it covers. The steps equal the model's, as they do with the pieces
+// read as cut, and the cursors read fewer records than the pieces they
+// were cut (one each without).
+func TestMixtureSnappedPiecesMatchModel(t *testing.T) {
+	var dirs []string
+	for i, rows := range []int64{12000, 8000, 10000} {
+		s := datagen.DefaultSpec()
+		s.Rows, s.Files, s.RowGroupRows, s.Features, s.Seed = rows, 1, 4096, 4, uint64(i+1)
+		// Pages of 1,024 ids: the writer checks a page's size after each
+		// batch of 1,024 rows.
+		s.Compression, s.Dictionary, s.PageBytes = datagen.CompressionSnappy, false, 1<<10
+		dirs = append(dirs, writeDataset(t, s))
+	}
+	req := mixRequest(dirs, []float64{0.5, 0.3, 0.2}, 256, 4, []int{0, 1, 2, 3}, transport.LastBatchPad,
+		transport.MixtureStop{Rule: "first_exhausted"})
+	for _, snap := range []bool{true, false} {
+		opts := []Option{WithAllocator(checkedMem(t)), WithReadAhead(1 << 16)}
+		if !snap {
+			opts = append(opts, withoutSnap())
+		}
+		p, err := NewPipeline(context.Background(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := mixModel(t, p, req)
+		st, err := p.Open(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := readMixSteps(t, st)
+		var pieces, segs int
+		for _, row := range st.(*mixStream).curs {
+			for _, mc := range row {
+				pieces += mc.reads
+				segs += mc.done
+			}
+		}
+		st.Close()
+		p.Close()
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("snap %v: the stream differs from the model:\n got %v\nwant %v", snap, got, want)
+		}
+		t.Logf("snap %v: %d records read for %d pieces cut", snap, pieces, segs)
+		if snap && pieces >= segs {
+			t.Errorf("snapped: %d records read for %d pieces cut: no piece was joined to the next", pieces, segs)
+		}
+		if !snap && pieces != segs {
+			t.Errorf("not snapped: %d records read for %d pieces cut", pieces, segs)
+		}
 	}
 }

@@ -34,6 +34,7 @@ type mixStream struct {
 	share     int64                 // read-ahead per slice (sliceShare), which the slice's cursors split
 	workers   int
 	closed    bool
+	noSnap    bool // pipelineConfig.noSnap
 	unreserve func()
 }
 
@@ -54,6 +55,13 @@ type mixCursor struct {
 	// piece and budget: the bytes of rd's pieces (stepPieces; 0 when cut
 	// otherwise) and its budget in flight.
 	piece, budget int64
+	// snap: rd moves its pieces' ends to page breaks
+	// (loader.WithReaderSnapPieces), so a record it returns holds the
+	// rows its ref names, which may cover several of segs or parts of them.
+	snap bool
+	// reads and done count the records the cursor's readers returned and
+	// the pieces of segs they covered (tests).
+	reads, done int
 }
 
 // openMixture opens a stream over mp from the request's start step. The
@@ -77,6 +85,7 @@ func (p *Pipeline) openMixture(ctx context.Context, req *transport.Request, mem 
 		counts: make([]int64, len(mp.srcs)), budget: sliceShare(p.cfg.readAhead, n),
 		share:     sliceShare(p.cfg.readAhead, len(mp.slices)),
 		workers:   max(runtime.GOMAXPROCS(0)/n, 1),
+		noSnap:    p.cfg.noSnap,
 		unreserve: func() { p.serverLimits().Memory.Unreserve(reserved) }}
 	if mp.packer == nil {
 		s.cols = batching.NewPartColumns(mem, mp.in, mp.schema, len(mp.srcs), int64(mp.mix.SliceRows()))
@@ -191,6 +200,12 @@ func (s *mixStream) startReader(mc *mixCursor) {
 		budget = max(budget, windowCost(mc.src.ds, mc.src.window, whole))
 	}
 	opts := []loader.ReaderOption{loader.WithReaderReadAhead(budget), loader.WithReaderDecodeWorkers(s.workers)}
+	// Pieces end on the pages of the widest compressed column where the
+	// rows read are the rows pushed: a cursor's pieces (a few steps' takes
+	// of its source) are often smaller than a page, and a page two pieces
+	// cut is decompressed to scratch and copied out by both.
+	mc.snap = snapped(mc.src.sels != nil, len(mc.src.toks) > 0, s.noSnap)
+	opts = append(opts, loader.WithReaderSnapPieces(mc.snap))
 	if src := mc.src; len(src.toks) > 0 {
 		// Kept rows are taken, then tokenized, as each piece is decoded.
 		opts = append(opts, loader.WithReaderTransform(prepareRead(src.ds, src.toks, src.cutIn, src.selection, nil, mc.segs, refs, s.workers, s.mem)))
@@ -451,9 +466,14 @@ func (s *mixStream) push(mc *mixCursor) error {
 		}
 		return fmt.Errorf("%s stream %d: %w", mc.src.name, mc.d, err)
 	}
+	mc.reads++
 	seg = mc.segs[mc.got]
 	read := mc.refs[mc.got]
+	if mc.snap {
+		return s.pushSnapped(mc, rg, ref, seg.RowGroup)
+	}
 	mc.got++
+	mc.done++
 	if len(mc.src.toks) == 0 { // else the reader took the kept rows (prepareRead)
 		if rg, err = takeKept(rg, mc.src.selection(seg.RowGroup), seg, read, true, s.mem); err != nil {
 			return fmt.Errorf("%s row group %d: %w", mc.src.ds.Files[ref.File].Object.URI, ref.Index, err)
@@ -462,6 +482,27 @@ func (s *mixStream) push(mc *mixCursor) error {
 	err = cut.Push(rg, seg)
 	rg.Release()
 	if err != nil {
+		return fmt.Errorf("%s row group %d: %w", mc.src.ds.Files[ref.File].Object.URI, ref.Index, err)
+	}
+	return nil
+}
+
+// pushSnapped feeds mc's cutter rec, the rows ref names of the cursor's
+// row group g (the plan's index), read by a reader that moved its pieces'
+// ends to page breaks (snap.go). rec is released.
+func (s *mixStream) pushSnapped(mc *mixCursor, rec arrow.RecordBatch, ref loader.RowGroupRef, g int) error {
+	defer rec.Release()
+	lo, hi := ref.Start, ref.End
+	if lo == 0 && hi == 0 {
+		hi = ref.Rows
+	}
+	if rec.NumRows() != hi-lo {
+		return fmt.Errorf("%s row group %d: a record of %d rows for rows [%d, %d) (internal error)",
+			mc.src.ds.Files[ref.File].Object.URI, ref.Index, rec.NumRows(), lo, hi)
+	}
+	n := coveredSegs(mc.segs, mc.got, g, lo, hi)
+	mc.got, mc.done = mc.got+n, mc.done+n
+	if err := pushCovering(mc.cur.Cutter(), rec, g, lo, hi); err != nil {
 		return fmt.Errorf("%s row group %d: %w", mc.src.ds.Files[ref.File].Object.URI, ref.Index, err)
 	}
 	return nil

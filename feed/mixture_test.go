@@ -61,6 +61,13 @@ func readMixture(t *testing.T, p *Pipeline, req *transport.Request) [][][]mixRow
 		t.Fatal(err)
 	}
 	defer st.Close()
+	return readMixSteps(t, st)
+}
+
+// readMixSteps reads a mixture's stream to its end: per step, per requested
+// slice, its rows.
+func readMixSteps(t *testing.T, st transport.Stream) [][][]mixRow {
+	t.Helper()
 	var out [][][]mixRow
 	for {
 		step, err := st.Next(context.Background())

@@ -39,6 +39,9 @@ type pipelineConfig struct {
 	readAhead int64
 	// noEdgeShare: each slice fetches its own pages (tests compare with it)
 	noEdgeShare bool
+	// noSnap: readers keep their pieces' ends where they were cut, inside
+	// pages (tests compare with it)
+	noSnap bool
 	// selections caches the rows filters keep (filter.go).
 	selections filter.Store
 	// tokenizers caches parsed tokenizers by content (tokenizer.go).

@@ -42,7 +42,11 @@ type sliceCut struct {
 	// groups are, per ref, the plan's row group (when segs is nil: for
 	// the reader's work on tokenized columns, which takes the kept rows).
 	groups []int
-	got    int // records taken from rd
+	got    int // refs rd's records covered (one each, unless snap)
+	// snap: rd moves its pieces' ends to page breaks (snap.go), so a
+	// record covers the rows its ref names, which may span several of
+	// refs or parts of them.
+	snap bool
 }
 
 // Schema implements transport.Stream.
@@ -195,6 +199,12 @@ func (s *pipelineStream) startReader(sc *sliceCut, share *loader.FetchShare) {
 			// Kept rows are taken, then tokenized, as each record is decoded.
 			opts = append(opts, loader.WithReaderTransform(prepareRead(pl.ds, pl.toks, pl.cutIn, pl.selection, sc.groups, sc.segs, sc.refs, workers, s.mem)))
 		}
+		// Pieces end on the pages of the widest compressed column where the
+		// rows read are the rows pushed (a slice's pieces, a quarter of its
+		// share, end inside a page about every other page otherwise).
+		_, plain := sc.cut.(*batching.Cutter)
+		sc.snap = plain && sc.segs != nil && snapped(pl.sels != nil, len(pl.toks) > 0, s.cfg.noSnap)
+		opts = append(opts, loader.WithReaderSnapPieces(sc.snap))
 		sc.rd = pl.ds.NewReader(s.ctx, sc.refs, s.mem, opts...)
 	}
 }
@@ -407,6 +417,14 @@ func (s *pipelineStream) cutSlice(sc *sliceCut) (arrow.RecordBatch, int, error) 
 		if sc.segs != nil {
 			seg = sc.segs[sc.got]
 		}
+		if sc.snap {
+			err := s.pushSnapped(sc, rg, ref, seg.RowGroup)
+			rg.Release()
+			if err != nil {
+				return nil, 0, err
+			}
+			continue
+		}
 		sc.got++
 		if exp := s.pl.refs[seg.RowGroup]; ref.File != exp.File || ref.Index != exp.Index {
 			rg.Release()
@@ -424,6 +442,30 @@ func (s *pipelineStream) cutSlice(sc *sliceCut) (arrow.RecordBatch, int, error) 
 			return nil, 0, fmt.Errorf("%s row group %d: %w", s.pl.ds.Files[ref.File].Object.URI, ref.Index, err)
 		}
 	}
+}
+
+// pushSnapped pushes rec, the rows ref names of the plan's row group g, to
+// sc's cutter, read by a reader that moved its pieces' ends to page breaks
+// (snap.go), and counts the refs it covered. The caller keeps its
+// reference to rec.
+func (s *pipelineStream) pushSnapped(sc *sliceCut, rec arrow.RecordBatch, ref loader.RowGroupRef, g int) error {
+	uri := s.pl.ds.Files[ref.File].Object.URI
+	if exp := s.pl.refs[g]; ref.File != exp.File || ref.Index != exp.Index {
+		return fmt.Errorf("stream %d: read file %d row group %d, but the cutter wants file %d row group %d",
+			sc.d, ref.File, ref.Index, exp.File, exp.Index)
+	}
+	lo, hi := ref.Start, ref.End
+	if lo == 0 && hi == 0 {
+		hi = ref.Rows
+	}
+	if rec.NumRows() != hi-lo {
+		return fmt.Errorf("%s row group %d: a record of %d rows for rows [%d, %d) (internal error)", uri, ref.Index, rec.NumRows(), lo, hi)
+	}
+	sc.got += coveredSegs(sc.segs, sc.got, g, lo, hi)
+	if err := pushCovering(sc.cut, rec, g, lo, hi); err != nil {
+		return fmt.Errorf("%s row group %d: %w", uri, ref.Index, err)
+	}
+	return nil
 }
 
 // Close implements Stream: it stops the readers and releases the cutters and

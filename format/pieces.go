@@ -77,6 +77,13 @@ type Ranged interface {
 	// columns hold in Arrow memory: exact for fixed-width columns, the
 	// chunks' uncompressed size per row for the others.
 	RowBytes(rg int) float64
+	// PageBreaks returns the rows of row group p.RG, ascending, at which a
+	// data page of its widest compressed streamed column starts with a
+	// row (not the first page's): where a piece can end without cutting a
+	// page of that column, which each piece it ends in then decompresses
+	// to scratch and copies out of. nil when no compressed column
+	// streams. It locates that column's pages (once per Shared).
+	PageBreaks(ctx context.Context, p Piece) ([]int64, error)
 }
 
 // Piece is rows [Lo, Hi) of row group RG to decode by themselves, and with
@@ -105,6 +112,7 @@ type Shared struct {
 	edges   map[int]edgePage         // per streamed column of lists or fixed-size lists: the page its last piece ended in
 	checked map[int][2]int           // per streamed column: the pages [lo, hi) whose headers a piece checked (checkPages)
 	heads   map[int]map[int]fastHead // per streamed column of primitives or fixed-size lists: its pages' headers as fastPages read them, by page index
+	breaks  *[]int64                 // PageBreaks's, once computed
 }
 
 // fastHead is a fastPage without its bytes: where its body lies from the
@@ -308,6 +316,7 @@ func (e *Shared) Release() {
 	e.edges = nil
 	e.checked = nil
 	e.heads = nil
+	e.breaks = nil
 }
 
 // piece is a Piece as the decoders pass it on: column col's share of it
@@ -395,6 +404,46 @@ func (d *parquetDecoder) mayStream(c *colDecoder, rg int) bool {
 }
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// PageBreaks implements Ranged.
+func (d *parquetDecoder) PageBreaks(ctx context.Context, p Piece) ([]int64, error) {
+	e := p.Shared
+	e.mu.Lock()
+	if e.breaks != nil {
+		defer e.mu.Unlock()
+		return *e.breaks, nil
+	}
+	e.mu.Unlock()
+	widest, most := -1, int64(0)
+	for i := range d.cols {
+		c := &d.cols[i]
+		md := &d.pf.Metadata().RowGroups[p.RG].Columns[c.leaf].MetaData
+		if md.Codec == pqformat.Uncompressed || !d.mayStream(c, p.RG) {
+			continue
+		}
+		if _, dec := d.chunkSizes(c, p.RG); dec > most {
+			widest, most = i, dec
+		}
+	}
+	var breaks []int64
+	if widest >= 0 {
+		locs, err := d.pages(ctx, p.internal(), widest)
+		if err != nil {
+			return nil, err
+		}
+		c := &d.cols[widest]
+		n := c.slot(1)
+		for _, l := range locs[min(1, len(locs)):] {
+			if !l.cont && l.first%n == 0 {
+				breaks = append(breaks, l.first/n)
+			}
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.breaks = &breaks
+	return breaks, nil
+}
 
 // Charge implements Ranged.
 func (d *parquetDecoder) Charge(ctx context.Context, p Piece) (cost, pin int64, err error) {

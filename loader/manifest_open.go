@@ -442,6 +442,14 @@ func (d *lazyRanged) Charge(ctx context.Context, p format.Piece) (int64, int64, 
 	return r.Charge(ctx, p)
 }
 
+func (d *lazyRanged) PageBreaks(ctx context.Context, p format.Piece) ([]int64, error) {
+	r, err := d.ranged(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.PageBreaks(ctx, p)
+}
+
 // cost is column i's (projection index) cost in row group rg: the
 // nullable variant when the output field was made nullable.
 func (d *lazyRanged) cost(i, rg int) manifest.Cost {

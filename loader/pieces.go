@@ -146,6 +146,17 @@ func (ds *Dataset) formatPiece(ref RowGroupRef, p piece) format.Piece {
 	return format.Piece{RG: ref.Index, Lo: p.start, Hi: p.end, Mem: p.mem, Stats: &p.stats.Stats, Shared: &p.e.pages, Fetch: f}
 }
 
+// pageBreaks returns the rows of row group ref where a page of its widest
+// compressed streamed column begins (format.Ranged.PageBreaks); nil for a
+// format that reads no pieces.
+func (ds *Dataset) pageBreaks(ctx context.Context, ref RowGroupRef, p piece) ([]int64, error) {
+	d, ok := ds.decoders[ref.File].(format.Ranged)
+	if !ok {
+		return nil, nil
+	}
+	return d.PageBreaks(ctx, ds.formatPiece(ref, p))
+}
+
 // testWholePages, when set by a test, makes pieces fetch whole pages (no
 // format.SparseFetcher), to compare with.
 var testWholePages bool

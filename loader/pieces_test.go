@@ -70,6 +70,14 @@ func evenPieces(ds *Dataset, n int64) []RowGroupRef {
 // column by column, with the same rows of the whole row group.
 func checkPieces(t *testing.T, ds *Dataset, refs []RowGroupRef, mem memory.Allocator, opts ...ReaderOption) *ReadStats {
 	t.Helper()
+	st, _ := checkPiecesRead(t, ds, refs, mem, opts...)
+	return st
+}
+
+// checkPiecesRead is checkPieces, also returning the refs Next returned.
+func checkPiecesRead(t *testing.T, ds *Dataset, refs []RowGroupRef, mem memory.Allocator, opts ...ReaderOption) (*ReadStats, []RowGroupRef) {
+	t.Helper()
+	var read []RowGroupRef
 	ctx := context.Background()
 	wholes := map[[2]int]arrow.RecordBatch{}
 	defer func() {
@@ -88,6 +96,7 @@ func checkPieces(t *testing.T, ds *Dataset, refs []RowGroupRef, mem memory.Alloc
 		if err != nil {
 			t.Fatal(err)
 		}
+		read = append(read, ref)
 		k := [2]int{ref.File, ref.Index}
 		w, ok := wholes[k]
 		if !ok {
@@ -118,7 +127,7 @@ func checkPieces(t *testing.T, ds *Dataset, refs []RowGroupRef, mem memory.Alloc
 			t.Fatalf("row group %d: pieces ended at row %d of %d", k[1], n, rows)
 		}
 	}
-	return rd.Stats()
+	return rd.Stats(), read
 }
 
 // pieceCodec is a codec the pieces tests write files with.
@@ -739,4 +748,107 @@ func TestPiecesDropTheirPages(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSnappedPiecesEndOnPages reads pieces of every size relative to the
+// pages (a third of a page to three pages) with WithReaderSnapPieces: the
+// values equal the whole row groups' (checkPieces), and the pieces' ends
+// are the model's: each cut between two pieces of a row group moved to the
+// nearest row where a page of the widest compressed column (features)
+// begins, when no further than the shorter of the two pieces (ties to the
+// later), cuts that meet joined. Where every cut moves, no compressed page
+// is handed from a piece to the next (ReadStats.PagesReused), as it is
+// without. Uncompressed pages are cut where the pieces were: a piece copies
+// its part of such a page out of the mapping either way.
+func TestSnappedPiecesEndOnPages(t *testing.T) {
+	rec := fastRecord(0, 20000)
+	defer rec.Release()
+	for _, c := range streamedCodecs[:3] {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "f.parquet")
+			writeFastFile(t, path, []arrow.RecordBatch{rec}, pq.WithCompression(c.codec), pq.WithDictionaryDefault(false),
+				pq.WithMaxRowGroupLength(10000), pq.WithDataPageSize(16<<10))
+			var breaks [][]int64 // per row group: the rows where a features page begins, past the first
+			var page int64       // the most rows of a page
+			for _, starts := range pageValueStarts(t, path, 2) {
+				var rows []int64
+				for i, v := range starts[1 : len(starts)-1] {
+					if v%fastListSize == 0 {
+						rows = append(rows, v/fastListSize)
+					}
+					page = max(page, (starts[i+1]-starts[i])/fastListSize)
+				}
+				breaks = append(breaks, rows)
+			}
+			if page < 64 {
+				t.Fatalf("pages of %d rows: the test needs larger ones", page)
+			}
+			for _, n := range []int64{page / 3, page / 2, page * 6 / 10, page, 3 * page} {
+				ds, mem := openChecked(t, path, WithColumns("id", "features"))
+				cut := evenPieces(ds, n)
+				st, read := checkPiecesRead(t, ds, cut, mem, WithReaderDecodeWorkers(1), WithReaderSnapPieces(true))
+				want, moved := snappedModel(cut, breaks, c.codec != compress.Codecs.Uncompressed)
+				if fmt.Sprint(ends(read)) != fmt.Sprint(ends(want)) {
+					t.Fatalf("pieces of %d rows (pages of %d): ends %v, want %v", n, page, ends(read), ends(want))
+				}
+				if c.codec == compress.Codecs.Uncompressed {
+					continue
+				}
+				if got := st.PagesReused.Load(); moved && got != 0 {
+					t.Errorf("pieces of %d rows: %d pages handed from a piece to the next, want 0 (every piece ends on a page)", n, got)
+				}
+				_, mem = openChecked(t, path, WithColumns("id", "features"))
+				if plain := checkPieces(t, ds, cut, mem, WithReaderDecodeWorkers(1)); n%page != 0 && plain.PagesReused.Load() == 0 {
+					t.Errorf("pieces of %d rows, not snapped: no page handed over: the test checks nothing", n)
+				}
+			}
+		})
+	}
+}
+
+// snappedModel returns the pieces WithReaderSnapPieces reads for cut, with
+// breaks[rg] the rows where a page of the widest compressed column begins
+// (none when compressed is false), and whether every cut ends on one.
+func snappedModel(cut []RowGroupRef, breaks [][]int64, compressed bool) (out []RowGroupRef, all bool) {
+	all = true
+	for lo := 0; lo < len(cut); {
+		hi := lo + 1
+		for hi < len(cut) && cut[hi].Index == cut[lo].Index && cut[hi].Start == cut[hi-1].End {
+			hi++
+		}
+		var ends []int64
+		for j := lo; j < hi-1; j++ {
+			c := cut[j].End
+			reach := min(c-cut[j].Start, cut[j+1].End-c)
+			b, best := c, int64(-1)
+			for _, r := range breaks[cut[j].Index] {
+				if d := max(r-c, c-r); compressed && d <= reach && (best < 0 || d <= best) {
+					b, best = r, d
+				}
+			}
+			all = all && best >= 0
+			if b > cut[lo].Start && b < cut[hi-1].End && (len(ends) == 0 || b > ends[len(ends)-1]) {
+				ends = append(ends, b)
+			}
+		}
+		at := cut[lo].Start
+		for _, e := range append(ends, cut[hi-1].End) {
+			p := cut[lo]
+			p.Start, p.End = at, e
+			out = append(out, p)
+			at = e
+		}
+		lo = hi
+	}
+	return out, all
+}
+
+// ends returns the row group and end of each ref.
+func ends(refs []RowGroupRef) [][2]int64 {
+	var out [][2]int64
+	for _, r := range refs {
+		_, e := r.span()
+		out = append(out, [2]int64{int64(r.Index), e})
+	}
+	return out
 }

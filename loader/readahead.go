@@ -2,8 +2,9 @@ package loader
 
 import (
 	"context"
-
 	"io"
+	"slices"
+	"sort"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -29,6 +30,7 @@ type RowGroupReader struct {
 	workers  int         // concurrent decodes
 	reads    int         // row groups or pieces in flight (fetching or decoding)
 	maxPiece int64       // bytes per piece; 0: refs as given
+	snap     bool        // pieces' shared ends move to page breaks (WithReaderSnapPieces)
 	share    *FetchShare // nil, or where pieces' pages shared with other readers are fetched
 	held     *HeldChunks // nil, or bytes held for this reader (WithReaderHeld)
 	keep     *Keeper     // nil, or what it keeps for the next readers (WithReaderKeep)
@@ -93,6 +95,22 @@ func WithReaderReadsInFlight(n int) ReaderOption {
 // reads refs as given.
 func WithReaderMaxPiece(bytes int64) ReaderOption {
 	return func(r *RowGroupReader) { r.maxPiece = max(bytes, 0) }
+}
+
+// WithReaderSnapPieces makes this reader move the ends between
+// consecutive pieces of one row group (refs k and k+1 of one row group, k's
+// End at k+1's Start) to page breaks: each to the nearest row where a page
+// of the row group's widest compressed streamed column begins
+// (format.Ranged.PageBreaks), when that row is no further than the shorter
+// of the two pieces; pieces between ends that meet are read as one. A
+// piece that ends inside a compressed page has the page decompressed to
+// scratch and copied out, in two parts, by it and by the next piece; ended
+// on pages, both decompress in place. Next's refs then name the rows read
+// (a piece may cover several refs, or parts of two); each run's first
+// Start and last End are kept. Default off. Not with a Transform that
+// reads its refs by index (k).
+func WithReaderSnapPieces(on bool) ReaderOption {
+	return func(r *RowGroupReader) { r.snap = on }
 }
 
 // Transform is work a RowGroupReader does on each record right after
@@ -308,17 +326,24 @@ func (r *RowGroupReader) produce(refs []RowGroupRef, mem memory.Allocator) {
 	r.mu.Lock()
 	refs = r.pieces(refs)
 	r.mu.Unlock()
-	for k, ref := range refs {
-		p := &pending{ref: ref, done: make(chan struct{})}
+	for k := 0; k < len(refs); k++ {
+		p := &pending{ref: refs[k], done: make(chan struct{})}
 		var pin int64
-		if ref.whole() {
-			p.cost = r.cost(ref)
+		if p.ref.whole() {
+			p.cost = r.cost(p.ref)
 		} else {
 			r.mu.Lock()
-			p.ent = r.entries[[2]int{ref.File, ref.Index}]
+			p.ent = r.entries[[2]int{p.ref.File, p.ref.Index}]
 			r.mu.Unlock()
 			var err error
-			if p.cost, pin, err = r.pieceCost(p); err != nil {
+			if r.snap {
+				refs, err = r.snapPieces(refs, k, p.ent)
+				p.ref = refs[k]
+			}
+			if err == nil {
+				p.cost, pin, err = r.pieceCost(p)
+			}
+			if err != nil {
 				// Locating the pages failed: Next reports it in order.
 				p.err = err
 				p.ent = nil
@@ -475,4 +500,66 @@ func (ds *Dataset) CostliestSlice(n int64) (ref RowGroupRef, cost int64, ok bool
 		}
 	}
 	return ref, cost, ok
+}
+
+// snapPieces moves the ends between the pieces of the run of refs that
+// starts at k (the pieces of one row group that follow each other, each
+// starting where the one before ended; nothing when refs[k] continues the
+// one before it, whose run this was) to page breaks
+// (WithReaderSnapPieces): each end to the nearest row where a page of the
+// row group's widest compressed streamed column begins, when that is no
+// further than the shorter of the two pieces it separates (so no end
+// passes the next one), then joins the pieces between ends that met or
+// left the run. It returns refs, the joined ones removed; e is the row
+// group's entry, one piece less to decode per piece joined.
+func (r *RowGroupReader) snapPieces(refs []RowGroupRef, k int, e *rgEntry) ([]RowGroupRef, error) {
+	cont := func(a, b RowGroupRef) bool {
+		return a.File == b.File && a.Index == b.Index && !b.whole() && b.Start == a.End
+	}
+	if k > 0 && cont(refs[k-1], refs[k]) {
+		return refs, nil
+	}
+	m := k + 1
+	for m < len(refs) && cont(refs[m-1], refs[m]) {
+		m++
+	}
+	if m == k+1 {
+		return refs, nil
+	}
+	cur := refs[k]
+	breaks, err := r.ds.pageBreaks(r.ctx, cur, piece{start: cur.Start, end: cur.End, stats: &r.stats, e: e, share: r.share, held: r.held})
+	if err != nil || len(breaks) == 0 {
+		return refs, err
+	}
+	lo, hi := refs[k].Start, refs[m-1].End
+	ends := make([]int64, 0, m-k)
+	for j := k; j < m-1; j++ {
+		c := refs[j].End
+		reach := min(c-refs[j].Start, refs[j+1].End-c)
+		i := sort.Search(len(breaks), func(i int) bool { return breaks[i] >= c })
+		b, found := c, false
+		if i < len(breaks) && breaks[i]-c <= reach {
+			b, found = breaks[i], true
+		}
+		if i > 0 && c-breaks[i-1] <= reach && (!found || c-breaks[i-1] < b-c) {
+			b = breaks[i-1]
+		}
+		if b > lo && b < hi && (len(ends) == 0 || b > ends[len(ends)-1]) {
+			ends = append(ends, b)
+		}
+	}
+	ends = append(ends, hi)
+	joined := (m - k) - len(ends)
+	at := lo
+	for j, end := range ends {
+		refs[k+j].Start, refs[k+j].End = at, end
+		at = end
+	}
+	refs = slices.Delete(refs, k+len(ends), m)
+	if joined > 0 {
+		e.mu.Lock()
+		e.left -= joined
+		e.mu.Unlock()
+	}
+	return refs, nil
 }
