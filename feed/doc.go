@@ -46,8 +46,11 @@
 //     view is released, which for a step sent zero-copy is when gRPC has
 //     written it.
 //   - A row group larger than a slice's share of the read-ahead budget is
-//     read in pieces of whole slices (budget.go); a slice that spans two
-//     pieces is then copied, like one that spans two row groups. A request
+//     read in pieces of whole slices (budget.go), whose ends move to the
+//     page breaks of the widest compressed column (snap.go: a page two
+//     pieces cut is decompressed to scratch and copied out by both); a
+//     slice that spans two pieces is then copied, like one that spans two
+//     row groups (about one slice a piece). A request
 //     whose slices cannot fit their share is refused at plan time
 //     (transport.ErrFailedPrecondition) with the numbers. Elastic epochs
 //     (pipeline_elastic.go) read whole row groups.

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/parquet-go/parquet-go"
 	pqformat "github.com/parquet-go/parquet-go/format"
 
@@ -43,6 +44,10 @@ import (
 
 // fastChunks counts column chunks decoded by the fast path; tests read it.
 var fastChunks atomic.Int64
+
+// scratchPages counts whole compressed v1 pages decompressed into scratch
+// and copied out (fastPageV1: no room before their values); tests read it.
+var scratchPages atomic.Int64
 
 // errFallback is returned inside the fast path when a chunk turns out not to
 // qualify after decoding started (v1 definition levels that are not all at
@@ -114,9 +119,18 @@ func (c *colDecoder) decodeFastRows(v chunkView, r rowRange, o outSpec) (arrow.A
 	}
 	// Every page inside the range writes its part, and so do the pages
 	// across its ends: together they write every value of the buffer.
-	values := arrowmem.NewOverwriteBuffer(o.mem, int((vals.hi-vals.lo)*int64(c.elemSize)))
+	size := int((vals.hi - vals.lo) * int64(c.elemSize))
+	head := c.firstPageHead(pages, v.codec, vals, size)
+	full := arrowmem.NewOverwriteBuffer(o.mem, head+size)
+	values := full
+	if head > 0 {
+		// The values start past room for the first page's levels: it is
+		// decompressed in place too (writePages), not through scratch.
+		values = memory.SliceBuffer(full, head, size)
+		full.Release()
+	}
 	defer values.Release() // the array holds its own reference
-	if err := c.writePages(pages, v.codec, vals, values.Bytes(), o.ed); err != nil {
+	if err := c.writePages(pages, v.codec, vals, full.Bytes(), head, o.ed); err != nil {
 		return nil, err
 	}
 	st := &colState{c: c, mem: o.mem, values: values, nvals: int(vals.hi - vals.lo)}
@@ -128,9 +142,45 @@ func (c *colDecoder) decodeFastRows(v chunkView, r rowRange, o outSpec) (arrow.A
 	return a, nil
 }
 
-// writePages writes values [vals.lo, vals.hi) of pages into dst (exactly
-// their size), for decodeFastRows.
-func (c *colDecoder) writePages(pages []fastPage, codec pqformat.CompressionCodec, vals rowRange, dst []byte, ed edges) error {
+// firstPageHead returns the bytes to keep free before the values of rows
+// vals (size bytes) of pages so that the first page, when it is a
+// compressed v1 page whole inside them, decompresses in place like the
+// others (its levels land in that room; fastPageV1): its levels' bytes,
+// rounded up to 64 (values stay 64-byte aligned), or 0. Room of more than
+// an eighth of the values (and 4 KiB) is not worth it.
+func (c *colDecoder) firstPageHead(pages []fastPage, codec pqformat.CompressionCodec, vals rowRange, size int) int {
+	if testNoHead || codec == pqformat.Uncompressed || c.narrowed() || c.kind == kindList {
+		return 0
+	}
+	var at int64
+	for i := range pages {
+		p := &pages[i]
+		next := at + int64(p.nvals)
+		if next <= vals.lo {
+			at = next
+			continue
+		}
+		if at != vals.lo || next > vals.hi || p.v2 {
+			return 0 // an edge page (decompressed to scratch either way), or v2 (values alone)
+		}
+		lv := p.size - p.nvals*c.elemSize
+		head := (lv + 63) &^ 63
+		if lv <= 0 || head > max(size/8, 4096) {
+			return 0
+		}
+		return head
+	}
+	return 0
+}
+
+// testNoHead, set by a test, leaves no room before a piece's values.
+var testNoHead bool
+
+// writePages writes values [vals.lo, vals.hi) of pages into buf[head:]
+// (exactly their size), for decodeFastRows; buf[:head] is free room the
+// first page may decompress its levels into.
+func (c *colDecoder) writePages(pages []fastPage, codec pqformat.CompressionCodec, vals rowRange, buf []byte, head int, ed edges) error {
+	dst := buf[head:]
 	var scratch []byte
 	defer func() {
 		if scratch != nil {
@@ -177,7 +227,7 @@ func (c *colDecoder) writePages(pages []fastPage, codec pqformat.CompressionCode
 		case p.v2:
 			err = fastPageV2(p, codec, dst[start:start+n:start+n])
 		default:
-			err = c.fastPageV1(p, codec, dst, start, n, &scratch)
+			err = c.fastPageV1(p, codec, buf, head+start, n, &scratch)
 		}
 		if err == errFallback {
 			return err
@@ -287,6 +337,7 @@ func (c *colDecoder) fastPageV1(p *fastPage, codec pqformat.CompressionCodec, ds
 		if lv := p.size - n; lv >= 0 && lv <= start {
 			buf = dst[start-lv : start+n : start+n]
 		} else {
+			scratchPages.Add(1)
 			if cap(*scratch) < p.size {
 				if *scratch != nil {
 					bufpool.Put(*scratch)

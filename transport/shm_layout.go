@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/bitutil"
 )
 
@@ -188,15 +187,21 @@ func shmSliceLayout(rec arrow.RecordBatch) ([]shmBuf, error) {
 // shmArrayLayout appends the buffers of d (its offset and length applied)
 // to out, and reports whether d's type is fixed-width (shmFixedType).
 func shmArrayLayout(out []shmBuf, d arrow.ArrayData) ([]shmBuf, bool) {
+	return shmRowsLayout(out, d, d.Offset(), d.Len())
+}
+
+// shmRowsLayout is shmArrayLayout of rows [off, off+n) of d's buffers (a
+// fixed-size list's child's rows are its own rows times the list size,
+// from the child's offset on: no view of the child is made).
+func shmRowsLayout(out []shmBuf, d arrow.ArrayData, off, n int) ([]shmBuf, bool) {
 	dt := d.DataType()
 	if ext, ok := dt.(arrow.ExtensionType); ok {
 		dt = ext.StorageType()
 	}
-	off, n := d.Offset(), d.Len()
 	validity := shmBuf{valid: n}
 	// A view's null count is unknown (-1) until counted: its bitmap goes
 	// unless it has no null in the view's rows.
-	if v := d.Buffers()[0]; v != nil && d.NullN() != 0 && (d.NullN() > 0 || bitutil.CountSetBits(v.Bytes(), off, n) < n) {
+	if v := d.Buffers()[0]; v != nil && d.NullN() != 0 && (d.NullN() > 0 && off == d.Offset() && n == d.Len() || bitutil.CountSetBits(v.Bytes(), off, n) < n) {
 		validity = shmBuf{b: v.Bytes(), bitOff: off, bits: n}
 	}
 	out = append(out, validity)
@@ -205,9 +210,8 @@ func shmArrayLayout(out []shmBuf, d arrow.ArrayData) ([]shmBuf, bool) {
 		return append(out, shmBuf{b: d.Buffers()[1].Bytes(), bitOff: off, bits: n}), true
 	case *arrow.FixedSizeListType:
 		size := int(t.Len())
-		child := array.NewSliceData(d.Children()[0], int64(off*size), int64((off+n)*size))
-		defer child.Release()
-		return shmArrayLayout(out, child)
+		child := d.Children()[0]
+		return shmRowsLayout(out, child, child.Offset()+off*size, n*size)
 	case arrow.FixedWidthDataType:
 		if !virtualFixedWidth(dt.ID()) {
 			return nil, false
