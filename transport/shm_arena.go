@@ -81,8 +81,12 @@ func (a *shmArena) offset(b []byte) (int64, bool) {
 	return int64(p - a.base), true
 }
 
-// take carves size bytes (rounded up to shmAlign) out of the first free
-// span that holds them.
+// take carves size bytes (rounded up to shmAlign) out of the smallest free
+// span that holds them (the first of those). Best fit, not first fit: the
+// arena's touched pages are its resident memory, and a mixture's readers
+// allocate pieces and pages of several sizes, whose holes first fit left
+// unused (the mixture benchmark's arena reached 83 MiB for 72 MiB live
+// first fit, 80-81 best fit).
 func (a *shmArena) take(size int) ([]byte, bool) {
 	n := alignUp(int64(size), shmAlign)
 	a.mu.Lock()
@@ -90,19 +94,26 @@ func (a *shmArena) take(size int) ([]byte, bool) {
 	if a.closed {
 		return nil, false
 	}
+	best := -1
 	for i, s := range a.free {
-		if s.n < n {
-			continue
+		if s.n >= n && (best < 0 || s.n < a.free[best].n) {
+			best = i
+			if s.n == n {
+				break
+			}
 		}
-		if s.n == n {
-			a.free = append(a.free[:i], a.free[i+1:]...)
-		} else {
-			a.free[i] = arenaSpan{s.off + n, s.n - n}
-		}
-		a.live[s.off] = n
-		return a.mem[s.off : s.off+int64(size) : s.off+int64(size)], true
 	}
-	return nil, false
+	if best < 0 {
+		return nil, false
+	}
+	s := a.free[best]
+	if s.n == n {
+		a.free = append(a.free[:best], a.free[best+1:]...)
+	} else {
+		a.free[best] = arenaSpan{s.off + n, s.n - n}
+	}
+	a.live[s.off] = n
+	return a.mem[s.off : s.off+int64(size) : s.off+int64(size)], true
 }
 
 var _ arrowmem.UninitializedAllocator = (*shmArena)(nil)

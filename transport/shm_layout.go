@@ -172,7 +172,7 @@ func (b shmBuf) len() int64 {
 // anything: ranges of the slice's own buffers, and bitmaps (booleans,
 // validity of columns with nulls) to be copied shifted to bit 0.
 func shmSliceLayout(rec arrow.RecordBatch) ([]shmBuf, error) {
-	var out []shmBuf
+	out := make([]shmBuf, 0, 3*rec.NumCols()) // a fixed-size list's: its validity, its child's and the values
 	for j, col := range rec.Columns() {
 		var ok bool
 		if out, ok = shmArrayLayout(out, col.Data()); !ok {
@@ -199,10 +199,8 @@ func shmRowsLayout(out []shmBuf, d arrow.ArrayData, off, n int) ([]shmBuf, bool)
 		dt = ext.StorageType()
 	}
 	validity := shmBuf{valid: n}
-	// A view's null count is unknown (-1) until counted: its bitmap goes
-	// unless it has no null in the view's rows.
-	if v := d.Buffers()[0]; v != nil && d.NullN() != 0 && (d.NullN() > 0 && off == d.Offset() && n == d.Len() || bitutil.CountSetBits(v.Bytes(), off, n) < n) {
-		validity = shmBuf{b: v.Bytes(), bitOff: off, bits: n}
+	if shmSendsValidity(d, off, n) {
+		validity = shmBuf{b: d.Buffers()[0].Bytes(), bitOff: off, bits: n}
 	}
 	out = append(out, validity)
 	switch t := dt.(type) {
@@ -228,16 +226,58 @@ func shmRowsLayout(out []shmBuf, d arrow.ArrayData, off, n int) ([]shmBuf, bool)
 func slicesBytes(recs []arrow.RecordBatch) int64 {
 	var n int64
 	for _, r := range recs {
-		bufs, err := shmSliceLayout(r)
-		if err != nil {
-			n += recordBytes(r)
-			continue
+		var rn int64
+		for _, col := range r.Columns() {
+			d := col.Data()
+			b, ok := shmRowsBytes(d, d.Offset(), d.Len())
+			if !ok {
+				rn = recordBytes(r)
+				break
+			}
+			rn += b
 		}
-		for _, b := range bufs {
-			n += b.len()
-		}
+		n += rn
 	}
 	return n
+}
+
+// shmSendsValidity reports whether rows [off, off+n) of d hold a null, so
+// that their validity bitmap goes: d's null count where they are all of d
+// (a view's is unknown, -1, until counted), else counted in those rows.
+func shmSendsValidity(d arrow.ArrayData, off, n int) bool {
+	v := d.Buffers()[0]
+	if v == nil || d.NullN() == 0 {
+		return false
+	}
+	return d.NullN() > 0 && off == d.Offset() && n == d.Len() || bitutil.CountSetBits(v.Bytes(), off, n) < n
+}
+
+// shmRowsBytes returns the bytes of shmRowsLayout's buffers of rows [off,
+// off+n) of d, without making them; false where d's type is not
+// fixed-width.
+func shmRowsBytes(d arrow.ArrayData, off, n int) (int64, bool) {
+	dt := d.DataType()
+	if ext, ok := dt.(arrow.ExtensionType); ok {
+		dt = ext.StorageType()
+	}
+	var size int64
+	if shmSendsValidity(d, off, n) {
+		size = int64(n+7) / 8
+	}
+	switch t := dt.(type) {
+	case *arrow.BooleanType:
+		return size + int64(n+7)/8, true
+	case *arrow.FixedSizeListType:
+		child := d.Children()[0]
+		b, ok := shmRowsBytes(child, child.Offset()+off*int(t.Len()), n*int(t.Len()))
+		return size + b, ok
+	case arrow.FixedWidthDataType:
+		if !virtualFixedWidth(dt.ID()) {
+			return 0, false
+		}
+		return size + int64(n)*int64(t.BitWidth()/8), true
+	}
+	return 0, false
 }
 
 // shmBytes is the slot room that a step's slices take, each buffer 64-byte

@@ -106,6 +106,21 @@ func TestShmJoinedSlices(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// The budget's bytes (slicesBytes, without layouts) are the
+		// records' layouts' bytes.
+		var laid int64
+		for _, r := range recs {
+			bufs, err := shmSliceLayout(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range bufs {
+				laid += b.len()
+			}
+		}
+		if got := slicesBytes(recs); got != laid {
+			t.Fatalf("seed %d round %d: slicesBytes %d, the layouts' bytes %d", seed, round, got, laid)
+		}
 		meta := StepMeta{Step: round, Slices: make([]int, n)}
 		it := item{slices: recs, meta: meta}
 		layouts, rows, err := shmItemLayout(&it)
