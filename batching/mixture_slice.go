@@ -66,6 +66,9 @@ type PartColumns struct {
 	// the next part of n rows (most parts of a mixture's slices have one
 	// of a few lengths: a view a part cost two allocations of its own).
 	heads map[headKey]arrow.Array
+	// cols and own are Parts's scratch, kept for the next part (a record
+	// copies its columns).
+	cols, own []arrow.Array
 }
 
 // headKey names a view of the first n rows of a constant column: source
@@ -160,14 +163,14 @@ func (c *PartColumns) Parts(parts []arrow.RecordBatch, real []int64, src []int32
 	}
 	out := make([]arrow.RecordBatch, 0, len(parts))
 	add := func(p arrow.RecordBatch, lo, hi int64, srcIdx int, valid bool) {
-		cols := make([]arrow.Array, 0, c.out.NumFields())
+		cols := c.cols[:0]
 		view := p
 		if lo > 0 || hi < p.NumRows() {
 			view = p.NewSlice(lo, hi)
 			defer view.Release()
 		}
 		cols = append(cols, view.Columns()...)
-		var own []arrow.Array
+		own := c.own[:0]
 		if c.src != nil {
 			a, owned := c.head(headKey{col: srcIdx, n: hi - lo}, c.src[srcIdx])
 			if cols = append(cols, a); owned {
@@ -185,6 +188,9 @@ func (c *PartColumns) Parts(parts []arrow.RecordBatch, real []int64, src []int32
 		}
 		out = append(out, array.NewRecordBatch(c.out, cols, hi-lo))
 		releaseAll(own)
+		clear(cols)
+		clear(own)
+		c.cols, c.own = cols[:0], own[:0]
 	}
 	for j, p := range parts {
 		if real[j] > 0 {

@@ -35,6 +35,11 @@ type mixStream struct {
 	workers   int
 	closed    bool
 	noSnap    bool // pipelineConfig.noSnap
+	// partsBuf, realsBuf and srcsBuf are slice's scratch, kept for the
+	// next slice.
+	partsBuf []arrow.RecordBatch
+	realsBuf []int64
+	srcsBuf  []int32
 	unreserve func()
 }
 
@@ -340,13 +345,13 @@ func (s *mixStream) next() (transport.Step, error) {
 // (each copied once), and the slice is that record.
 func (s *mixStream) slice(st, k, d int, pos []int64) ([]arrow.RecordBatch, int64, error) {
 	mix := s.mp.mix
-	var parts []arrow.RecordBatch
-	var reals []int64
-	var srcs []int32
+	parts, reals, srcs := s.partsBuf[:0], s.realsBuf[:0], s.srcsBuf[:0]
 	defer func() {
 		for _, p := range parts {
 			p.Release()
 		}
+		clear(parts)
+		s.partsBuf, s.realsBuf, s.srcsBuf = parts[:0], reals[:0], srcs[:0]
 	}()
 	var total int64
 	for _, i := range mix.Order(st, d) {
