@@ -21,25 +21,25 @@ import (
 
 // mixStream is one DoGet of a mixture.
 type mixStream struct {
-	mp        *mixturePlan
-	mem       memory.Allocator
-	ctx       context.Context // the readers'
-	cancel    context.CancelFunc
-	walk      *batching.Walker
-	ahead     *mixAhead // the steps' ends the cursors' pieces are cut on
-	counts    []int64
-	curs      [][]*mixCursor        // [source][index in mp.slices]
-	cols      *batching.PartColumns // the constant columns of the slices' parts
-	budget    int64                 // read-ahead per cursor, evenly (mixturePieces, where the steps ahead are not known)
-	share     int64                 // read-ahead per slice (sliceShare), which the slice's cursors split
-	workers   int
-	closed    bool
-	noSnap    bool // pipelineConfig.noSnap
+	mp      *mixturePlan
+	mem     memory.Allocator
+	ctx     context.Context // the readers'
+	cancel  context.CancelFunc
+	walk    *batching.Walker
+	ahead   *mixAhead // the steps' ends the cursors' pieces are cut on
+	counts  []int64
+	curs    [][]*mixCursor        // [source][index in mp.slices]
+	cols    *batching.PartColumns // the constant columns of the slices' parts
+	budget  int64                 // read-ahead per cursor, evenly (mixturePieces, where the steps ahead are not known)
+	share   int64                 // read-ahead per slice (sliceShare), which the slice's cursors split
+	workers int
+	closed  bool
+	noSnap  bool // pipelineConfig.noSnap
 	// partsBuf, realsBuf and srcsBuf are slice's scratch, kept for the
 	// next slice.
-	partsBuf []arrow.RecordBatch
-	realsBuf []int64
-	srcsBuf  []int32
+	partsBuf  []arrow.RecordBatch
+	realsBuf  []int64
+	srcsBuf   []int32
 	unreserve func()
 }
 
@@ -497,17 +497,9 @@ func (s *mixStream) push(mc *mixCursor) error {
 // ends to page breaks (snap.go). rec is released.
 func (s *mixStream) pushSnapped(mc *mixCursor, rec arrow.RecordBatch, ref loader.RowGroupRef, g int) error {
 	defer rec.Release()
-	lo, hi := ref.Start, ref.End
-	if lo == 0 && hi == 0 {
-		hi = ref.Rows
-	}
-	if rec.NumRows() != hi-lo {
-		return fmt.Errorf("%s row group %d: a record of %d rows for rows [%d, %d) (internal error)",
-			mc.src.ds.Files[ref.File].Object.URI, ref.Index, rec.NumRows(), lo, hi)
-	}
-	n := coveredSegs(mc.segs, mc.got, g, lo, hi)
+	n, err := pushRead(mc.cur.Cutter(), mc.segs, mc.got, g, rec, ref)
 	mc.got, mc.done = mc.got+n, mc.done+n
-	if err := pushCovering(mc.cur.Cutter(), rec, g, lo, hi); err != nil {
+	if err != nil {
 		return fmt.Errorf("%s row group %d: %w", mc.src.ds.Files[ref.File].Object.URI, ref.Index, err)
 	}
 	return nil

@@ -1,9 +1,12 @@
 package feed
 
 import (
+	"fmt"
+
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/meshfeed/meshfeed/batching"
+	"github.com/meshfeed/meshfeed/loader"
 )
 
 // Pieces whose ends a reader moved to page breaks
@@ -16,6 +19,20 @@ import (
 // kept rows to physical ones, no reader transform that knows its refs by
 // index).
 func snapped(filtered, tokenized, off bool) bool { return !filtered && !tokenized && !off }
+
+// pushRead pushes rec, the rows ref names of the plan's row group g, to
+// cut (pushCovering), and returns how many of segs from got on it covered
+// (coveredSegs). The caller keeps its reference to rec.
+func pushRead(cut slicer, segs []batching.Segment, got, g int, rec arrow.RecordBatch, ref loader.RowGroupRef) (int, error) {
+	lo, hi := ref.Start, ref.End
+	if lo == 0 && hi == 0 {
+		hi = ref.Rows
+	}
+	if rec.NumRows() != hi-lo {
+		return 0, fmt.Errorf("a record of %d rows for rows [%d, %d) (internal error)", rec.NumRows(), lo, hi)
+	}
+	return coveredSegs(segs, got, g, lo, hi), pushCovering(cut, rec, g, lo, hi)
+}
 
 // coveredSegs returns how many of segs from i on a record of rows [lo, hi)
 // of the plan's row group g ends: those of g that end in (lo, hi].

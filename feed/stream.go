@@ -449,21 +449,14 @@ func (s *pipelineStream) cutSlice(sc *sliceCut) (arrow.RecordBatch, int, error) 
 // (snap.go), and counts the refs it covered. The caller keeps its
 // reference to rec.
 func (s *pipelineStream) pushSnapped(sc *sliceCut, rec arrow.RecordBatch, ref loader.RowGroupRef, g int) error {
-	uri := s.pl.ds.Files[ref.File].Object.URI
 	if exp := s.pl.refs[g]; ref.File != exp.File || ref.Index != exp.Index {
 		return fmt.Errorf("stream %d: read file %d row group %d, but the cutter wants file %d row group %d",
 			sc.d, ref.File, ref.Index, exp.File, exp.Index)
 	}
-	lo, hi := ref.Start, ref.End
-	if lo == 0 && hi == 0 {
-		hi = ref.Rows
-	}
-	if rec.NumRows() != hi-lo {
-		return fmt.Errorf("%s row group %d: a record of %d rows for rows [%d, %d) (internal error)", uri, ref.Index, rec.NumRows(), lo, hi)
-	}
-	sc.got += coveredSegs(sc.segs, sc.got, g, lo, hi)
-	if err := pushCovering(sc.cut, rec, g, lo, hi); err != nil {
-		return fmt.Errorf("%s row group %d: %w", uri, ref.Index, err)
+	n, err := pushRead(sc.cut, sc.segs, sc.got, g, rec, ref)
+	sc.got += n
+	if err != nil {
+		return fmt.Errorf("%s row group %d: %w", s.pl.ds.Files[ref.File].Object.URI, ref.Index, err)
 	}
 	return nil
 }
