@@ -177,6 +177,10 @@ func (c *Cutter) Done() bool { return c.step >= c.plan.steps }
 // filled (straddling slices, gathers, padding); mask columns are not counted.
 func (c *Cutter) CopiedBytes() int64 { return c.copied }
 
+// Ahead returns the rows of the stream pushed and not yet cut or taken:
+// how far the records pushed so far reach past the cutter's position.
+func (c *Cutter) Ahead() int64 { return max(c.buffered()-int64(c.step)*int64(c.b), 0) }
+
 // Wants returns the segment that the next Push must carry, and false when the
 // cutter accepts no more segments (everything it needs was pushed). Before
 // the first push of a segment it is the whole segment of the plan's stream;

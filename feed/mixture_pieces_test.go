@@ -461,3 +461,71 @@ func TestMixtureSnappedPiecesMatchModel(t *testing.T) {
 		}
 	}
 }
+
+// withoutGate makes the pipeline's mixture readers start each piece as soon
+// as their budget allows (no loader.WithReaderGate).
+func withoutGate() Option { return func(c *pipelineConfig) { c.noGate = true } }
+
+// TestMixtureGateHoldsLess reads a mixture of three snappy sources with a
+// consumer slower than the readers (each step held 2 ms), its cursors'
+// readers gated (pieceGate: a piece starts once its cursor has less than
+// half a piece ahead of it) and not: the steps are the same, and after
+// each step the pieces the readers had decoded and not yet handed over
+// (decoded ahead, each held in memory) are fewer gated, on average over the
+// steps: ungated, every cursor's reader decodes its next piece as soon as
+// it hands one over and holds it until its cursor gets there.
+func TestMixtureGateHoldsLess(t *testing.T) {
+	var dirs []string
+	for i := range 3 {
+		s := datagen.DefaultSpec()
+		s.Rows, s.Files, s.RowGroupRows, s.Features, s.Seed = 65536, 1, 65536, 16, uint64(i+1)
+		s.Compression, s.Dictionary, s.PageBytes = datagen.CompressionSnappy, false, 16<<10
+		dirs = append(dirs, writeDataset(t, s))
+	}
+	// A cursor's stream is 16,384 rows of one row group, read in pieces of
+	// a few pages; 300 steps take 12,800 of them.
+	const B, D, steps = 512, 4, 300
+	_, mix := mixtureAndOne(dirs, B, D, steps)
+	run := func(opts ...Option) (ids string, ahead float64) {
+		p, st := openOne(t, mix, append([]Option{WithAllocator(checkedMem(t)), WithReadAhead(4 << 20)}, opts...)...)
+		defer p.Close()
+		defer st.Close()
+		var all []string
+		var sum int64
+		for n := 0; ; n++ {
+			step, err := st.Next(context.Background())
+			if errors.Is(err, io.EOF) {
+				if n != steps {
+					t.Fatalf("%d steps, want %d", n, steps)
+				}
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, rec := range step.Slices {
+				all = append(all, fmt.Sprint(rec.Column(0).(*array.Int64).Int64Values()))
+			}
+			time.Sleep(2 * time.Millisecond) // the readers do what they may meanwhile
+			for _, row := range st.(*mixStream).curs {
+				for _, mc := range row {
+					sum += mc.rd.Stats().Pieces.Load() - int64(mc.reads)
+				}
+			}
+			step.Release()
+		}
+		return fmt.Sprint(all), float64(sum) / steps
+	}
+	ungatedIDs, ungated := run(withoutGate())
+	gatedIDs, gated := run()
+	if gatedIDs != ungatedIDs {
+		t.Fatal("the gated stream's steps differ from the ungated one's")
+	}
+	t.Logf("pieces decoded ahead after a step, on average: gated %.2f, ungated %.2f (12 cursors)", gated, ungated)
+	if ungated < 6 {
+		t.Fatalf("ungated, %.2f pieces decoded ahead on average: the readers did not read ahead, the test checks nothing", ungated)
+	}
+	if gated > ungated*3/4 {
+		t.Errorf("gated, %.2f pieces decoded ahead on average, ungated %.2f: the gate does not hold pieces back", gated, ungated)
+	}
+}

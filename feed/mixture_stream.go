@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"sync"
+	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -37,9 +39,15 @@ type mixStream struct {
 	noSnap  bool // pipelineConfig.noSnap
 	// partsBuf, realsBuf and srcsBuf are slice's scratch, kept for the
 	// next slice.
-	partsBuf  []arrow.RecordBatch
-	realsBuf  []int64
-	srcsBuf   []int32
+	partsBuf []arrow.RecordBatch
+	realsBuf []int64
+	srcsBuf  []int32
+	// progress is closed, and replaced, when a cursor may have moved
+	// enough for its reader's gate to open (pieceGate): after each step's
+	// takes, and when a cursor waits for its reader.
+	gateMu    sync.Mutex
+	progress  chan struct{}
+	noGate    bool // pipelineConfig.noGate
 	unreserve func()
 }
 
@@ -67,6 +75,18 @@ type mixCursor struct {
 	// reads and done count the records the cursor's readers returned and
 	// the pieces of segs they covered (tests).
 	reads, done int
+	// take is the rows a step takes from the cursor's source, on average
+	// over the steps rd's pieces were cut on (stepPieces; 0 otherwise).
+	take float64
+	gate *gateState // rd's gate's view of the cursor; nil when not gated
+}
+
+// gateState is what a cursor's reader's gate (pieceGate) reads of the
+// cursor, which the stream's goroutine updates.
+type gateState struct {
+	pushed  atomic.Int64 // records the reader returned and the cursor took in
+	ahead   atomic.Int64 // rows pushed to the cursor's cutter and not taken (Cutter.Ahead)
+	waiting atomic.Bool  // the cursor waits for the reader's next record
 }
 
 // openMixture opens a stream over mp from the request's start step. The
@@ -91,6 +111,8 @@ func (p *Pipeline) openMixture(ctx context.Context, req *transport.Request, mem 
 		share:     sliceShare(p.cfg.readAhead, len(mp.slices)),
 		workers:   max(runtime.GOMAXPROCS(0)/n, 1),
 		noSnap:    p.cfg.noSnap,
+		noGate:    p.cfg.noGate,
+		progress:  make(chan struct{}),
 		unreserve: func() { p.serverLimits().Memory.Unreserve(reserved) }}
 	if mp.packer == nil {
 		s.cols = batching.NewPartColumns(mem, mp.in, mp.schema, len(mp.srcs), int64(mp.mix.SliceRows()))
@@ -176,7 +198,7 @@ func (s *mixStream) startReader(mc *mixCursor) {
 	}
 	mc.epoch, mc.got = mc.cur.Phase(), 0
 	budget := s.budget
-	mc.segs, mc.piece = nil, 0
+	mc.segs, mc.piece, mc.take = nil, 0, 0
 	if s.share > 0 {
 		if perRow, whole := mc.src.ds.StreamedRowBytes(); perRow > 0 {
 			var ok bool
@@ -211,6 +233,11 @@ func (s *mixStream) startReader(mc *mixCursor) {
 	// cut is decompressed to scratch and copied out by both.
 	mc.snap = snapped(mc.src.sels != nil, len(mc.src.toks) > 0, s.noSnap)
 	opts = append(opts, loader.WithReaderSnapPieces(mc.snap))
+	mc.gate = nil
+	if mc.snap && !s.noGate {
+		mc.gate = &gateState{}
+		opts = append(opts, loader.WithReaderGate(s.pieceGate(mc.gate, mc.take, mc.src.window)))
+	}
 	if src := mc.src; len(src.toks) > 0 {
 		// Kept rows are taken, then tokenized, as each piece is decoded.
 		opts = append(opts, loader.WithReaderTransform(prepareRead(src.ds, src.toks, src.cutIn, src.selection, nil, mc.segs, refs, s.workers, s.mem)))
@@ -247,6 +274,7 @@ func (s *mixStream) stepPieces(mc *mixCursor, perRow float64, whole int64) (segs
 	}
 	steps := float64(len(cums) - 1)
 	take := float64(cums[len(cums)-1]-cums[0]) / steps // rows a step, on average
+	mc.take = take
 	share := float64(s.share) * take / float64(s.mp.mix.SliceRows())
 	avail := share - float64(whole)
 	per := max(int(avail/perRow/4/take), 1) // steps a piece
@@ -282,6 +310,46 @@ func (s *mixStream) stepPieces(mc *mixCursor, perRow float64, whole int64) (segs
 		}
 	}
 	return segs, budget, int64(piece + 0.5), len(segs) > 0
+}
+
+// pieceGate returns the gate of a cursor's reader (loader.WithReaderGate)
+// that g describes: the reader's n-th piece starts once its (n-1)-th is in
+// the cursor's cutter and less than half a piece's rows are left ahead of
+// the cursor there (and at least four steps' takes, take rows a step, and
+// a shuffle window of w rows), or at once when the cursor waits for the
+// reader. Otherwise each cursor's reader decodes its next piece as soon as
+// it hands one over, so every cursor holds a decoded piece ahead of the
+// one it takes from, at least a page: a slice's three cursors held three
+// such pieces where the single dataset's slice holds one. A cursor takes
+// a third of its slice's rows, so a piece lasts it three times as many
+// steps, and half a piece ahead is still many steps ahead.
+func (s *mixStream) pieceGate(g *gateState, take float64, w int64) func(context.Context, loader.RowGroupRef) error {
+	var n int64 // the pieces gated so far
+	return func(ctx context.Context, ref loader.RowGroupRef) error {
+		n++
+		lead := max((ref.End-ref.Start)/2, int64(4*take+0.5), 1) + w
+		for {
+			s.gateMu.Lock()
+			ch := s.progress
+			s.gateMu.Unlock()
+			if n == 1 || g.waiting.Load() || g.pushed.Load() >= n-1 && g.ahead.Load() <= lead {
+				return nil
+			}
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+// moved wakes the cursors' readers' gates (pieceGate) to look again.
+func (s *mixStream) moved() {
+	s.gateMu.Lock()
+	close(s.progress)
+	s.progress = make(chan struct{})
+	s.gateMu.Unlock()
 }
 
 // mixturePieces returns the rows per piece of a mixture cursor's reader and
@@ -322,6 +390,7 @@ func (s *mixStream) next() (transport.Step, error) {
 	if err := s.walk.Next(s.counts); err != nil {
 		return transport.Step{}, err
 	}
+
 	step := transport.Step{
 		Meta: transport.StepMeta{Epoch: 0, Step: st, Slices: slices.Clone(s.mp.slices), RealRows: make([]int, len(s.mp.slices))},
 	}
@@ -332,6 +401,18 @@ func (s *mixStream) next() (transport.Step, error) {
 			return transport.Step{}, fmt.Errorf("feed: mixture step %d slice %d: %w", st, d, err)
 		}
 		step.Slices, step.Meta.RealRows[k] = append(step.Slices, recs...), int(real)
+	}
+	gated := false
+	for _, row := range s.curs {
+		for _, mc := range row {
+			if mc.gate != nil {
+				mc.gate.ahead.Store(mc.cur.Cutter().Ahead())
+				gated = true
+			}
+		}
+	}
+	if gated {
+		s.moved()
 	}
 	return step, nil
 }
@@ -464,7 +545,18 @@ func (s *mixStream) push(mc *mixCursor) error {
 	if err := s.ctx.Err(); err != nil {
 		return err
 	}
+	if g := mc.gate; g != nil {
+		g.waiting.Store(true) // its gate opens: the cursor needs the reader's next record now
+		s.moved()
+		defer func() {
+			g.waiting.Store(false)
+			g.ahead.Store(cut.Ahead())
+		}()
+	}
 	rg, ref, err := mc.rd.Next()
+	if err == nil && mc.gate != nil {
+		mc.gate.pushed.Add(1)
+	}
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			err = fmt.Errorf("reader ended after %d of %d reads", mc.got, len(mc.segs))

@@ -42,6 +42,9 @@ type pipelineConfig struct {
 	// noSnap: readers keep their pieces' ends where they were cut, inside
 	// pages (tests compare with it)
 	noSnap bool
+	// noGate: a mixture's readers start each piece as soon as their budget
+	// allows (tests compare with it)
+	noGate bool
 	// selections caches the rows filters keep (filter.go).
 	selections filter.Store
 	// tokenizers caches parsed tokenizers by content (tokenizer.go).

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -851,4 +852,82 @@ func ends(refs []RowGroupRef) [][2]int64 {
 		out = append(out, [2]int64{int64(r.Index), e})
 	}
 	return out
+}
+
+// TestReaderGate: a gated reader (WithReaderGate) calls the gate with each
+// piece, in order, before reading it, and reads no piece whose gate has not
+// returned: with the test releasing one gate at a time, the pieces decoded
+// never pass the gates released, and Next hands every piece over with its
+// rows. Closed while a gate waits, the reader returns (the gate sees its
+// context done).
+func TestReaderGate(t *testing.T) {
+	rec := fastRecord(0, 20000)
+	defer rec.Release()
+	path := filepath.Join(t.TempDir(), "f.parquet")
+	writeFastFile(t, path, []arrow.RecordBatch{rec}, pq.WithCompression(compress.Codecs.Snappy), pq.WithDictionaryDefault(false),
+		pq.WithMaxRowGroupLength(10000), pq.WithDataPageSize(16<<10))
+	ds, mem := openChecked(t, path, WithColumns("id", "features"))
+	refs := evenPieces(ds, 1000)
+	ctx := context.Background()
+	calls := make(chan RowGroupRef)
+	release := make(chan struct{})
+	gate := func(ctx context.Context, ref RowGroupRef) error {
+		select {
+		case calls <- ref:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	called := func() RowGroupRef {
+		select {
+		case ref := <-calls:
+			return ref
+		case <-time.After(10 * time.Second):
+			t.Fatal("the reader called no gate in 10 s")
+			return RowGroupRef{}
+		}
+	}
+	rd := ds.NewReader(ctx, refs, mem, WithReaderGate(gate), WithReaderReadAhead(64<<20))
+	for i, want := range refs {
+		got := called()
+		if got != want {
+			t.Fatalf("gate call %d: piece %+v, want %+v", i, got, want)
+		}
+		time.Sleep(5 * time.Millisecond) // a reader that did not wait would decode ahead meanwhile
+		if n := rd.Stats().Pieces.Load(); n > int64(i) {
+			t.Fatalf("%d pieces decoded before the gate of piece %d returned", n, i)
+		}
+		release <- struct{}{}
+		r, ref, err := rd.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ref != want || r.NumRows() != want.End-want.Start {
+			t.Fatalf("piece %d: %+v of %d rows, want %+v", i, ref, r.NumRows(), want)
+		}
+		r.Release()
+	}
+	if _, _, err := rd.Next(); err != io.EOF {
+		t.Fatalf("after the last piece: %v, want io.EOF", err)
+	}
+	rd.Close()
+
+	// Closed while the second piece's gate waits.
+	rd = ds.NewReader(ctx, refs, mem, WithReaderGate(gate))
+	called()
+	release <- struct{}{}
+	called()
+	done := make(chan struct{})
+	go func() { rd.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return while a gate waited")
+	}
 }

@@ -26,11 +26,12 @@ import (
 // Close must be called (also after an error or io.EOF); it cancels work in
 // flight and releases every record not handed out.
 type RowGroupReader struct {
-	budget   int64       // in-flight bytes
-	workers  int         // concurrent decodes
-	reads    int         // row groups or pieces in flight (fetching or decoding)
-	maxPiece int64       // bytes per piece; 0: refs as given
-	snap     bool        // pieces' shared ends move to page breaks (WithReaderSnapPieces)
+	budget   int64 // in-flight bytes
+	workers  int   // concurrent decodes
+	reads    int   // row groups or pieces in flight (fetching or decoding)
+	maxPiece int64 // bytes per piece; 0: refs as given
+	snap     bool  // pieces' shared ends move to page breaks (WithReaderSnapPieces)
+	gate     func(ctx context.Context, ref RowGroupRef) error
 	share    *FetchShare // nil, or where pieces' pages shared with other readers are fetched
 	held     *HeldChunks // nil, or bytes held for this reader (WithReaderHeld)
 	keep     *Keeper     // nil, or what it keeps for the next readers (WithReaderKeep)
@@ -111,6 +112,18 @@ func WithReaderMaxPiece(bytes int64) ReaderOption {
 // reads its refs by index (k).
 func WithReaderSnapPieces(on bool) ReaderOption {
 	return func(r *RowGroupReader) { r.snap = on }
+}
+
+// WithReaderGate makes this reader call g with each piece it reads (a ref
+// with a row range, as it reads it: after WithReaderSnapPieces) before it
+// takes read-ahead budget for it, and start reading the piece when g
+// returns nil: a caller that knows when it needs the rows (a mixture's
+// cursor, whose steps are known) starts each piece no earlier than it must,
+// instead of as soon as the budget allows. g must return when ctx (the
+// reader's, done once it is closed) is; on an error the reader reads no
+// further. Whole row groups are not gated. Default: none.
+func WithReaderGate(g func(ctx context.Context, ref RowGroupRef) error) ReaderOption {
+	return func(r *RowGroupReader) { r.gate = g }
 }
 
 // Transform is work a RowGroupReader does on each record right after
@@ -353,6 +366,11 @@ func (r *RowGroupReader) produce(refs []RowGroupRef, mem memory.Allocator) {
 				case <-r.ctx.Done():
 				}
 				return
+			}
+		}
+		if r.gate != nil && p.ent != nil {
+			if err := r.gate(r.ctx, p.ref); err != nil {
+				return // closed (as when acquire fails)
 			}
 		}
 		if err := r.acquire(p.cost + pin); err != nil {
