@@ -11,10 +11,11 @@
 // (batching.Plan.StreamReads), and shaped by a shape.Shaper. A step leaves as
 // transport.Step{Slices, Meta}: how the slices travel (one Flight message,
 // shared memory) is the transport's business. A request with a mixture
-// (mixture.go, mixture_stream.go) opens each source as its own dataset and
-// reads, per source and slice, that source's stream through a
-// batching.SourceCursor; each slice is handed over as its sources' rows of
-// the step (views, batching.PartColumns), which the transport joins.
+// (mixture.go, mixture_stream.go, mixture_read.go) opens each source as
+// its own dataset and reads, per source and slice, that source's stream
+// through a batching.SourceCursor; each slice is handed over as its
+// sources' rows of the step (views, batching.PartColumns), which the
+// transport joins.
 //
 // A column with pack "concat" (packconcat.go) is planned from every
 // document's token count (package tokcount: the manifest's fact, the
