@@ -36,6 +36,26 @@ func mixtureAndOne(dirs []string, B, D, steps int) (single, mix *transport.Reque
 	return single, mix
 }
 
+// eachStep reads st to its end, calling f with each step before releasing
+// it, and fails t unless it had steps steps.
+func eachStep(t *testing.T, st transport.Stream, steps int, f func(transport.Step)) {
+	t.Helper()
+	for n := 0; ; n++ {
+		step, err := st.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			if n != steps {
+				t.Fatalf("%d steps, want %d", n, steps)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(step)
+		step.Release()
+	}
+}
+
 // openOne opens req's stream on a new Pipeline with opts; the caller
 // closes both.
 func openOne(t *testing.T, req *transport.Request, opts ...Option) (*Pipeline, transport.Stream) {
@@ -109,19 +129,7 @@ func TestMixtureMapsLikeOneDataset(t *testing.T) {
 		mem := &peakAllocator{Allocator: memory.NewGoAllocator()}
 		p, st := openOne(t, req, WithAllocator(mem), WithReadAhead(12<<20), withoutEdgeShare())
 		defer p.Close()
-		for n := 0; ; n++ {
-			step, err := st.Next(context.Background())
-			if errors.Is(err, io.EOF) {
-				if n != steps {
-					t.Fatalf("%d steps, want %d", n, steps)
-				}
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			step.Release()
-		}
+		eachStep(t, st, steps, func(transport.Step) {})
 		st.Close()
 		sr, ok := p.cfg.store.(objstore.StatsReporter)
 		if !ok {
@@ -492,17 +500,7 @@ func TestMixtureGateHoldsLess(t *testing.T) {
 		defer st.Close()
 		var all []string
 		var sum int64
-		for n := 0; ; n++ {
-			step, err := st.Next(context.Background())
-			if errors.Is(err, io.EOF) {
-				if n != steps {
-					t.Fatalf("%d steps, want %d", n, steps)
-				}
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+		eachStep(t, st, steps, func(step transport.Step) {
 			for _, rec := range step.Slices {
 				all = append(all, fmt.Sprint(rec.Column(0).(*array.Int64).Int64Values()))
 			}
@@ -512,8 +510,7 @@ func TestMixtureGateHoldsLess(t *testing.T) {
 					sum += mc.rd.Stats().Pieces.Load() - int64(mc.reads)
 				}
 			}
-			step.Release()
-		}
+		})
 		return fmt.Sprint(all), float64(sum) / steps
 	}
 	ungatedIDs, ungated := run(withoutGate())
