@@ -329,6 +329,12 @@ func (c *Composition) Walk() *Walker {
 	return w
 }
 
+// Clone returns a walker at w's step that walks on independently of w.
+func (w *Walker) Clone() *Walker {
+	return &Walker{c: w.c, step: w.step, span: w.span, cum: slices.Clone(w.cum), base: slices.Clone(w.base),
+		due: make([]int64, len(w.due)), order: make([]int, 0, cap(w.order))}
+}
+
 // Step returns the step the next call of Next counts.
 func (w *Walker) Step() int { return w.step }
 

@@ -155,3 +155,42 @@ func TestDecimalWeightsExact(t *testing.T) {
 		t.Errorf("after 5 steps of 8 rows at 0.5/0.3/0.2: %s, want [20 12 8]", got)
 	}
 }
+
+// TestWalkerClone: a clone walks on from its original's step independently
+// of it (across a change of weights), giving the counts a fresh walk gives.
+func TestWalkerClone(t *testing.T) {
+	c, err := NewComposition(12, []WeightSpan{{Weights: []float64{0.5, 0.3, 0.2}}, {FromStep: 9, Weights: []float64{1, 0, 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := c.Walk()
+	if err := w.Skip(4); err != nil {
+		t.Fatal(err)
+	}
+	clone := w.Clone()
+	fresh := c.Walk()
+	if err := fresh.Skip(4); err != nil {
+		t.Fatal(err)
+	}
+	counts := make([]int64, 3)
+	for range 3 { // the original moves on; the clone stays at step 4
+		if err := w.Next(counts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, want := make([]int64, 3), make([]int64, 3)
+	for s := 4; s < 20; s++ {
+		if clone.Step() != s {
+			t.Fatalf("the clone is at step %d, want %d", clone.Step(), s)
+		}
+		if err := clone.Next(got); err != nil {
+			t.Fatal(err)
+		}
+		if err := fresh.Next(want); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got, clone.Cum()) != fmt.Sprint(want, fresh.Cum()) {
+			t.Fatalf("step %d: the clone counts %v (cum %v), a fresh walk %v (cum %v)", s, got, clone.Cum(), want, fresh.Cum())
+		}
+	}
+}

@@ -76,10 +76,14 @@ func (a *allocCounter) Reallocate(n int, b []byte) []byte {
 
 // TestMixtureCopies counts the bytes a mixture's stream allocates per step
 // against one dataset of the same files (same rows, B and D): both decode
-// the same rows, and a mixture's slices are handed over as their parts
-// (views of the decoded records), not joined into a copy of the step, so
-// the mixture allocates no step's bytes more per step than the single
-// dataset does (joined, it allocated one whole step more per step).
+// the same rows, and a mixed step is copied once on its way out. Placed
+// (mixture_place.go), the readers copy each piece's rows into the slices
+// of their steps, which travel as they are (one record per slice): the
+// mixture allocates one step's bytes more per step than the single
+// dataset, and no more. As parts (withoutPlace: views of the decoded
+// records, joined by the transport), it allocates no step's bytes more
+// (joined before the transport, it allocated one whole step more per step
+// and the transport copied it again).
 func TestMixtureCopies(t *testing.T) {
 	var dirs []string
 	for i := range 3 {
@@ -90,9 +94,9 @@ func TestMixtureCopies(t *testing.T) {
 	}
 	const B, D, steps = 512, 4, 24
 	single, mix := mixtureAndOne(dirs, B, D, steps)
-	run := func(req *transport.Request) (alloc, stepBytes int64) {
+	run := func(req *transport.Request, opts ...Option) (alloc, stepBytes int64, records int) {
 		mem := &allocCounter{Allocator: memory.NewGoAllocator()}
-		p, st := openOne(t, req, WithAllocator(mem))
+		p, st := openOne(t, req, append([]Option{WithAllocator(mem)}, opts...)...)
 		defer p.Close()
 		defer st.Close()
 		for n := 0; ; n++ {
@@ -101,11 +105,12 @@ func TestMixtureCopies(t *testing.T) {
 				if n != steps {
 					t.Fatalf("%d steps, want %d", n, steps)
 				}
-				return mem.n.Load(), stepBytes
+				return mem.n.Load(), stepBytes, records
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
+			records = max(records, len(step.Slices))
 			for _, r := range sliceRecords(t, step) {
 				stepBytes = max(stepBytes, arrowmem.RecordBytes(r)*D)
 				r.Release()
@@ -113,14 +118,26 @@ func TestMixtureCopies(t *testing.T) {
 			step.Release()
 		}
 	}
-	one, stepBytes := run(single)
-	mixed, _ := run(mix)
-	extra := float64(mixed-one) / float64(steps*stepBytes)
-	t.Logf("bytes allocated per step: single dataset %d, mixture %d; a step holds %d: the mixture copies %.3f steps more per step",
-		one/steps, mixed/steps, stepBytes, extra)
-	// Joined, the mixture allocated 1.1 steps more per step; as parts, 0.1
-	// (its 12 readers decode smaller pieces: more, smaller allocations).
-	if extra > 0.25 {
-		t.Errorf("the mixture allocated %.2f steps' bytes per step more than the single dataset: its slices are copied (joined) before the transport", extra)
+	one, stepBytes, _ := run(single)
+	for _, place := range []bool{true, false} {
+		var opts []Option
+		if !place {
+			opts = append(opts, withoutPlace())
+		}
+		mixed, _, records := run(mix, opts...)
+		extra := float64(mixed-one) / float64(steps*stepBytes)
+		t.Logf("placed %v: bytes allocated per step: single dataset %d, mixture %d; a step holds %d: the mixture allocates %.3f steps more per step, at most %d records a step",
+			place, one/steps, mixed/steps, stepBytes, extra, records)
+		switch {
+		case place && records != D:
+			t.Errorf("placed: a step of %d records for %d slices: placed slices travel as one record each", records, D)
+		case place && (extra < 0.75 || extra > 1.25):
+			t.Errorf("placed: the mixture allocated %.2f steps' bytes per step more than the single dataset, want one (the placed slices)", extra)
+		case !place && extra > 0.25:
+			// Joined, the mixture allocated 1.1 steps more per step; as
+			// parts, 0.1 (its 12 readers decode smaller pieces: more,
+			// smaller allocations).
+			t.Errorf("parts: the mixture allocated %.2f steps' bytes per step more than the single dataset: its slices are copied (joined) before the transport", extra)
+		}
 	}
 }

@@ -47,6 +47,9 @@ type mixStream struct {
 	progress  chan struct{}
 	noGate    bool // pipelineConfig.noGate
 	unreserve func()
+	// place places the slices as the readers decode their rows
+	// (mixture_place.go); nil: the slices are the cursors' parts.
+	place *placer
 }
 
 // mixCursor reads one source's stream of one slice: a SourceCursor and the
@@ -54,6 +57,7 @@ type mixStream struct {
 type mixCursor struct {
 	src   *mixSource
 	d     int
+	k     int // d's index in the request's slices
 	cur   *batching.SourceCursor
 	epoch int // the cursor's Phase (epoch, or piece of an elastic remainder) rd reads; -1 for none
 	rd    *loader.RowGroupReader
@@ -115,15 +119,20 @@ func (p *Pipeline) openMixture(ctx context.Context, req *transport.Request, mem 
 		s.Close()
 		return nil, err
 	}
+	s.place = newPlacer(mp, mem, s.walk, s.workers, p.cfg.noPlace || s.share <= 0)
 	for i, src := range mp.srcs {
 		var row []*mixCursor
-		for _, d := range mp.slices {
-			cur, err := mp.mix.NewCursor(i, d, s.walk.Cum()[i], mem, batching.WithSchema(src.cutIn))
+		for k, d := range mp.slices {
+			cut := src.cutIn
+			if s.place != nil {
+				cut = s.place.empty // the cursor counts rows; the readers place them
+			}
+			cur, err := mp.mix.NewCursor(i, d, s.walk.Cum()[i], mem, batching.WithSchema(cut))
 			if err != nil {
 				s.Close()
 				return nil, fmt.Errorf("feed: mixture %s slice %d: %w", src.name, d, err)
 			}
-			mc := &mixCursor{src: src, d: d, cur: cur, epoch: -1, next: s.walk.Cum()[i]}
+			mc := &mixCursor{src: src, d: d, k: k, cur: cur, epoch: -1, next: s.walk.Cum()[i]}
 			row = append(row, mc)
 			s.startReader(mc)
 		}
@@ -193,6 +202,13 @@ func (s *mixStream) startReader(mc *mixCursor) {
 		if perRow, whole := mc.src.ds.StreamedRowBytes(); perRow > 0 {
 			var ok bool
 			if mc.segs, budget, mc.piece, ok = s.stepPieces(mc, perRow, whole); !ok {
+				if s.place != nil {
+					// No step ahead takes a row of the source: placed now,
+					// its rows would hold slices of steps far ahead. Its
+					// reader starts when a step takes from it (push).
+					mc.segs = nil
+					return
+				}
 				var pieceRows int64
 				pieceRows, budget = mixturePieces(s.budget, perRow, whole)
 				mc.segs = mc.cur.Cutter().Reads(pieceRows)
@@ -206,6 +222,7 @@ func (s *mixStream) startReader(mc *mixCursor) {
 		return
 	}
 	refs := make([]loader.RowGroupRef, len(mc.segs))
+	start := mc.next
 	for i, g := range mc.segs {
 		refs[i] = keptRef(mc.src.refs[g.RowGroup], mc.src.selection(g.RowGroup), g)
 		mc.next += g.Len()
@@ -231,6 +248,9 @@ func (s *mixStream) startReader(mc *mixCursor) {
 	if src := mc.src; len(src.toks) > 0 {
 		// Kept rows are taken, then tokenized, as each piece is decoded.
 		opts = append(opts, loader.WithReaderTransform(prepareRead(src.ds, src.toks, src.cutIn, src.selection, nil, mc.segs, refs, s.workers, s.mem)))
+	}
+	if s.place != nil {
+		opts = append(opts, loader.WithReaderTransform(s.placeRead(mc, mc.segs, refs, start)))
 	}
 	mc.rd = mc.src.ds.NewReader(s.ctx, refs, s.mem, opts...)
 }
@@ -258,7 +278,17 @@ func (s *mixStream) next() (transport.Step, error) {
 		Meta: transport.StepMeta{Epoch: 0, Step: st, Slices: slices.Clone(s.mp.slices), RealRows: make([]int, len(s.mp.slices))},
 	}
 	for k, d := range s.mp.slices {
-		recs, real, err := s.slice(st, k, d, pos)
+		var recs []arrow.RecordBatch
+		var real int64
+		var err error
+		if s.place != nil {
+			var rec arrow.RecordBatch
+			if rec, err = s.slicePlaced(st, k); err == nil {
+				recs, real = []arrow.RecordBatch{rec}, rec.NumRows()
+			}
+		} else {
+			recs, real, err = s.slice(st, k, d, pos)
+		}
 		if err != nil {
 			step.Release()
 			return transport.Step{}, fmt.Errorf("feed: mixture step %d slice %d: %w", st, d, err)
@@ -277,7 +307,34 @@ func (s *mixStream) next() (transport.Step, error) {
 	if gated {
 		s.moved()
 	}
+	if s.place != nil {
+		s.place.tbl.trim(st + 1)
+	}
 	return step, nil
+}
+
+// slicePlaced takes slice k of step st's rows from its cursors (records
+// without columns: their readers placed the rows as they decoded them) and
+// returns the slice the readers filled.
+func (s *mixStream) slicePlaced(st, k int) (arrow.RecordBatch, error) {
+	for i, n := range s.counts {
+		mc := s.curs[i][k]
+		for need := n; need > 0; {
+			rec, ok, err := mc.cur.Take(need)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", mc.src.name, err)
+			}
+			if !ok {
+				if err := s.push(mc); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			need -= rec.NumRows()
+			rec.Release()
+		}
+	}
+	return s.place.record(st, k)
 }
 
 // slice builds slice d (the k-th of the request) of step st: each source's
@@ -396,9 +453,9 @@ func (s *mixStream) push(mc *mixCursor) error {
 	if mc.cur.Phase() != mc.epoch {
 		s.startReader(mc)
 	}
-	if _, want := cut.Wants(); want && mc.got >= len(mc.segs) && mc.rd != nil {
+	if _, want := cut.Wants(); want && mc.got >= len(mc.segs) && (mc.rd != nil || s.place != nil) {
 		// The reader read its steps ahead (stepPieces): the next one
-		// continues.
+		// continues (placed, one may not have started: startReader).
 		s.startReader(mc)
 	}
 	seg, want := cut.Wants()
@@ -485,6 +542,9 @@ func (s *mixStream) Close() error {
 	}
 	if s.cols != nil {
 		s.cols.Release()
+	}
+	if s.place != nil {
+		s.place.release() // after the readers: none places rows any more
 	}
 	if s.unreserve != nil {
 		s.unreserve()

@@ -45,6 +45,9 @@ type pipelineConfig struct {
 	// noGate: a mixture's readers start each piece as soon as their budget
 	// allows (tests compare with it)
 	noGate bool
+	// noPlace: a mixture's slices are its cursors' parts, joined by the
+	// transport, where they could be placed (tests compare with it)
+	noPlace bool
 	// selections caches the rows filters keep (filter.go).
 	selections filter.Store
 	// tokenizers caches parsed tokenizers by content (tokenizer.go).

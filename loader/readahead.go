@@ -137,9 +137,12 @@ type Transform func(k int, ref RowGroupRef, rec arrow.RecordBatch) (arrow.Record
 // WithReaderTransform makes this reader run f on each record it decodes,
 // on the goroutine that decoded it and holding one of its decode slots
 // (WithReaderDecodeWorkers), so that the work runs ahead of Next and in
-// parallel like decoding (a feed stream tokenizes text columns there). Its
-// output is not charged to the read-ahead budget: the caller accounts for
-// it. Default: none.
+// parallel like decoding (a feed stream tokenizes text columns there, and
+// places a mixture's rows in its slices). A piece's transform runs on the
+// slot it decoded in, as soon as it is decoded (its record still in the
+// core's cache); with one decode worker, pieces are transformed in order.
+// Its output is not charged to the read-ahead budget: the caller accounts
+// for it. Default: none.
 func WithReaderTransform(f Transform) ReaderOption {
 	return func(r *RowGroupReader) { r.xform = f }
 }
@@ -420,11 +423,18 @@ func (r *RowGroupReader) read(k int, p *pending, mem memory.Allocator, gate deco
 	} else {
 		start, end := ref.span()
 		p.rec, p.err = r.ds.readPiece(r.ctx, ref, piece{start: start, end: end, mem: mem, stats: &r.stats, e: p.ent, share: r.share, held: r.held})
-		gate.leave()
 		if p.err == nil {
 			r.stats.Pieces.Add(1)
 		}
 		r.pieceDone(p)
+		if r.xform != nil && p.err == nil {
+			// On the slot the piece decoded in, at once: its record is
+			// still in the core's cache (a placed mixture copies it out).
+			p.rec, p.err = r.xform(k, ref, p.rec)
+		}
+		gate.leave()
+		close(p.done)
+		return
 	}
 	if r.xform != nil && p.err == nil {
 		gate.enter()

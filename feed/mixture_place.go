@@ -1,0 +1,378 @@
+package feed
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/meshfeed/meshfeed/batching"
+	"github.com/meshfeed/meshfeed/internal/arrowmem"
+	"github.com/meshfeed/meshfeed/loader"
+)
+
+// Slices placed as their rows are decoded (DESIGN.md, "Mixtures", "Slices
+// placed"). A mixture's slice holds three sources' rows back to back, so
+// it is copied once on its way out; copied by the transport from pieces
+// decoded steps before, that copy reads memory long since evicted from
+// the caches. Where every column is fixed-width and nothing reshapes the
+// rows, each cursor's reader instead copies a piece's rows into the
+// slices of the steps that take them as soon as the piece is decoded
+// (still in cache), and hands the cursor records without columns that only
+// count the rows; the step's slice is then one record of buffers the
+// transport sends as they are.
+
+// placer holds the placed slices of one mixture stream.
+type placer struct {
+	mix   *batching.Mixture
+	mem   memory.Allocator
+	b     int64
+	in    *arrow.Schema // the sources' columns, in order (mixturePlan.in)
+	out   *arrow.Schema // the slices' (mixturePlan.schema)
+	width []int         // bytes per row of each column of in
+	src   bool          // out has the source column
+	mask  bool          // out has the mask (every row real)
+	steps int
+	empty *arrow.Schema // of the records the cursors count rows with
+	tbl   *stepTable
+
+	mu    sync.Mutex
+	slots map[placeKey]*placedSlice
+}
+
+type placeKey struct{ step, k int }
+
+// placedSlice is slice k of a step as the readers fill it: a buffer per
+// column of in, then the source column's and the mask's.
+type placedSlice struct {
+	bufs []*memory.Buffer
+	rows atomic.Int64 // rows written
+}
+
+// newPlacer returns a placer for the stream of mp from step start, or nil
+// where the slices cannot be placed: packing, padding, a source that
+// filters, tokenizes, shuffles or reshapes its rows, a column that is not
+// fixed-width (primitive, or a fixed-size list of one), no read-ahead
+// budget (pieces not cut on the steps ahead), or more than one decode
+// worker per reader (the parts path keeps the cores a reader may use).
+//
+// A placed cursor's reader reads pieces cut on the steps' ends
+// (stepPieces), each spanning the same number of steps whatever the
+// source's weight, so the slices its rows are placed in lie at most a few
+// pieces' steps ahead; a cursor whose source no step ahead takes from
+// starts no reader until one does (startReader).
+func newPlacer(mp *mixturePlan, mem memory.Allocator, walk *batching.Walker, workers int, off bool) *placer {
+	if off || workers != 1 || mp.packer != nil || mp.mix.PaddedRows() != 0 {
+		return nil
+	}
+	for _, s := range mp.srcs {
+		if s.shaper != nil || s.window != 0 || s.sels != nil || len(s.toks) > 0 || s.cutIn.NumFields() != mp.in.NumFields() {
+			return nil
+		}
+		if perRow, _ := s.ds.StreamedRowBytes(); perRow <= 0 {
+			return nil // not cut on the steps ahead (stepPieces)
+		}
+	}
+	p := &placer{mix: mp.mix, mem: mem, b: int64(mp.mix.SliceRows()), in: mp.in, out: mp.schema,
+		steps: mp.mix.Steps(), empty: arrow.NewSchema(nil, nil), slots: map[placeKey]*placedSlice{},
+		tbl: newStepTable(walk, mp.mix.Steps())}
+	for _, f := range mp.in.Fields() {
+		w := placedWidth(f.Type)
+		if w == 0 {
+			return nil
+		}
+		p.width = append(p.width, w)
+	}
+	extra := mp.schema.Fields()[mp.in.NumFields():]
+	if len(extra) > 0 && extra[0].Type.ID() == arrow.INT32 {
+		p.src, extra = true, extra[1:]
+	}
+	if len(extra) > 0 && extra[0].Type.ID() == arrow.BOOL {
+		p.mask, extra = true, extra[1:]
+	}
+	if len(extra) > 0 {
+		return nil
+	}
+	return p
+}
+
+// placedWidth returns the bytes per row of a column of type t laid out as
+// one values buffer (a primitive of whole bytes, or a fixed-size list of
+// one), else 0.
+func placedWidth(t arrow.DataType) int {
+	if l, ok := t.(*arrow.FixedSizeListType); ok {
+		if _, nested := l.Elem().(*arrow.FixedSizeListType); nested {
+			return 0
+		}
+		return placedWidth(l.Elem()) * int(l.Len())
+	}
+	switch t.ID() {
+	case arrow.INT8, arrow.UINT8, arrow.INT16, arrow.UINT16, arrow.INT32, arrow.UINT32, arrow.INT64, arrow.UINT64,
+		arrow.FLOAT16, arrow.FLOAT32, arrow.FLOAT64, arrow.DATE32, arrow.DATE64, arrow.TIME32, arrow.TIME64,
+		arrow.TIMESTAMP, arrow.DURATION:
+		return t.(arrow.FixedWidthDataType).BitWidth() / 8
+	}
+	return 0
+}
+
+// placedValues returns the bytes of column d's values, row 0 first (w
+// bytes a row). Columns of a mixture carry no nulls (format refuses them
+// or fills them); one with nulls is an internal error here.
+func placedValues(d arrow.ArrayData, w int) ([]byte, error) {
+	if d.NullN() > 0 {
+		return nil, fmt.Errorf("%d nulls in a column of fixed-width values (internal error)", d.NullN())
+	}
+	off, n := d.Offset(), d.Len()
+	if l, ok := d.DataType().(*arrow.FixedSizeListType); ok {
+		child := d.Children()[0]
+		if child.NullN() > 0 {
+			return nil, fmt.Errorf("%d null elements in a fixed-size list column (internal error)", child.NullN())
+		}
+		ew := w / int(l.Len())
+		start := (child.Offset() + off*int(l.Len())) * ew
+		return child.Buffers()[1].Bytes()[start : start+n*w], nil
+	}
+	return d.Buffers()[1].Bytes()[off*w : (off+n)*w], nil
+}
+
+// slot returns slice k of step st, made on first use: its buffers, the
+// source column written from the step's counts and the slice's order.
+func (p *placer) slot(st, k int, counts []int64, order []int32) *placedSlice {
+	key := placeKey{st, k}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if sl := p.slots[key]; sl != nil {
+		return sl
+	}
+	sl := &placedSlice{}
+	alloc := func(n int) []byte {
+		// Every byte is written before the slice is sent (record checks
+		// that every row was placed).
+		buf := arrowmem.NewOverwriteBuffer(p.mem, n)
+		sl.bufs = append(sl.bufs, buf)
+		return buf.Bytes()
+	}
+	for _, w := range p.width {
+		alloc(int(p.b) * w)
+	}
+	if p.src {
+		vals := arrow.Int32Traits.CastFromBytes(alloc(int(p.b) * 4))
+		at := 0
+		for _, i := range order {
+			for r := int64(0); r < counts[i]; r++ {
+				vals[at] = i
+				at++
+			}
+		}
+	}
+	if p.mask {
+		bits := alloc(int(p.b+7) / 8)
+		for j := range bits {
+			bits[j] = 0xff
+		}
+	}
+	p.slots[key] = sl
+	return sl
+}
+
+// place writes rec, the rows of source i's sequence on slice k (the
+// request's; d the mesh's) from position pos on, into the slices of the
+// steps that take them. Rows past the last step are no step's.
+func (p *placer) place(i, k, d int, rec arrow.RecordBatch, pos int64) error {
+	n := rec.NumRows()
+	vals := make([][]byte, len(p.width))
+	for c, w := range p.width {
+		v, err := placedValues(rec.Column(c).Data(), w)
+		if err != nil {
+			return fmt.Errorf("column %q: %w", p.in.Field(c).Name, err)
+		}
+		vals[c] = v
+	}
+	counts := make([]int64, p.mix.Sources())
+	for at := int64(0); at < n; {
+		st, cum, past, err := p.tbl.locate(i, pos+at, counts)
+		if err != nil || past {
+			return err
+		}
+		var block int64
+		order := p.mix.Order(st, d)
+		for _, j := range order {
+			if int(j) == i {
+				break
+			}
+			block += counts[j]
+		}
+		m := min(n-at, cum+counts[i]-(pos+at))
+		sl := p.slot(st, k, counts, order)
+		o := block + pos + at - cum
+		for c, w := range p.width {
+			copy(sl.bufs[c].Bytes()[int(o)*w:int(o+m)*w], vals[c][int(at)*w:int(at+m)*w])
+		}
+		sl.rows.Add(m)
+		at += m
+	}
+	return nil
+}
+
+// record returns slice k of step st as one record of the slice's buffers,
+// once the cursors have taken its rows (so every reader has placed them).
+func (p *placer) record(st, k int) (arrow.RecordBatch, error) {
+	key := placeKey{st, k}
+	p.mu.Lock()
+	sl := p.slots[key]
+	delete(p.slots, key)
+	p.mu.Unlock()
+	if sl == nil || sl.rows.Load() != p.b {
+		var got int64
+		if sl != nil {
+			got = sl.rows.Load()
+			releaseBufs(sl.bufs)
+		}
+		return nil, fmt.Errorf("%d of the slice's %d rows placed (internal error)", got, p.b)
+	}
+	defer releaseBufs(sl.bufs)
+	cols := make([]arrow.Array, 0, p.out.NumFields())
+	defer func() {
+		for _, a := range cols {
+			a.Release()
+		}
+	}()
+	add := func(t arrow.DataType, buf *memory.Buffer) {
+		var d arrow.ArrayData
+		if l, ok := t.(*arrow.FixedSizeListType); ok {
+			child := array.NewData(l.Elem(), int(p.b)*int(l.Len()), []*memory.Buffer{nil, buf}, nil, 0, 0)
+			d = array.NewData(t, int(p.b), []*memory.Buffer{nil}, []arrow.ArrayData{child}, 0, 0)
+			child.Release()
+		} else {
+			d = array.NewData(t, int(p.b), []*memory.Buffer{nil, buf}, nil, 0, 0)
+		}
+		cols = append(cols, array.MakeFromData(d))
+		d.Release()
+	}
+	for c, f := range p.out.Fields() {
+		add(f.Type, sl.bufs[c])
+	}
+	return array.NewRecordBatch(p.out, cols, p.b), nil
+}
+
+// release frees the slices not sent (the stream closed).
+func (p *placer) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, sl := range p.slots {
+		releaseBufs(sl.bufs)
+		delete(p.slots, k)
+	}
+}
+
+func releaseBufs(bufs []*memory.Buffer) {
+	for _, b := range bufs {
+		b.Release()
+	}
+}
+
+// placeRead is the transform of a placed cursor's reader: it places each
+// record it decodes (the rows its ref names, the reader's pieces segs,
+// which start at position start of the cursor's sequence) and returns a
+// record without columns of as many rows, which the cursor cuts and
+// takes like the rows themselves.
+func (s *mixStream) placeRead(mc *mixCursor, segs []batching.Segment, refs []loader.RowGroupRef, start int64) loader.Transform {
+	pos := make([]int64, len(segs))
+	for j, g := range segs {
+		pos[j], start = start, start+g.Len()
+	}
+	i, k, d := mc.src.idx, mc.k, mc.d
+	return func(_ int, ref loader.RowGroupRef, rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+		defer rec.Release()
+		lo, hi := ref.Start, ref.End
+		if lo == 0 && hi == 0 {
+			hi = ref.Rows
+		}
+		if rec.NumRows() != hi-lo {
+			return nil, fmt.Errorf("%s: a record of %d rows for rows [%d, %d) (internal error)", mc.src.name, rec.NumRows(), lo, hi)
+		}
+		same := func(j int) bool { return refs[j].File == ref.File && refs[j].Index == ref.Index }
+		j := 0
+		for j < len(segs) && !(same(j) && segs[j].Start <= lo && lo < segs[j].End) {
+			j++
+		}
+		// The record's rows lie in segs j, ... back to back (one row
+		// group's pieces, read in order).
+		end := int64(-1)
+		if j < len(segs) {
+			end = segs[j].End
+			for q := j + 1; end < hi && q < len(segs) && same(q) && segs[q].Start == end; q++ {
+				end = segs[q].End
+			}
+		}
+		if end < hi {
+			return nil, fmt.Errorf("%s: rows [%d, %d) of file %d row group %d are not the reader's pieces' (internal error)", mc.src.name, lo, hi, ref.File, ref.Index)
+		}
+		if err := s.place.place(i, k, d, rec, pos[j]+lo-segs[j].Start); err != nil {
+			return nil, fmt.Errorf("%s: placing rows [%d, %d) of file %d row group %d: %w", mc.src.name, lo, hi, ref.File, ref.Index, err)
+		}
+		return array.NewRecordBatch(s.place.empty, nil, hi-lo), nil
+	}
+}
+
+// stepTable is where each source's positions fall among the steps: C_i(s)
+// for the steps from the stream's (or the last trimmed) on, extended as
+// readers place rows further ahead. It is safe for concurrent use.
+type stepTable struct {
+	mu    sync.Mutex
+	w     *batching.Walker // at step base + len(cum)/n - 1
+	n     int              // sources
+	steps int              // the mixture's
+	base  int
+	cum   []int64 // [j*n + i]: C_i(base + j)
+	cnt   []int64 // scratch for the walker
+}
+
+func newStepTable(walk *batching.Walker, steps int) *stepTable {
+	w := walk.Clone()
+	n := len(w.Cum())
+	return &stepTable{w: w, n: n, steps: steps, base: w.Step(), cum: append([]int64(nil), w.Cum()...), cnt: make([]int64, n)}
+}
+
+// locate returns the step st that takes position pos of source i's
+// sequence (on every slice alike), C_i(st), and every source's count in
+// st (into counts); past where no step before the mixture's end does.
+func (t *stepTable) locate(i int, pos int64, counts []int64) (st int, cum int64, past bool, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.n
+	last := len(t.cum)/n - 1 // steps known: base .. base+last-1
+	for t.cum[last*n+i] <= pos {
+		if t.base+last >= t.steps {
+			return 0, 0, true, nil
+		}
+		if err := t.w.Next(t.cnt); err != nil {
+			return 0, 0, false, err
+		}
+		t.cum = append(t.cum, t.w.Cum()...)
+		last++
+	}
+	// The first j with C_i(base+j+1) > pos.
+	j := sort.Search(last, func(j int) bool { return t.cum[(j+1)*n+i] > pos })
+	if t.cum[j*n+i] > pos {
+		return 0, 0, false, fmt.Errorf("position %d of source %d is before step %d, where the table starts (internal error)", pos, i, t.base)
+	}
+	for s := range counts {
+		counts[s] = t.cum[(j+1)*n+s] - t.cum[j*n+s]
+	}
+	return t.base + j, t.cum[j*n+i], false, nil
+}
+
+// trim forgets the steps before st (sent: no reader places rows there).
+func (t *stepTable) trim(st int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if drop := st - t.base; drop >= 1024 && drop < len(t.cum)/t.n {
+		t.cum = append(t.cum[:0], t.cum[drop*t.n:]...)
+		t.base = st
+	}
+}

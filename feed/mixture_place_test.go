@@ -1,0 +1,237 @@
+package feed
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/meshfeed/meshfeed/internal/datagen"
+	"github.com/meshfeed/meshfeed/internal/testseed"
+	"github.com/meshfeed/meshfeed/transport"
+)
+
+func withoutPlace() Option { return func(c *pipelineConfig) { c.noPlace = true } }
+
+// placedRequest is mixRequest with row groups shuffled but no shuffle
+// window: a mixture whose slices are placed (newPlacer).
+func placedRequest(dirs []string, w []float64, B, D int, sl []int, policy transport.LastBatch, stop transport.MixtureStop) *transport.Request {
+	req := mixRequest(dirs, w, B, D, sl, policy, stop)
+	for i := range req.Mixture.Sources {
+		req.Mixture.Sources[i].Shuffle = transport.Shuffle{Enabled: i != 1}
+	}
+	return req
+}
+
+// readPlaced reads a whole mixture stream, checking whether its slices were
+// placed (place) and, placed, that each step is one record per slice.
+func readPlaced(t *testing.T, p *Pipeline, req *transport.Request, place bool) [][][]mixRow {
+	t.Helper()
+	st, err := p.Open(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if got := st.(*mixStream).place != nil; got != place {
+		t.Fatalf("slices placed: %v, want %v", got, place)
+	}
+	if !place {
+		return readMixSteps(t, st)
+	}
+	return readMixSteps(t, oneRecordPerSlice{t, st})
+}
+
+// oneRecordPerSlice fails the test at a step that is not one record per
+// slice.
+type oneRecordPerSlice struct {
+	t *testing.T
+	transport.Stream
+}
+
+func (o oneRecordPerSlice) Next(ctx context.Context) (transport.Step, error) {
+	step, err := o.Stream.Next(ctx)
+	if err == nil && len(step.Slices) != len(step.Meta.Slices) {
+		o.t.Fatalf("step %d: %d records for %d slices: a placed step is one record per slice", step.Meta.Step, len(step.Slices), len(step.Meta.Slices))
+	}
+	return step, err
+}
+
+// TestMixturePlacedMatchesModel: where a mixture's slices are placed as
+// their rows are decoded (fixed-width columns, no shuffle window, no
+// padding), the stream is the model's, and the same as the parts path's
+// (withoutPlace), for weights, stops and a random resume step; two
+// processes serving half the slices each agree with one; an elastic resume
+// onto D=8 is the contract's (mixElasticModel). Padding or a shuffle
+// window keeps the parts path.
+func TestMixturePlacedMatchesModel(t *testing.T) {
+	seed := testseed.Get(t, 0, "")
+	r := rand.New(rand.NewPCG(seed, 26))
+	dirs := mixDirs(t)
+	mem := checkedMem(t)
+	p := newTestPipeline(t, mem)
+	parts, err := NewPipeline(context.Background(), WithAllocator(mem), WithReadAhead(1<<16), withoutPlace())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer parts.Close()
+	const B, D = 12, 4
+	for _, tc := range []struct {
+		w      []float64
+		policy transport.LastBatch
+		stop   transport.MixtureStop
+	}{
+		{[]float64{0.5, 0.3, 0.2}, transport.LastBatchDrop, transport.MixtureStop{Rule: "first_exhausted"}},
+		{[]float64{1, 1, 1}, transport.LastBatchDrop, transport.MixtureStop{Rule: "all_exhausted"}},
+		{[]float64{2, 0, 1}, transport.LastBatchRaise, transport.MixtureStop{Rule: "num_steps", NumSteps: 40}},
+		{[]float64{0.7, 0.2, 0.1}, transport.LastBatchPad, transport.MixtureStop{Rule: "num_steps", NumSteps: 90}},
+	} {
+		name := fmt.Sprintf("seed %d %v/%s/%s", seed, tc.w, tc.policy, tc.stop.Rule)
+		all := placedRequest(dirs, tc.w, B, D, []int{0, 1, 2, 3}, tc.policy, tc.stop)
+		want := mixModel(t, p, all)
+		got := readPlaced(t, p, all, true)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: the placed stream differs from the model:\n got %v\nwant %v", name, got, want)
+		}
+		if viaParts := readPlaced(t, parts, all, false); fmt.Sprint(viaParts) != fmt.Sprint(got) {
+			t.Fatalf("%s: the placed stream differs from the parts path's", name)
+		}
+		k := r.IntN(len(got))
+		resumed := placedRequest(dirs, tc.w, B, D, []int{0, 1, 2, 3}, tc.policy, tc.stop)
+		resumed.Start.Step = k
+		if tail := readPlaced(t, p, resumed, true); fmt.Sprint(tail) != fmt.Sprint(got[k:]) {
+			t.Fatalf("%s: resumed at step %d: differs from the run", name, k)
+		}
+		lo := readPlaced(t, p, placedRequest(dirs, tc.w, B, D, []int{0, 1}, tc.policy, tc.stop), true)
+		hi := readPlaced(t, p, placedRequest(dirs, tc.w, B, D, []int{2, 3}, tc.policy, tc.stop), true)
+		for s := range got {
+			if fmt.Sprint(append(slices.Clone(lo[s]), hi[s]...)) != fmt.Sprint(got[s]) {
+				t.Fatalf("%s: step %d: two processes disagree with one", name, s)
+			}
+		}
+
+		const D2 = 8
+		old := placedRequest(dirs, tc.w, 16, D, []int{0, 1, 2, 3}, tc.policy, tc.stop)
+		full := readPlaced(t, p, old, true)
+		k = 1 + r.IntN(len(full)-1)
+		next := placedRequest(dirs, tc.w, 16, D2, []int{0, 1, 2, 3, 4, 5, 6, 7}, tc.policy, tc.stop)
+		next.Elastic = &transport.Elastic{FromSlices: D, Step: k}
+		next.Start.Step = k
+		if got, want := readPlaced(t, p, next, true), mixElasticModel(t, p, old, next, k); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: elastic D=%d to %d at step %d: the placed stream differs from the model:\n got %v\nwant %v", name, D, D2, k, got, want)
+		}
+	}
+
+	// Padding (first_exhausted, pad) and a shuffle window keep the parts.
+	padded := placedRequest(dirs, []float64{0.5, 0.3, 0.2}, B, D, []int{0, 1, 2, 3}, transport.LastBatchPad, transport.MixtureStop{Rule: "first_exhausted"})
+	if got, want := readPlaced(t, p, padded, false), mixModel(t, p, padded); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("padded: the stream differs from the model")
+	}
+	windowed := mixRequest(dirs, []float64{1, 1, 1}, B, D, []int{0, 1, 2, 3}, transport.LastBatchDrop, transport.MixtureStop{Rule: "all_exhausted"})
+	readPlaced(t, p, windowed, false)
+}
+
+// TestMixturePlacedColumns reads three snappy sources with features in
+// pieces (a small read-ahead) placed and as parts: every column of every
+// step is equal, the placed steps one record per slice.
+func TestMixturePlacedColumns(t *testing.T) {
+	var dirs []string
+	for i, rows := range []int64{9000, 6000, 7500} {
+		s := datagen.DefaultSpec()
+		s.Rows, s.Files, s.RowGroupRows, s.Features, s.Seed = rows, 2, 2048, 8, uint64(i+1)
+		s.Compression, s.Dictionary, s.PageBytes = datagen.CompressionSnappy, false, 8<<10
+		if i == 1 {
+			s.Compression = datagen.CompressionNone
+		}
+		dirs = append(dirs, writeDataset(t, s))
+	}
+	_, req := mixtureAndOne(dirs, 96, 4, 200)
+	req.Mixture.SourceColumn = "source"
+	req.Mixture.Sources[0].Weight, req.Mixture.Sources[2].Weight = 2, 0.5
+	read := func(place bool) []arrow.RecordBatch {
+		opts := []Option{WithAllocator(checkedMem(t)), WithReadAhead(256 << 10)}
+		if !place {
+			opts = append(opts, withoutPlace())
+		}
+		p, st := openOne(t, req, opts...)
+		defer p.Close()
+		defer st.Close()
+		if got := st.(*mixStream).place != nil; got != place {
+			t.Fatalf("slices placed: %v, want %v", got, place)
+		}
+		var out []arrow.RecordBatch
+		eachStep(t, st, 200, func(step transport.Step) {
+			if place && len(step.Slices) != len(step.Meta.Slices) {
+				t.Fatalf("step %d: %d records for %d slices", step.Meta.Step, len(step.Slices), len(step.Meta.Slices))
+			}
+			out = append(out, sliceRecords(t, step)...)
+		})
+		return out
+	}
+	placed, viaParts := read(true), read(false)
+	defer releaseAll(placed)
+	defer releaseAll(viaParts)
+	if len(placed) != 200*4 || len(viaParts) != len(placed) {
+		t.Fatalf("%d placed slices, %d as parts, want %d", len(placed), len(viaParts), 200*4)
+	}
+	for j := range placed {
+		if !array.RecordEqual(placed[j], viaParts[j]) {
+			t.Fatalf("slice %d of step %d differs placed and as parts:\n%v\n%v", j%4, j/4, placed[j], viaParts[j])
+		}
+	}
+}
+
+// TestMixturePlacedAhead reads a skewed mixture (weights 0.96/0.03/0.01:
+// the small sources' pieces hold few rows a step) placed, and after each
+// step counts the slices allocated ahead: their bytes stay within the
+// read-ahead budget the cursors share (a piece spans the same steps
+// whatever its source's weight), and the stream equals the parts path's.
+func TestMixturePlacedAhead(t *testing.T) {
+	var dirs []string
+	for i := range 3 {
+		s := datagen.DefaultSpec()
+		s.Rows, s.Files, s.RowGroupRows, s.Features, s.Seed = 20000, 1, 4096, 16, uint64(i+1)
+		s.Compression, s.Dictionary, s.PageBytes = datagen.CompressionSnappy, false, 16<<10
+		dirs = append(dirs, writeDataset(t, s))
+	}
+	const B, D, steps, readAhead = 256, 4, 300, 1 << 20
+	_, req := mixtureAndOne(dirs, B, D, steps)
+	req.Mixture.SourceColumn = "source"
+	for i, w := range []float64{0.96, 0.03, 0.01} {
+		req.Mixture.Sources[i].Weight = w
+	}
+	read := func(opts ...Option) (ids string, most int) {
+		p, st := openOne(t, req, append([]Option{WithAllocator(checkedMem(t)), WithReadAhead(readAhead)}, opts...)...)
+		defer p.Close()
+		defer st.Close()
+		var all []string
+		eachStep(t, st, steps, func(step transport.Step) {
+			for _, rec := range sliceRecords(t, step) {
+				all = append(all, fmt.Sprint(rec.Column(0).(*array.Int64).Int64Values(), rec.Column(3).(*array.Int32).Int32Values()))
+				rec.Release()
+			}
+			if pl := st.(*mixStream).place; pl != nil {
+				pl.mu.Lock()
+				most = max(most, len(pl.slots))
+				pl.mu.Unlock()
+			}
+		})
+		return fmt.Sprint(all), most
+	}
+	placed, most := read()
+	viaParts, _ := read(withoutPlace())
+	if placed != viaParts {
+		t.Fatal("the placed stream differs from the parts path's")
+	}
+	sliceBytes := int64(B/D) * (8 + 4 + 16*4)
+	t.Logf("at most %d slices placed ahead (%d bytes; read-ahead %d)", most, int64(most)*sliceBytes, readAhead)
+	if most == 0 {
+		t.Fatal("no slice placed ahead: the test checks nothing")
+	}
+	if int64(most)*sliceBytes > readAhead {
+		t.Errorf("%d slices placed ahead, %d bytes: over the read-ahead budget of %d", most, int64(most)*sliceBytes, readAhead)
+	}
+}
