@@ -15,9 +15,10 @@
 // its own dataset and reads, per source and slice, that source's stream
 // through a batching.SourceCursor; each slice is handed over as its
 // sources' rows of the step (views, batching.PartColumns), which the
-// transport joins, or, where every column is fixed-width and nothing
-// reshapes the rows (mixture_place.go), placed by the readers into the
-// slices of their steps as they decode them, one record a slice.
+// transport joins, or, on the shared-memory wire (OpenWith) where every
+// column is fixed-width and nothing reshapes the rows (mixture_place.go),
+// placed by the readers into the slices of their steps as they decode
+// them, one record a slice.
 //
 // A column with pack "concat" (packconcat.go) is planned from every
 // document's token count (package tokcount: the manifest's fact, the

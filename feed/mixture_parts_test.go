@@ -83,7 +83,8 @@ func (a *allocCounter) Reallocate(n int, b []byte) []byte {
 // dataset, and no more. As parts (withoutPlace: views of the decoded
 // records, joined by the transport), it allocates no step's bytes more
 // (joined before the transport, it allocated one whole step more per step
-// and the transport copied it again).
+// and the transport copied it again). Both opened as the shared-memory wire
+// opens them (OpenWith).
 func TestMixtureCopies(t *testing.T) {
 	var dirs []string
 	for i := range 3 {
@@ -96,7 +97,7 @@ func TestMixtureCopies(t *testing.T) {
 	single, mix := mixtureAndOne(dirs, B, D, steps)
 	run := func(req *transport.Request, opts ...Option) (alloc, stepBytes int64, records int) {
 		mem := &allocCounter{Allocator: memory.NewGoAllocator()}
-		p, st := openOne(t, req, append([]Option{WithAllocator(mem)}, opts...)...)
+		p, st := openPlaced(t, req, append([]Option{WithAllocator(mem)}, opts...)...)
 		defer p.Close()
 		defer st.Close()
 		for n := 0; ; n++ {

@@ -27,11 +27,29 @@ func placedRequest(dirs []string, w []float64, B, D int, sl []int, policy transp
 	return req
 }
 
-// readPlaced reads a whole mixture stream, checking whether its slices were
-// placed (place) and, placed, that each step is one record per slice.
+// openPlaced opens req's stream as the shared-memory wire does (OpenWith,
+// where a mixture's slices may be placed) on a new Pipeline with opts; the
+// caller closes both.
+func openPlaced(t *testing.T, req *transport.Request, opts ...Option) (*Pipeline, transport.Stream) {
+	t.Helper()
+	p, err := NewPipeline(context.Background(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.OpenWith(context.Background(), req, p.cfg.mem)
+	if err != nil {
+		p.Close()
+		t.Fatal(err)
+	}
+	return p, st
+}
+
+// readPlaced reads a whole mixture stream opened as the shared-memory wire
+// opens it (OpenWith), checking whether its slices were placed (place)
+// and, placed, that each step is one record per slice.
 func readPlaced(t *testing.T, p *Pipeline, req *transport.Request, place bool) [][][]mixRow {
 	t.Helper()
-	st, err := p.Open(context.Background(), req)
+	st, err := p.OpenWith(context.Background(), req, p.cfg.mem)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +117,18 @@ func TestMixturePlacedMatchesModel(t *testing.T) {
 		if viaParts := readPlaced(t, parts, all, false); fmt.Sprint(viaParts) != fmt.Sprint(got) {
 			t.Fatalf("%s: the placed stream differs from the parts path's", name)
 		}
+		// Flight's streams (Open) hand parts over, which it sends unjoined.
+		st, err := p.Open(context.Background(), all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.(*mixStream).place != nil {
+			t.Fatalf("%s: Open's stream places its slices", name)
+		}
+		if viaOpen := readMixSteps(t, st); fmt.Sprint(viaOpen) != fmt.Sprint(got) {
+			t.Fatalf("%s: Open's stream differs from the placed one", name)
+		}
+		st.Close()
 		k := r.IntN(len(got))
 		resumed := placedRequest(dirs, tc.w, B, D, []int{0, 1, 2, 3}, tc.policy, tc.stop)
 		resumed.Start.Step = k
@@ -156,7 +186,7 @@ func TestMixturePlacedColumns(t *testing.T) {
 		if !place {
 			opts = append(opts, withoutPlace())
 		}
-		p, st := openOne(t, req, opts...)
+		p, st := openPlaced(t, req, opts...)
 		defer p.Close()
 		defer st.Close()
 		if got := st.(*mixStream).place != nil; got != place {
@@ -204,7 +234,7 @@ func TestMixturePlacedAhead(t *testing.T) {
 		req.Mixture.Sources[i].Weight = w
 	}
 	read := func(opts ...Option) (ids string, most int) {
-		p, st := openOne(t, req, append([]Option{WithAllocator(checkedMem(t)), WithReadAhead(readAhead)}, opts...)...)
+		p, st := openPlaced(t, req, append([]Option{WithAllocator(checkedMem(t)), WithReadAhead(readAhead)}, opts...)...)
 		defer p.Close()
 		defer st.Close()
 		var all []string

@@ -85,7 +85,9 @@ type mixCursor struct {
 
 // openMixture opens a stream over mp from the request's start step. The
 // stream's read-ahead budget is shared by every (source, slice) reader.
-func (p *Pipeline) openMixture(ctx context.Context, req *transport.Request, mem memory.Allocator) (transport.Stream, error) {
+// place: its slices may be placed (mixture_place.go; OpenWith's streams,
+// whose buffers travel in place), else they are always parts.
+func (p *Pipeline) openMixture(ctx context.Context, req *transport.Request, mem memory.Allocator, place bool) (transport.Stream, error) {
 	mp, err := p.planMixture(ctx, req)
 	if err != nil {
 		return nil, err
@@ -119,7 +121,7 @@ func (p *Pipeline) openMixture(ctx context.Context, req *transport.Request, mem 
 		s.Close()
 		return nil, err
 	}
-	s.place = newPlacer(mp, mem, s.walk, s.workers, p.cfg.noPlace || s.share <= 0)
+	s.place = newPlacer(mp, mem, s.walk, s.workers, !place || p.cfg.noPlace || s.share <= 0)
 	for i, src := range mp.srcs {
 		var row []*mixCursor
 		for k, d := range mp.slices {

@@ -306,16 +306,23 @@ func (p *Pipeline) Info(ctx context.Context, req *transport.Request) (*transport
 // Open implements transport.Backend. Reading of the first step's row groups starts at
 // once, in the background.
 func (p *Pipeline) Open(ctx context.Context, req *transport.Request) (transport.Stream, error) {
-	return p.OpenWith(ctx, req, p.cfg.mem)
+	return p.open(ctx, req, p.cfg.mem, false)
 }
 
 // OpenWith implements transport.AllocatingBackend: Open, with the stream's
 // decoded row groups, slices and step records allocated from mem (the
 // shared-memory wire's arena). Nothing the Pipeline keeps beyond the stream
-// (its dataset and footer caches) comes from mem.
+// (its dataset and footer caches) comes from mem. A mixture's slices are
+// placed where they can be (mixture_place.go): each then travels as one
+// buffer of mem, where Open's stream hands them over as parts, which
+// Flight sends without joining them.
 func (p *Pipeline) OpenWith(ctx context.Context, req *transport.Request, mem memory.Allocator) (transport.Stream, error) {
+	return p.open(ctx, req, mem, true)
+}
+
+func (p *Pipeline) open(ctx context.Context, req *transport.Request, mem memory.Allocator, place bool) (transport.Stream, error) {
 	if req.Mixture != nil {
-		return p.openMixture(ctx, req, mem) // mixture_stream.go
+		return p.openMixture(ctx, req, mem, place) // mixture_stream.go
 	}
 	pl, err := p.planFor(ctx, req)
 	if err != nil {
