@@ -155,6 +155,29 @@ func TestMixturePlacedMatchesModel(t *testing.T) {
 		}
 	}
 
+	// Reweighted at a random step: from there the new weights' counts,
+	// placed as the parts path gives them (TestMixtureReweight* hold that
+	// one to the contract).
+	full := readPlaced(t, p, placedRequest(dirs, []float64{0.5, 0.3, 0.2}, B, D, []int{0, 1, 2, 3}, transport.LastBatchDrop, transport.MixtureStop{Rule: "num_steps", NumSteps: 60}), true)
+	k := 1 + r.IntN(50)
+	rw := placedRequest(dirs, []float64{0.2, 0.2, 0.6}, B, D, []int{0, 1, 2, 3}, transport.LastBatchDrop, transport.MixtureStop{Rule: "num_steps", NumSteps: 60})
+	at := make([]int64, 3)
+	for _, st := range full[:k] {
+		for _, x := range st[0] {
+			at[x.src]++
+		}
+	}
+	rw.Mixture.History = []transport.WeightSpan{{FromStep: 0, Weights: []float64{0.5, 0.3, 0.2}, Positions: []int64{0, 0, 0}}}
+	rw.Mixture.WeightsFrom, rw.Mixture.WeightsFromPositions = k, at
+	rw.Start.Step = k
+	got := readPlaced(t, p, rw, true)
+	if len(got) != 60-k {
+		t.Fatalf("seed %d: reweighted at step %d: %d steps, want %d", seed, k, len(got), 60-k)
+	}
+	if viaParts := readPlaced(t, parts, rw, false); fmt.Sprint(viaParts) != fmt.Sprint(got) {
+		t.Fatalf("seed %d: reweighted at step %d: the placed stream differs from the parts path's", seed, k)
+	}
+
 	// Padding (first_exhausted, pad) and a shuffle window keep the parts.
 	padded := placedRequest(dirs, []float64{0.5, 0.3, 0.2}, B, D, []int{0, 1, 2, 3}, transport.LastBatchPad, transport.MixtureStop{Rule: "first_exhausted"})
 	if got, want := readPlaced(t, p, padded, false), mixModel(t, p, padded); fmt.Sprint(got) != fmt.Sprint(want) {
