@@ -17,14 +17,14 @@ import (
 
 // Slices placed as their rows are decoded (DESIGN.md, "Mixtures", "Slices
 // placed"). A mixture's slice holds three sources' rows back to back, so
-// it is copied once on its way out; copied by the transport from pieces
-// decoded steps before, that copy reads memory long since evicted from
-// the caches. Where every column is fixed-width and nothing reshapes the
-// rows, each cursor's reader instead copies a piece's rows into the
-// slices of the steps that take them as soon as the piece is decoded
-// (still in cache), and hands the cursor records without columns that only
-// count the rows; the step's slice is then one record of buffers the
-// transport sends as they are.
+// it is copied once on its way out. Where every column is fixed-width and
+// nothing reshapes the rows, each cursor's reader copies a piece's rows
+// into the slices of the steps that take them as soon as the piece is
+// decoded, frees the piece, and hands the cursor records without columns
+// that only count the rows; the step's slice is then one record of
+// buffers the transport sends as they are. No cursor holds a decoded
+// piece while its steps are cut (the transport copied the parts from
+// pieces decoded dozens of steps before, held until then).
 
 // placer holds the placed slices of one mixture stream.
 type placer struct {

@@ -139,8 +139,9 @@ type Transform func(k int, ref RowGroupRef, rec arrow.RecordBatch) (arrow.Record
 // (WithReaderDecodeWorkers), so that the work runs ahead of Next and in
 // parallel like decoding (a feed stream tokenizes text columns there, and
 // places a mixture's rows in its slices). A piece's transform runs on the
-// slot it decoded in, as soon as it is decoded (its record still in the
-// core's cache); with one decode worker, pieces are transformed in order.
+// slot it decoded in, as soon as it is decoded, before the reader's next
+// piece decodes there; with one decode worker, pieces are transformed in
+// order.
 // Its output is not charged to the read-ahead budget: the caller accounts
 // for it. Default: none.
 func WithReaderTransform(f Transform) ReaderOption {
@@ -428,8 +429,9 @@ func (r *RowGroupReader) read(k int, p *pending, mem memory.Allocator, gate deco
 		}
 		r.pieceDone(p)
 		if r.xform != nil && p.err == nil {
-			// On the slot the piece decoded in, at once: its record is
-			// still in the core's cache (a placed mixture copies it out).
+			// On the slot the piece decoded in, at once: no other
+			// piece of this reader decodes in between (in order with
+			// one worker; a placed mixture copies the record out).
 			p.rec, p.err = r.xform(k, ref, p.rec)
 		}
 		gate.leave()
