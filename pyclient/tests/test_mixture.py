@@ -115,6 +115,61 @@ def test_mixture_proportions_and_rows(mix_server, sources):
     assert exhausted, "first_exhausted ended before any source finished"
 
 
+def test_mixture_placed_slices_are_pyarrows(sources):
+    """A mixture the server places as it decodes (fixed-width columns, no
+    shuffle window, nothing padded; DESIGN "Slices placed"), read over the
+    shared-memory wire: every row whole (label and features) as pyarrow
+    reads it, within one row of the quotas, each source's first epoch
+    delivered once, and a resume at a random step equal to the run."""
+    seed = int(os.environ.get("MESHFEED_TEST_SEED", random.randrange(1 << 30)))
+    print(f"MESHFEED_TEST_SEED={seed}")
+    weights = [0.5, 0.3, 0.2]
+    srcs = [meshfeed.Source(s, weight=w, columns=["id", "label", "features"],
+                            shuffle=meshfeed.Shuffle(seed=i) if i != 1 else None)
+            for i, (s, w) in enumerate(zip(sources, weights))]
+    mix = meshfeed.Mixture(srcs, stop="all_exhausted", source_column="source", seed=5)
+    # The Loader's own server: shared memory, where the server places.
+    kw = dict(global_batch_size=B, sharding=_sharding(), last_batch="drop")
+    tables = [pq.read_table(os.path.dirname(g), columns=["id", "label", "features"]) for g in sources]
+    want = [{i: (y, f) for i, y, f in zip(t["id"].to_pylist(), t["label"].to_pylist(), t["features"].to_pylist())}
+            for t in tables]
+
+    def rows(batch):
+        src = np.asarray(batch["source"]).reshape(D, b)
+        ids = np.asarray(batch["id"]).reshape(D, b)
+        y = np.asarray(batch["label"]).reshape(D, b)
+        f = np.asarray(batch["features"]).reshape(D, b, -1)
+        out = []
+        for d in range(D):
+            for r in range(b):
+                s_, i_ = int(src[d, r]), int(ids[d, r])
+                wy, wf = want[s_][i_]
+                assert y[d, r] == wy and np.array_equal(f[d, r], np.asarray(wf, f.dtype)), (s_, i_)
+            out.append([(int(s_), int(i_)) for s_, i_ in zip(src[d], ids[d])])
+        return out
+
+    with meshfeed.Loader(mix, **kw) as ld:
+        full = [rows(batch) for batch in ld]
+        assert ld.stats()["transport"] == "shm"
+    assert len(full) > 0
+    _check_bound(full, weights)
+    for i, n in enumerate(SIZES):
+        first = set()
+        for d in range(D):
+            seq = [r for st in full for r in st[d] if r[0] == i][:n // D]
+            assert len(set(seq)) == len(seq), f"source {i} repeats a row within its first epoch on slice {d}"
+            first |= set(seq)
+        assert len(first) == n // D * D
+    k = random.Random(seed).randrange(1, len(full))
+    with meshfeed.Loader(mix, **kw) as ld:
+        it = iter(ld)
+        for _ in range(k):
+            next(it)
+        state = ld.state()
+    with meshfeed.Loader(mix, state=state, **kw) as ld:
+        assert [rows(batch) for batch in ld] == full[k:]
+
+
 def test_mixture_resume_and_reweight(mix_server, sources):
     seed = int(os.environ.get("MESHFEED_TEST_SEED", random.randrange(1 << 30)))
     print(f"MESHFEED_TEST_SEED={seed}")
