@@ -36,7 +36,6 @@ type placer struct {
 	width []int         // bytes per row of each column of in
 	src   bool          // out has the source column
 	mask  bool          // out has the mask (every row real)
-	steps int
 	empty *arrow.Schema // of the records the cursors count rows with
 	tbl   *stepTable
 
@@ -78,7 +77,7 @@ func newPlacer(mp *mixturePlan, mem memory.Allocator, walk *batching.Walker, wor
 		}
 	}
 	p := &placer{mix: mp.mix, mem: mem, b: int64(mp.mix.SliceRows()), in: mp.in, out: mp.schema,
-		steps: mp.mix.Steps(), empty: arrow.NewSchema(nil, nil), slots: map[placeKey]*placedSlice{},
+		empty: arrow.NewSchema(nil, nil), slots: map[placeKey]*placedSlice{},
 		tbl: newStepTable(walk, mp.mix.Steps())}
 	for _, f := range mp.in.Fields() {
 		w := placedWidth(f.Type)

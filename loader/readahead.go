@@ -141,9 +141,8 @@ type Transform func(k int, ref RowGroupRef, rec arrow.RecordBatch) (arrow.Record
 // places a mixture's rows in its slices). A piece's transform runs on the
 // slot it decoded in, as soon as it is decoded, before the reader's next
 // piece decodes there; with one decode worker, pieces are transformed in
-// order.
-// Its output is not charged to the read-ahead budget: the caller accounts
-// for it. Default: none.
+// order. Its output is not charged to the read-ahead budget: the caller
+// accounts for it. Default: none.
 func WithReaderTransform(f Transform) ReaderOption {
 	return func(r *RowGroupReader) { r.xform = f }
 }
