@@ -176,4 +176,7 @@ type Stats struct {
 	// group and column among every reader of a Dataset's file, while the
 	// row group is among the last few the file's decoder located.
 	ChunksLocated atomic.Int64
+	// PagesPlaced counts the pages whose values pieces wrote into the
+	// caller's memory (Piece.Into), of those Pages counts.
+	PagesPlaced atomic.Int64
 }

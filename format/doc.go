@@ -16,7 +16,11 @@
 // makes the [Decoder] of a projection. A Decoder decodes a whole row group;
 // the Parquet one is also [Ranged]: it decodes rows [lo, hi) of a row group
 // from the pages holding them (a [Piece]), sharing what it located and
-// decoded with the row group's other pieces ([Shared]).
+// decoded with the row group's other pieces ([Shared]); given an [Into], a
+// piece writes its fixed-width columns' values into the caller's memory,
+// cut at row bounds, instead of a record's (place.go: a mixture's
+// slices), its snappy pages of values that barely compress decoded
+// straight there (snappy_scatter.go).
 //
 // Column types are those pyarrow reads (docs/TYPES.md): a file's Arrow
 // schema is its stored ARROW:schema or, without one, the one arrow-go

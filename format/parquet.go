@@ -246,3 +246,16 @@ func chunkRange(md *pqformat.ColumnMetaData) (off, n int64) {
 	}
 	return off, md.TotalCompressedSize
 }
+
+// chunkSizes returns the compressed and uncompressed bytes of column c's
+// chunks in row group rg, by the footer.
+func (d *parquetDecoder) chunkSizes(c *colDecoder, rg int) (comp, dec int64) {
+	cols := d.pf.Metadata().RowGroups[rg].Columns
+	for _, leaf := range c.leaves {
+		if leaf < len(cols) {
+			comp += cols[leaf].MetaData.TotalCompressedSize
+			dec += cols[leaf].MetaData.TotalUncompressedSize
+		}
+	}
+	return comp, dec
+}

@@ -52,6 +52,9 @@ import (
 // its rows' values alone where the levels can be read apart from the values
 // (uncompressed and SNAPPY v1 pages, v2 pages), not its pages'.
 //
+// A piece given destinations for a fixed-width column writes its values
+// there instead (Piece.Into, place.go).
+//
 // Every other column (dictionary-encoded, nullable, booleans, strings,
 // arrow-go's fallback types) is decoded whole, once per row group and
 // Shared, and the pieces of that row group are slices of it.
@@ -62,7 +65,8 @@ import (
 type Ranged interface {
 	Decoder
 	// DecodeRange decodes rows [p.Lo, p.Hi) of row group p.RG into a record
-	// the caller releases.
+	// the caller releases. With p.Into, the columns it places are written
+	// there and left out of the record (Into.Placed).
 	DecodeRange(ctx context.Context, p Piece) (arrow.RecordBatch, error)
 	// Charge returns what decoding p costs (compressed plus decoded bytes):
 	// cost for the pages of the streamed columns, pin for the columns
@@ -96,6 +100,9 @@ type Piece struct {
 	Stats  *Stats
 	Shared *Shared
 	Fetch  Fetcher
+	// Into, when set, is where the values of some columns go instead of
+	// the record (place.go); DecodeRange sets its Placed.
+	Into *Into
 }
 
 // Shared is what the pieces of one row group share while a reader reads
@@ -328,23 +335,11 @@ type piece struct {
 	stats   *Stats
 	e       *Shared
 	fetch   Fetcher
+	into    *Into
 }
 
 func (p Piece) internal() piece {
-	return piece{rg: p.RG, rows: rowRange{p.Lo, p.Hi}, mem: p.Mem, stats: p.Stats, e: p.Shared, fetch: p.Fetch}
-}
-
-// chunkSizes returns the compressed and uncompressed bytes of column c's
-// chunks in row group rg, by the footer.
-func (d *parquetDecoder) chunkSizes(c *colDecoder, rg int) (comp, dec int64) {
-	cols := d.pf.Metadata().RowGroups[rg].Columns
-	for _, leaf := range c.leaves {
-		if leaf < len(cols) {
-			comp += cols[leaf].MetaData.TotalCompressedSize
-			dec += cols[leaf].MetaData.TotalUncompressedSize
-		}
-	}
-	return comp, dec
+	return piece{rg: p.RG, rows: rowRange{p.Lo, p.Hi}, mem: p.Mem, stats: p.Stats, e: p.Shared, fetch: p.Fetch, into: p.Into}
 }
 
 // StreamedCost implements Ranged.
@@ -490,8 +485,13 @@ func (d *parquetDecoder) DecodeRange(ctx context.Context, pc Piece) (rec arrow.R
 	if start < 0 || end > d.rows(rg) || start >= end {
 		return nil, fmt.Errorf("format: %s row group %d: rows [%d, %d) outside its %d rows", d.uri, rg, start, end, d.rows(rg))
 	}
+	into, err := d.checkInto(p)
+	if err != nil {
+		return nil, err
+	}
 	arrs := make([]arrow.Array, 0, len(d.cols))
 	defer d.settle(rg, &arrs, &err)
+	var fields []arrow.Field // the record's, where columns were placed
 	for i := range d.cols {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -505,8 +505,20 @@ func (d *parquetDecoder) DecodeRange(ctx context.Context, pc Piece) (rec arrow.R
 				return nil, err
 			}
 			if locs != nil {
-				if a, err = d.decodePages(ctx, p, locs); err != nil {
+				var dst [][]byte
+				if into != nil {
+					dst = into.Cols[i]
+				}
+				var placed bool
+				if a, placed, err = d.decodePages(ctx, p, locs, dst); err != nil {
 					return nil, err
+				}
+				if placed {
+					if fields == nil {
+						fields = append(make([]arrow.Field, 0, len(d.cols)), d.sch.Fields()[:i]...)
+					}
+					into.Placed[i] = true
+					continue
 				}
 			}
 		}
@@ -518,8 +530,15 @@ func (d *parquetDecoder) DecodeRange(ctx context.Context, pc Piece) (rec arrow.R
 			a = array.NewSlice(w, start, end)
 		}
 		arrs = append(arrs, a)
+		if fields != nil {
+			fields = append(fields, d.sch.Field(i))
+		}
 	}
-	rec = array.NewRecordBatch(d.sch, arrs, end-start)
+	sch := d.sch
+	if fields != nil {
+		sch = arrow.NewSchema(fields, nil)
+	}
+	rec = array.NewRecordBatch(sch, arrs, end-start)
 	for _, a := range arrs {
 		a.Release()
 	}

@@ -28,23 +28,32 @@ const faultAround = 64 << 10
 // qualify for the fast path after all (the column is then decoded whole).
 // Where the entry's last piece decoded pages holding those rows, it slices
 // them instead (Stats.Reused).
-func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLoc) (arrow.Array, error) {
+//
+// With into set (the piece's destinations of the column, Piece.Into), the
+// values of a piece cut on the column's pages go there instead (placed
+// true, no array; placePages), else it decodes as without.
+func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLoc, into [][]byte) (_ arrow.Array, placed bool, _ error) {
 	c, e, start, end := &d.cols[p.col], p.e, p.rows.lo, p.rows.hi
-	if a := e.reuse(p.col, start, end); a != nil {
-		p.stats.Reused.Add(1)
-		return a, nil
+	md := &d.pf.Metadata().RowGroups[p.rg].Columns[c.leaf].MetaData
+	if into != nil && !c.placeable(locs, start, end) {
+		into = nil
+	}
+	if into == nil {
+		if a := e.reuse(p.col, start, end); a != nil {
+			p.stats.Reused.Add(1)
+			return a, false, nil
+		}
 	}
 	i, j := pageSpan(locs, c.slot(start), c.slot(end))
 	if i >= j {
-		return nil, fmt.Errorf("format: %s row group %d column %q: no page holds rows [%d, %d): %w", d.uri, p.rg, c.name, start, end, ErrCorrupt)
+		return nil, false, fmt.Errorf("format: %s row group %d column %q: no page holds rows [%d, %d): %w", d.uri, p.rg, c.name, start, end, ErrCorrupt)
 	}
 	t := pageTail(locs, j) // and the pages ending the last row
 	off, n := locs[i].off, locs[t-1].off+locs[t-1].size-locs[i].off
 	first, slots := locs[i].first, locs[j-1].first+locs[j-1].rows-locs[i].first
-	md := &d.pf.Metadata().RowGroups[p.rg].Columns[c.leaf].MetaData
 	ra, err := d.fetchPages(ctx, p, md, locs[i:t], c.slot(start), c.slot(end))
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer ra.Release()
 	if ra.Mapped() {
@@ -52,11 +61,11 @@ func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLo
 	}
 	b, ok := ra.BytesAt(off, n)
 	if !ok {
-		return nil, nil
+		return nil, false, nil
 	}
 	if u := e.unchecked(p.col, i, t); u < t {
 		if err := checkPages(b[locs[u].off-off:], md, d.maxBytes); err != nil {
-			return nil, fmt.Errorf("format: %s row group %d column %q pages %d..%d: %w", d.uri, p.rg, c.name, u, t-1, err)
+			return nil, false, fmt.Errorf("format: %s row group %d column %q pages %d..%d: %w", d.uri, p.rg, c.name, u, t-1, err)
 		}
 		e.markChecked(p.col, u, t)
 		p.stats.PagesChecked.Add(int64(t - u))
@@ -65,33 +74,56 @@ func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLo
 	if c.kind != kindList {
 		v.pages = e.fastPagesOf(c, p.col, pageRun{i: i, t: t, b: b, locs: locs, off: off}, md.Codec)
 	}
-	out, err := c.decodeRows(v, p.rows, outSpec{mem: p.mem, maxBytes: d.maxBytes, ed: edges{e, p.col, i, p.stats}})
-	if err == errFallback {
-		return nil, nil
+	ed := edges{e, p.col, i, p.stats}
+	if into != nil {
+		pages, err := v.fastPages(c)
+		if err == nil {
+			err = c.placePages(pages, md.Codec, rowRange{c.slot(start) - first, c.slot(end) - first}, into, ed)
+		}
+		if placed = err == nil; err != nil && err != errFallback {
+			return nil, false, fmt.Errorf("format: %s row group %d column %q pages %d..%d (slots %d..%d): %w", d.uri, p.rg, c.name, i, t-1, first, first+slots-1, err)
+		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("format: %s row group %d column %q pages %d..%d (slots %d..%d): %w", d.uri, p.rg, c.name, i, t-1, first, first+slots-1, err)
+	var out decoded
+	if !placed {
+		if out, err = c.decodeRows(v, p.rows, outSpec{mem: p.mem, maxBytes: d.maxBytes, ed: ed}); err == errFallback {
+			return nil, false, nil
+		} else if err != nil {
+			return nil, false, fmt.Errorf("format: %s row group %d column %q pages %d..%d (slots %d..%d): %w", d.uri, p.rg, c.name, i, t-1, first, first+slots-1, err)
+		}
 	}
 	p.stats.Pages.Add(int64(t - i))
+	if placed {
+		p.stats.PagesPlaced.Add(int64(t - i))
+	}
+	dropPages(ra, locs, t, off, n, md.Codec)
+	if placed {
+		return nil, true, nil
+	}
+	a := out.a
+	if out.first == start && int64(a.Len()) == end-start {
+		return a, false, nil
+	}
+	e.keep(p.col, a, out.first, int64(a.Len())) // not a fixed_size_list here: rows are slots
+	defer a.Release()
+	return array.NewSlice(a, start-out.first, end-out.first), false, nil
+}
+
+// dropPages drops the pages [.., t) of locs that a piece decoded (off, n:
+// those its rows are in) from ra where it can (Dropper): the reader's
+// pieces go forward, its next one starts in the last page at the
+// earliest, and takes a compressed one decompressed (edges), not from
+// here. From a little before the first: populating a page maps its
+// neighbours too (the kernel's fault-around, 64 KiB by default), some of
+// them pages dropped before.
+func dropPages(ra Fetched, locs []pageLoc, t int, off, n int64, codec pqformat.CompressionCodec) {
 	if dr, ok := ra.(Dropper); ok {
-		// The reader's pieces go forward: its next one starts in the last
-		// page at the earliest, and takes a compressed one decompressed
-		// (edges), not from here. From a little before the first: populating
-		// a page maps its neighbours too (the kernel's fault-around, 64 KiB
-		// by default), some of them pages dropped before.
 		from, end := max(locs[0].off, off-faultAround), locs[t-1].off
-		if md.Codec != pqformat.Uncompressed {
+		if codec != pqformat.Uncompressed {
 			end = off + n
 		}
 		dr.Drop(from, end-from)
 	}
-	a := out.a
-	if out.first == start && int64(a.Len()) == end-start {
-		return a, nil
-	}
-	e.keep(p.col, a, out.first, int64(a.Len())) // not a fixed_size_list here: rows are slots
-	defer a.Release()
-	return array.NewSlice(a, start-out.first, end-out.first), nil
 }
 
 // edges lets decodeListPiece and decodeFastRows reuse the page a piece of

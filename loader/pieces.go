@@ -143,7 +143,7 @@ func (ds *Dataset) formatPiece(ref RowGroupRef, p piece) format.Piece {
 	if testWholePages {
 		f = wholePages{f}
 	}
-	return format.Piece{RG: ref.Index, Lo: p.start, Hi: p.end, Mem: p.mem, Stats: &p.stats.Stats, Shared: &p.e.pages, Fetch: f}
+	return format.Piece{RG: ref.Index, Lo: p.start, Hi: p.end, Mem: p.mem, Stats: &p.stats.Stats, Shared: &p.e.pages, Fetch: f, Into: p.into}
 }
 
 // pageBreaks returns the rows of row group ref where a page of its widest
@@ -199,9 +199,10 @@ type piece struct {
 	start, end int64
 	mem        memory.Allocator
 	stats      *ReadStats
-	e          *rgEntry    // the reader's entry of the row group: what its pieces share
-	share      *FetchShare // nil, or the pages shared with other readers
-	held       *HeldChunks // nil, or bytes held for the reader (WithReaderHeld)
+	e          *rgEntry     // the reader's entry of the row group: what its pieces share
+	share      *FetchShare  // nil, or the pages shared with other readers
+	held       *HeldChunks  // nil, or bytes held for the reader (WithReaderHeld)
+	into       *format.Into // nil, or where some columns' values go (WithReaderInto)
 }
 
 // readPiece reads rows [start, end) of row group ref into a record.

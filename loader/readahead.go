@@ -9,6 +9,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/meshfeed/meshfeed/format"
 )
 
 // RowGroupReader reads a sequence of row groups in order, fetching and
@@ -36,6 +38,7 @@ type RowGroupReader struct {
 	held     *HeldChunks // nil, or bytes held for this reader (WithReaderHeld)
 	keep     *Keeper     // nil, or what it keeps for the next readers (WithReaderKeep)
 	xform    Transform
+	into     func(ref RowGroupRef) *format.Into
 	ds       *Dataset
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -124,27 +127,6 @@ func WithReaderSnapPieces(on bool) ReaderOption {
 // further. Whole row groups are not gated. Default: none.
 func WithReaderGate(g func(ctx context.Context, ref RowGroupRef) error) ReaderOption {
 	return func(r *RowGroupReader) { r.gate = g }
-}
-
-// Transform is work a RowGroupReader does on each record right after
-// decoding it (WithReaderTransform): k is the record's place in the order
-// read (its index in the refs NewReader was given, unless
-// WithReaderMaxPiece splits them), ref what was read. It owns rec: it
-// returns rec or another record (releasing rec), or releases rec and
-// returns an error, which Next returns in the record's place.
-type Transform func(k int, ref RowGroupRef, rec arrow.RecordBatch) (arrow.RecordBatch, error)
-
-// WithReaderTransform makes this reader run f on each record it decodes,
-// on the goroutine that decoded it and holding one of its decode slots
-// (WithReaderDecodeWorkers), so that the work runs ahead of Next and in
-// parallel like decoding (a feed stream tokenizes text columns there, and
-// places a mixture's rows in its slices). A piece's transform runs on the
-// slot it decoded in, as soon as it is decoded, before the reader's next
-// piece decodes there; with one decode worker, pieces are transformed in
-// order. Its output is not charged to the read-ahead budget: the caller
-// accounts for it. Default: none.
-func WithReaderTransform(f Transform) ReaderOption {
-	return func(r *RowGroupReader) { r.xform = f }
 }
 
 // NewReader starts reading refs in order (typically a plan's read set for one
@@ -422,7 +404,11 @@ func (r *RowGroupReader) read(k int, p *pending, mem memory.Allocator, gate deco
 		r.heldDone(ref.File, ref.Index)
 	} else {
 		start, end := ref.span()
-		p.rec, p.err = r.ds.readPiece(r.ctx, ref, piece{start: start, end: end, mem: mem, stats: &r.stats, e: p.ent, share: r.share, held: r.held})
+		var into *format.Into
+		if r.into != nil {
+			into = r.into(ref)
+		}
+		p.rec, p.err = r.ds.readPiece(r.ctx, ref, piece{start: start, end: end, mem: mem, stats: &r.stats, e: p.ent, share: r.share, held: r.held, into: into})
 		if p.err == nil {
 			r.stats.Pieces.Add(1)
 		}

@@ -1,0 +1,293 @@
+package format
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	pqformat "github.com/parquet-go/parquet-go/format"
+
+	"github.com/meshfeed/meshfeed/internal/bufpool"
+)
+
+// Pieces whose values go into the caller's memory (Piece.Into): a
+// mixture's slice holds its sources' rows back to back, so a piece's rows
+// go to the slices of the several steps that take them. A column's pages
+// are decoded straight into those slices, without a buffer of the piece's
+// own in between (which would write every byte twice).
+
+// Into asks DecodeRange to write the values of some columns of a piece
+// into the caller's memory instead of the record's buffers.
+type Into struct {
+	// Bounds are the piece's rows (from its first, 0) where each
+	// destination begins, ascending, then the piece's row count.
+	Bounds []int64
+	// Cols[i], for column i of the projection, is nil or one destination
+	// per run of rows: Cols[i][j] receives the values of rows [Bounds[j],
+	// Bounds[j+1]), exactly their bytes.
+	Cols [][][]byte
+	// Placed[i] is set by DecodeRange for each column it wrote into
+	// Cols[i] (len(Cols) entries); the record it returns leaves those
+	// columns out. The others are decoded as without Into.
+	Placed []bool
+}
+
+// placeScatterMin is the least compressed size of a snappy page, in
+// eighths of its decoded size, that is decoded straight into its
+// destinations (snappyScatter): below it, the page's copies are many and
+// short, which the klauspost decoder makes faster than snappyScatter does
+// even with a copy after (BenchmarkSnappyScatter: 1 MiB of values
+// compressed to 0.4 decodes in 0.8-0.9 ms whole, then copied out in 1.0,
+// scattered in 2.6-2.9; random values in 0.2 ms whole, 0.31 copied out,
+// 0.2 scattered).
+const placeScatterMin = 7
+
+// scatteredPages counts the pages snappyScatter decoded (for tests).
+var scatteredPages atomic.Int64
+
+// placeable reports whether rows [start, end) of column c, on pages locs,
+// can be placed: a fixed-width column of whole bytes (primitive, or a
+// fixed-size list of one, not narrowed), whose rows start in pages of
+// their own (not lists' pages).
+func (c *colDecoder) placeable(locs []pageLoc, start, end int64) bool {
+	if c.kind != kindPrimitive && c.kind != kindFixedList || c.narrowed() || !c.fastEligible() {
+		return false
+	}
+	i, j := pageSpan(locs, c.slot(start), c.slot(end))
+	return i < j && pageTail(locs, j) == j
+}
+
+// placePages writes values [vals.lo, vals.hi) of pages (those of the
+// piece's rows, counted from the first page's first) into dst, the
+// piece's destinations of the column, which must hold exactly their
+// bytes. A page the range holds whole is decoded straight into dst where
+// it is a snappy page of values it barely compresses (scatterPage), else
+// decompressed to scratch and copied; a page the range cuts (its edge)
+// is decompressed once for the reader's pieces it is in, as decodeRows
+// does (edges: taken from the piece before, kept for the next). ed is
+// the piece's edges; errFallback: a page does not qualify (a null, an
+// encoding other than PLAIN); the column is then decoded as without Into,
+// and dst's bytes are unspecified until then.
+func (c *colDecoder) placePages(pages []fastPage, codec pqformat.CompressionCodec, vals rowRange, dst [][]byte, ed edges) error {
+	if !fastCodec(codec) {
+		return errFallback
+	}
+	es := int64(c.elemSize)
+	var total int64
+	for _, d := range dst {
+		total += int64(len(d))
+	}
+	if total != (vals.hi-vals.lo)*es {
+		return fmt.Errorf("destinations of %d bytes for %d values of %d bytes (internal error)", total, vals.hi-vals.lo, es)
+	}
+	var scratch, levels []byte
+	defer func() {
+		for _, b := range [][]byte{scratch, levels} {
+			if b != nil {
+				bufpool.Put(b)
+			}
+		}
+	}()
+	var segs [][]byte
+	var ends []int
+	at, skip := 0, 0 // dst[at][skip:] is where the next page's values go
+	var first int64  // the page's first value
+	for i := range pages {
+		p := &pages[i]
+		pf := first
+		from, to := max(pf, vals.lo), min(pf+int64(p.nvals), vals.hi)
+		first += int64(p.nvals)
+		if from >= to {
+			continue
+		}
+		segs = append(segs[:0], nil) // room for the levels
+		for left := int((to - from) * es); left > 0; {
+			for len(dst[at]) == skip {
+				at, skip = at+1, 0
+			}
+			d := dst[at][skip:]
+			k := min(left, len(d))
+			segs = append(segs, d[:k])
+			left -= k
+			skip += k
+		}
+		var err error
+		if from == pf && to == first {
+			var ok bool
+			if ok, err = c.scatterPage(p, codec, segs, &levels, &ends); err == nil && !ok {
+				err = c.copyPage(p, codec, segs[1:], 0, &scratch, nil)
+			}
+		} else {
+			err = c.placeEdge(p, codec, edgePart{segs: segs[1:], first: int(from - pf), i: i, more: to < first, taken: from > pf}, &scratch, ed)
+		}
+		if errors.Is(err, errFallback) {
+			return errFallback
+		}
+		if err != nil {
+			return fmt.Errorf("page %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// copyPage copies the values of page p from its value first on into segs
+// (as many as they hold), the page decompressed into *scratch unless pre
+// holds it decompressed (pageValues).
+func (c *colDecoder) copyPage(p *fastPage, codec pqformat.CompressionCodec, segs [][]byte, first int, scratch *[]byte, pre []byte) error {
+	page, err := c.pageValues(p, codec, scratch, pre)
+	if err != nil {
+		return err
+	}
+	es := c.elemSize
+	if len(page) != p.nvals*es {
+		return fmt.Errorf("%d bytes of values for %d values of %d bytes: %w", len(page), p.nvals, es, ErrCorrupt)
+	}
+	page = page[first*es:]
+	for _, s := range segs {
+		if len(s) > len(page) {
+			return fmt.Errorf("values past the page's %d: %w", p.nvals, ErrCorrupt)
+		}
+		page = page[copy(s, page):]
+	}
+	return nil
+}
+
+// edgePart is the part of page i of a piece's pages that the piece's
+// rows cover, at the piece's edges, for placeEdge: its values from first
+// on go into segs (as many as they hold); taken: the piece starts inside
+// the page (the piece before may have kept it decompressed); more: the
+// next piece starts inside it.
+type edgePart struct {
+	segs        [][]byte
+	first, i    int
+	taken, more bool
+}
+
+// placeEdge is edgePage for a page whose values go into part.segs: with ed
+// set and a compressed page, the page is taken decompressed from the
+// piece before where it starts inside it, and kept for the next piece
+// where that one starts inside it.
+func (c *colDecoder) placeEdge(p *fastPage, codec pqformat.CompressionCodec, part edgePart, scratch *[]byte, ed edges) error {
+	if ed.e == nil || codec == pqformat.Uncompressed {
+		return c.copyPage(p, codec, part.segs, part.first, scratch, nil)
+	}
+	var pre, own []byte
+	if part.taken {
+		pre = ed.take(ed.first + part.i)
+	}
+	buf := scratch
+	if part.more && pre == nil {
+		buf = &own
+	}
+	err := c.copyPage(p, codec, part.segs, part.first, buf, pre)
+	switch {
+	case err == nil && part.more && pre != nil:
+		ed.e.keepEdge(ed.col, ed.first+part.i, pre)
+	case err == nil && part.more && own != nil: // nil: the values were stored raw (v2)
+		ed.e.keepEdge(ed.col, ed.first+part.i, own)
+	default:
+		if pre != nil {
+			bufpool.Put(pre)
+		}
+		if own != nil {
+			bufpool.Put(own)
+		}
+	}
+	return err
+}
+
+// scatterPage decodes a snappy page that compresses its values little
+// (placeScatterMin) straight into segs[1:] (its values' destinations),
+// its v1 levels into segs[0] (from *levels, the fetch buffer pool), and
+// checks them as pageValues does. false: not such a page, or one
+// snappyScatter refused (the caller decodes it the usual way, which
+// reports what is wrong with it).
+func (c *colDecoder) scatterPage(p *fastPage, codec pqformat.CompressionCodec, segs [][]byte, levels *[]byte, ends *[]int) (bool, error) {
+	if codec != pqformat.Snappy || p.v2 && p.valuesRaw {
+		return false, nil
+	}
+	n := p.nvals * c.elemSize
+	src, lv := p.body, p.size-n
+	if p.v2 {
+		src, lv = p.body[p.levels:], 0
+		if p.size-p.levels != n {
+			return false, nil
+		}
+	}
+	if lv < 0 || len(src)*8 < (lv+n)*placeScatterMin {
+		return false, nil
+	}
+	if cap(*levels) < lv {
+		if *levels != nil {
+			bufpool.Put(*levels)
+		}
+		*levels = bufpool.Get(int64(lv))
+	}
+	segs[0] = (*levels)[:lv:lv]
+	if cap(*ends) < len(segs) {
+		*ends = make([]int, len(segs))
+	}
+	if snappyScatter(segs, *ends, src) != nil {
+		return false, nil
+	}
+	if p.v2 {
+		scatteredPages.Add(1)
+		return true, nil
+	}
+	// The levels, as v1Values reads them: they must end where the values
+	// begin (a page with nulls holds fewer values than its levels).
+	rest, err := c.v1Values(segs[0], p.nvals)
+	if errors.Is(err, errFallback) {
+		return false, errFallback
+	}
+	if err != nil {
+		return false, nil // the usual decode reports it
+	}
+	if len(rest) != 0 {
+		return false, nil
+	}
+	scatteredPages.Add(1)
+	return true, nil
+}
+
+// checkInto checks p's Into against the piece and the projection and
+// clears its Placed; nil without one.
+func (d *parquetDecoder) checkInto(p piece) (*Into, error) {
+	in := p.into
+	if in == nil {
+		return nil, nil
+	}
+	rows := p.rows.hi - p.rows.lo
+	b := in.Bounds
+	if len(b) < 2 || b[0] != 0 || b[len(b)-1] != rows || len(in.Cols) != len(d.cols) || len(in.Placed) != len(d.cols) {
+		return nil, fmt.Errorf("format: %s row group %d rows [%d, %d): Into of bounds %v for %d columns, Placed %d (internal error)", d.uri, p.rg, p.rows.lo, p.rows.hi, b, len(in.Cols), len(in.Placed))
+	}
+	for j := 1; j < len(b); j++ {
+		if b[j] < b[j-1] {
+			return nil, fmt.Errorf("format: %s row group %d: Into's bounds %v descend (internal error)", d.uri, p.rg, b)
+		}
+	}
+	for i, dst := range in.Cols {
+		in.Placed[i] = false
+		if dst == nil {
+			continue
+		}
+		c := &d.cols[i]
+		if c.kind != kindPrimitive && c.kind != kindFixedList {
+			continue // not placed (placeable)
+		}
+		if len(dst) != len(b)-1 {
+			return nil, fmt.Errorf("format: %s column %q: %d destinations for %d runs of rows (internal error)", d.uri, c.name, len(dst), len(b)-1)
+		}
+		w := int64(c.elemSize)
+		if c.kind == kindFixedList {
+			w *= int64(c.listSize)
+		}
+		for j, s := range dst {
+			if int64(len(s)) != (b[j+1]-b[j])*w {
+				return nil, fmt.Errorf("format: %s column %q: a destination of %d bytes for %d rows of %d bytes (internal error)", d.uri, c.name, len(s), b[j+1]-b[j], w)
+			}
+		}
+	}
+	return in, nil
+}
