@@ -17,8 +17,9 @@
 // sources' rows of the step (views, batching.PartColumns), which the
 // transport joins, or, on the shared-memory wire (OpenWith) where every
 // column is fixed-width and nothing reshapes the rows (mixture_place.go),
-// placed by the readers into the slices of their steps as they decode
-// them, one record a slice.
+// placed into the slices of their steps as the readers decode them (their
+// pages decoded straight into the slices: format.Into), one record a
+// slice.
 //
 // A column with pack "concat" (packconcat.go) is planned from every
 // document's token count (package tokcount: the manifest's fact, the
@@ -36,9 +37,10 @@
 // slice's reader tokenizes the records it decodes (after taking the kept
 // rows) before they are cut and shaped as list<int32>.
 //
-// It imports loader, batching, filter, tokcount, tokenize, shape and
+// It imports loader, batching, filter, tokcount, tokenize, shape,
 // transport (for the Backend interface it implements and the wire's request
-// type); nothing below it imports feed. Its errors keep the sentinels of the
+// type) and format (for format.Into, where a placed mixture's readers
+// decode into); nothing below it imports feed. Its errors keep the sentinels of the
 // package that found them;
 // ErrorCodes is the one table from those sentinels to status codes.
 //

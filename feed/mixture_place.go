@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/meshfeed/meshfeed/batching"
+	"github.com/meshfeed/meshfeed/format"
 	"github.com/meshfeed/meshfeed/internal/arrowmem"
 	"github.com/meshfeed/meshfeed/loader"
 )
@@ -18,13 +19,15 @@ import (
 // Slices placed as their rows are decoded (DESIGN.md, "Mixtures", "Slices
 // placed"). A mixture's slice holds three sources' rows back to back, so
 // it is copied once on its way out. Where every column is fixed-width and
-// nothing reshapes the rows, each cursor's reader copies a piece's rows
-// into the slices of the steps that take them as soon as the piece is
-// decoded, frees the piece, and hands the cursor records without columns
-// that only count the rows; the step's slice is then one record of
-// buffers the transport sends as they are. No cursor holds a decoded
-// piece while its steps are cut (the transport copied the parts from
-// pieces decoded dozens of steps before, held until then).
+// nothing reshapes the rows, each cursor's reader gives the format, before
+// it decodes a piece, the places of the piece's rows in the slices of the
+// steps that take them (format.Into), where their pages are decoded
+// straight into; what the format did not place it copies there right
+// after, and it hands the cursor records without columns that only count
+// the rows. The step's slice is then one record of buffers the transport
+// sends as they are, each byte written once, as the single dataset's (the
+// transport copied the parts from pieces decoded dozens of steps before;
+// a copy right after decoding cost as much).
 
 // placer holds the placed slices of one mixture stream.
 type placer struct {
@@ -178,24 +181,22 @@ func (p *placer) slot(st, k int, counts []int64, order []int32) *placedSlice {
 	return sl
 }
 
-// place writes rec, the rows of source i's sequence on slice k (the
-// request's; d the mesh's) from position pos on, into the slices of the
-// steps that take them. Rows past the last step are no step's.
-func (p *placer) place(i, k, d int, rec arrow.RecordBatch, pos int64) error {
-	n := rec.NumRows()
-	vals := make([][]byte, len(p.width))
-	for c, w := range p.width {
-		v, err := placedValues(rec.Column(c).Data(), w)
-		if err != nil {
-			return fmt.Errorf("column %q: %w", p.in.Field(c).Name, err)
-		}
-		vals[c] = v
-	}
+// target is a run of a piece's rows that one slice takes: rows [at,
+// at+m) of the piece go to rows [o, o+m) of sl.
+type target struct {
+	sl       *placedSlice
+	at, o, m int64
+}
+
+// targets returns where n rows of source i's sequence on slice k (the
+// request's; d the mesh's) from position pos on go, in order; past is
+// set where some lie past the last step (no step's: they go nowhere).
+func (p *placer) targets(i, k, d int, pos, n int64) (ts []target, past bool, err error) {
 	counts := make([]int64, p.mix.Sources())
 	for at := int64(0); at < n; {
 		st, cum, past, err := p.tbl.locate(i, pos+at, counts)
 		if err != nil || past {
-			return err
+			return ts, past, err
 		}
 		var block int64
 		order := p.mix.Order(st, d)
@@ -206,13 +207,60 @@ func (p *placer) place(i, k, d int, rec arrow.RecordBatch, pos int64) error {
 			block += counts[j]
 		}
 		m := min(n-at, cum+counts[i]-(pos+at))
-		sl := p.slot(st, k, counts, order)
-		o := block + pos + at - cum
-		for c, w := range p.width {
-			copy(sl.bufs[c].Bytes()[int(o)*w:int(o+m)*w], vals[c][int(at)*w:int(at+m)*w])
-		}
-		sl.rows.Add(m)
+		ts = append(ts, target{sl: p.slot(st, k, counts, order), at: at, o: block + pos + at - cum, m: m})
 		at += m
+	}
+	return ts, false, nil
+}
+
+// into returns the destinations of a piece's rows whose targets are ts
+// (n rows, every one a step's): each target's rows of each column in its
+// slice.
+func (p *placer) into(ts []target, n int64) *format.Into {
+	in := &format.Into{Bounds: make([]int64, 0, len(ts)+1), Cols: make([][][]byte, len(p.width)), Placed: make([]bool, len(p.width))}
+	for _, t := range ts {
+		in.Bounds = append(in.Bounds, t.at)
+	}
+	in.Bounds = append(in.Bounds, n)
+	for c, w := range p.width {
+		dst := make([][]byte, len(ts))
+		for j, t := range ts {
+			dst[j] = t.sl.bufs[c].Bytes()[int(t.o)*w : int(t.o+t.m)*w]
+		}
+		in.Cols[c] = dst
+	}
+	return in
+}
+
+// fill copies rec's columns (those of in that placed, when set, did not
+// place: the record holds the others, in order) into the targets ts of
+// its rows, then counts the targets' rows as placed.
+func (p *placer) fill(ts []target, rec arrow.RecordBatch, placed []bool) error {
+	vals := make([][]byte, len(p.width))
+	r := 0
+	for c, w := range p.width {
+		if placed != nil && placed[c] {
+			continue
+		}
+		if r >= int(rec.NumCols()) {
+			return fmt.Errorf("column %q neither placed nor decoded (internal error)", p.in.Field(c).Name)
+		}
+		v, err := placedValues(rec.Column(r).Data(), w)
+		if err != nil {
+			return fmt.Errorf("column %q: %w", p.in.Field(c).Name, err)
+		}
+		vals[c] = v
+		r++
+	}
+	for _, t := range ts {
+		for c, w := range p.width {
+			if vals[c] != nil {
+				copy(t.sl.bufs[c].Bytes()[int(t.o)*w:int(t.o+t.m)*w], vals[c][int(t.at)*w:int(t.at+t.m)*w])
+			}
+		}
+	}
+	for _, t := range ts {
+		t.sl.rows.Add(t.m)
 	}
 	return nil
 }
@@ -274,33 +322,35 @@ func releaseBufs(bufs []*memory.Buffer) {
 	}
 }
 
-// placeRead is the transform of a placed cursor's reader: it places each
-// record it decodes (the rows its ref names, the reader's pieces segs,
-// which start at position start of the cursor's sequence) and returns a
-// record without columns of as many rows, which the cursor cuts and
-// takes like the rows themselves.
-func (s *mixStream) placeRead(mc *mixCursor, segs []batching.Segment, refs []loader.RowGroupRef, start int64) loader.Transform {
+// placeRead returns the into (loader.WithReaderInto) and the transform
+// of a placed cursor's reader, which reads the pieces segs (whose rows
+// start at position start of the cursor's sequence; refs their refs).
+// Before a piece decodes, into gives the format the piece's rows' places
+// in the slices that take them, where its fixed-width columns' pages are
+// decoded straight into; the transform then copies the columns the format
+// did not place (format.Into.Placed), or every column where into gave no
+// places (rows past the mixture's end), and returns a record without
+// columns of as many rows, which the cursor cuts and takes like the rows
+// themselves.
+func (s *mixStream) placeRead(mc *mixCursor, segs []batching.Segment, refs []loader.RowGroupRef, start int64) (func(loader.RowGroupRef) *format.Into, loader.Transform) {
 	pos := make([]int64, len(segs))
 	for j, g := range segs {
 		pos[j], start = start, start+g.Len()
 	}
 	i, k, d := mc.src.idx, mc.k, mc.d
-	return func(_ int, ref loader.RowGroupRef, rec arrow.RecordBatch) (arrow.RecordBatch, error) {
-		defer rec.Release()
+	// where returns the position in the cursor's sequence of ref's first
+	// row (its rows lie in segs j, ... back to back: one row group's
+	// pieces, read in order) and its rows.
+	where := func(ref loader.RowGroupRef) (int64, int64, error) {
 		lo, hi := ref.Start, ref.End
 		if lo == 0 && hi == 0 {
 			hi = ref.Rows
-		}
-		if rec.NumRows() != hi-lo {
-			return nil, fmt.Errorf("%s: a record of %d rows for rows [%d, %d) (internal error)", mc.src.name, rec.NumRows(), lo, hi)
 		}
 		same := func(j int) bool { return refs[j].File == ref.File && refs[j].Index == ref.Index }
 		j := 0
 		for j < len(segs) && !(same(j) && segs[j].Start <= lo && lo < segs[j].End) {
 			j++
 		}
-		// The record's rows lie in segs j, ... back to back (one row
-		// group's pieces, read in order).
 		end := int64(-1)
 		if j < len(segs) {
 			end = segs[j].End
@@ -309,13 +359,56 @@ func (s *mixStream) placeRead(mc *mixCursor, segs []batching.Segment, refs []loa
 			}
 		}
 		if end < hi {
-			return nil, fmt.Errorf("%s: rows [%d, %d) of file %d row group %d are not the reader's pieces' (internal error)", mc.src.name, lo, hi, ref.File, ref.Index)
+			return 0, 0, fmt.Errorf("%s: rows [%d, %d) of file %d row group %d are not the reader's pieces' (internal error)", mc.src.name, lo, hi, ref.File, ref.Index)
 		}
-		if err := s.place.place(i, k, d, rec, pos[j]+lo-segs[j].Start); err != nil {
-			return nil, fmt.Errorf("%s: placing rows [%d, %d) of file %d row group %d: %w", mc.src.name, lo, hi, ref.File, ref.Index, err)
-		}
-		return array.NewRecordBatch(s.place.empty, nil, hi-lo), nil
+		return pos[j] + lo - segs[j].Start, hi - lo, nil
 	}
+	type placing struct {
+		ts   []target
+		into *format.Into
+	}
+	var mu sync.Mutex
+	pending := map[loader.RowGroupRef]placing{} // pieces given places, not yet transformed
+	into := func(ref loader.RowGroupRef) *format.Into {
+		at, n, err := where(ref)
+		if err != nil {
+			return nil // the transform reports it
+		}
+		ts, past, err := s.place.targets(i, k, d, at, n)
+		if err != nil || past {
+			return nil
+		}
+		in := s.place.into(ts, n)
+		mu.Lock()
+		pending[ref] = placing{ts, in}
+		mu.Unlock()
+		return in
+	}
+	xform := func(_ int, ref loader.RowGroupRef, rec arrow.RecordBatch) (arrow.RecordBatch, error) {
+		defer rec.Release()
+		mu.Lock()
+		pl, ok := pending[ref]
+		delete(pending, ref)
+		mu.Unlock()
+		at, n, err := where(ref)
+		if err != nil {
+			return nil, err
+		}
+		if rec.NumRows() != n {
+			return nil, fmt.Errorf("%s: a record of %d rows for rows [%d, %d) (internal error)", mc.src.name, rec.NumRows(), ref.Start, ref.Start+n)
+		}
+		ts, placed := pl.ts, []bool(nil)
+		if ok {
+			placed = pl.into.Placed
+		} else if ts, _, err = s.place.targets(i, k, d, at, n); err != nil {
+			return nil, fmt.Errorf("%s: placing rows [%d, %d) of file %d row group %d: %w", mc.src.name, ref.Start, ref.Start+n, ref.File, ref.Index, err)
+		}
+		if err := s.place.fill(ts, rec, placed); err != nil {
+			return nil, fmt.Errorf("%s: placing rows [%d, %d) of file %d row group %d: %w", mc.src.name, ref.Start, ref.Start+n, ref.File, ref.Index, err)
+		}
+		return array.NewRecordBatch(s.place.empty, nil, n), nil
+	}
+	return into, xform
 }
 
 // stepTable is where each source's positions fall among the steps: C_i(s)

@@ -252,7 +252,8 @@ func (s *mixStream) startReader(mc *mixCursor) {
 		opts = append(opts, loader.WithReaderTransform(prepareRead(src.ds, src.toks, src.cutIn, src.selection, nil, mc.segs, refs, s.workers, s.mem)))
 	}
 	if s.place != nil {
-		opts = append(opts, loader.WithReaderTransform(s.placeRead(mc, mc.segs, refs, start)))
+		into, xform := s.placeRead(mc, mc.segs, refs, start)
+		opts = append(opts, loader.WithReaderInto(into), loader.WithReaderTransform(xform))
 	}
 	mc.rd = mc.src.ds.NewReader(s.ctx, refs, s.mem, opts...)
 }
