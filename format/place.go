@@ -36,10 +36,10 @@ type Into struct {
 // eighths of its decoded size, that is decoded straight into its
 // destinations (snappyScatter): below it, the page's copies are many and
 // short, which the klauspost decoder makes faster than snappyScatter does
-// even with a copy after (BenchmarkSnappyScatter: 1 MiB of values
-// compressed to 0.4 decodes in 0.8-0.9 ms whole, then copied out in 1.0,
-// scattered in 2.6-2.9; random values in 0.2 ms whole, 0.31 copied out,
-// 0.2 scattered).
+// even with a copy after (BenchmarkSnappyScatter, 1 MiB of values: compressed
+// to 0.4, 0.74-0.93 ms whole, 0.79-1.0 copied out after, 2.6-3.8
+// scattered; random, 0.20-0.24 ms whole, 0.31-0.37 copied out after,
+// 0.20-0.24 scattered).
 const placeScatterMin = 7
 
 // scatteredPages counts the pages snappyScatter decoded (for tests).
