@@ -33,6 +33,33 @@ func (c *Cutter) Take(n int64) (rec arrow.RecordBatch, ok bool, err error) {
 	if err != nil || !ok {
 		return nil, false, err
 	}
+	c.moveTo(hi)
+	return data, true, nil
+}
+
+// skip is Take without the record, for a cutter with no shuffle window:
+// it moves past rows [Step, Step+n), which it must hold (else ok is false,
+// as Take).
+func (c *Cutter) skip(n int64) (ok bool, err error) {
+	if c.closed {
+		return false, ErrCutterClosed
+	}
+	lo := int64(c.step)
+	hi := lo + n
+	if c.b != 1 || c.w != 0 || n <= 0 || hi > c.plan.lens[c.d] {
+		return false, fmt.Errorf("%w: skip %d rows at row %d of stream %d (%d rows, slice rows %d, window %d): want a source plan's cutter without a window and rows inside the stream",
+			ErrInvalidPosition, n, lo, c.d, c.plan.lens[c.d], c.b, c.w)
+	}
+	if c.buffered() < hi {
+		return false, c.needInput()
+	}
+	c.moveTo(hi)
+	return true, nil
+}
+
+// moveTo moves the cutter's stream position to row hi (rows before it
+// taken) and releases the pushed records no row from there on needs.
+func (c *Cutter) moveTo(hi int64) {
 	c.step = int(hi)
 	if hi >= c.plan.lens[c.d] {
 		c.releaseBefore(c.end + 1)
@@ -43,7 +70,6 @@ func (c *Cutter) Take(n int64) (rec arrow.RecordBatch, ok bool, err error) {
 		}
 		c.releaseBefore(next)
 	}
-	return data, true, nil
 }
 
 // SourceCursor reads one stream (slice d) of a mixture source as one
@@ -183,6 +209,26 @@ func (s *SourceCursor) Take(n int64) (arrow.RecordBatch, bool, error) {
 		n = min(n, e-int64(s.cut.step)) // a view of one pushed record, not a copy
 	}
 	return s.cut.Take(n)
+}
+
+// Skip is Take without the record, for a cursor with no shuffle window
+// whose rows are counted rather than read (a mixture whose slices are
+// placed as its rows are decoded): it moves past the rows Take(n) would
+// return and returns how many (ok false, and 0, when the cutter needs
+// input, as Take).
+func (s *SourceCursor) Skip(n int64) (int64, bool, error) {
+	if s.cut == nil {
+		return 0, false, fmt.Errorf("%w: source cursor of stream %d has no cutter (an earlier error)", ErrInvalidPosition, s.d)
+	}
+	if err := s.advance(); err != nil {
+		return 0, false, err
+	}
+	n = min(n, s.end()-int64(s.cut.step))
+	ok, err := s.cut.skip(n)
+	if !ok {
+		return 0, false, err
+	}
+	return n, true, nil
 }
 
 // pieceEnd returns the stream row where the pushed record holding stream

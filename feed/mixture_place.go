@@ -51,8 +51,9 @@ type placeKey struct{ step, k int }
 // placedSlice is slice k of a step as the readers fill it: a buffer per
 // column of in, then the source column's and the mask's.
 type placedSlice struct {
-	bufs []*memory.Buffer
-	rows atomic.Int64 // rows written
+	bufs  []*memory.Buffer
+	order []int32      // the step's source order on the slice (Mixture.Order)
+	rows  atomic.Int64 // rows written
 }
 
 // newPlacer returns a placer for the stream of mp from step start, or nil
@@ -141,16 +142,18 @@ func placedValues(d arrow.ArrayData, w int) ([]byte, error) {
 	return d.Buffers()[1].Bytes()[off*w : (off+n)*w], nil
 }
 
-// slot returns slice k of step st, made on first use: its buffers, the
-// source column written from the step's counts and the slice's order.
-func (p *placer) slot(st, k int, counts []int64, order []int32) *placedSlice {
+// slot returns slice k (d of the mesh) of step st, made on first use: its
+// buffers, its order of the sources, and the source column written from
+// the step's counts in that order.
+func (p *placer) slot(st, k, d int, counts []int64) *placedSlice {
 	key := placeKey{st, k}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if sl := p.slots[key]; sl != nil {
 		return sl
 	}
-	sl := &placedSlice{}
+	order := p.mix.Order(st, d)
+	sl := &placedSlice{order: order}
 	alloc := func(n int) []byte {
 		// Every byte is written before the slice is sent (record checks
 		// that every row was placed).
@@ -198,16 +201,16 @@ func (p *placer) targets(i, k, d int, pos, n int64) (ts []target, past bool, err
 		if err != nil || past {
 			return ts, past, err
 		}
+		sl := p.slot(st, k, d, counts)
 		var block int64
-		order := p.mix.Order(st, d)
-		for _, j := range order {
+		for _, j := range sl.order {
 			if int(j) == i {
 				break
 			}
 			block += counts[j]
 		}
 		m := min(n-at, cum+counts[i]-(pos+at))
-		ts = append(ts, target{sl: p.slot(st, k, counts, order), at: at, o: block + pos + at - cum, m: m})
+		ts = append(ts, target{sl: sl, at: at, o: block + pos + at - cum, m: m})
 		at += m
 	}
 	return ts, false, nil
@@ -330,8 +333,8 @@ func releaseBufs(bufs []*memory.Buffer) {
 // decoded straight into; the transform then copies the columns the format
 // did not place (format.Into.Placed), or every column where into gave no
 // places (rows past the mixture's end), and returns a record without
-// columns of as many rows, which the cursor cuts and takes like the rows
-// themselves.
+// columns of as many rows, which the cursor holds like the rows
+// themselves and its steps skip (slicePlaced).
 func (s *mixStream) placeRead(mc *mixCursor, segs []batching.Segment, refs []loader.RowGroupRef, start int64) (func(loader.RowGroupRef) *format.Into, loader.Transform) {
 	pos := make([]int64, len(segs))
 	for j, g := range segs {

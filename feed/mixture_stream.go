@@ -323,7 +323,7 @@ func (s *mixStream) slicePlaced(st, k int) (arrow.RecordBatch, error) {
 	for i, n := range s.counts {
 		mc := s.curs[i][k]
 		for need := n; need > 0; {
-			rec, ok, err := mc.cur.Take(need)
+			got, ok, err := mc.cur.Skip(need) // the rows are in the slice
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", mc.src.name, err)
 			}
@@ -333,8 +333,7 @@ func (s *mixStream) slicePlaced(st, k int) (arrow.RecordBatch, error) {
 				}
 				continue
 			}
-			need -= rec.NumRows()
-			rec.Release()
+			need -= got
 		}
 	}
 	return s.place.record(st, k)
