@@ -30,8 +30,8 @@ const faultAround = 64 << 10
 // them instead (Stats.Reused).
 //
 // With into set (the piece's destinations of the column, Piece.Into), the
-// values of a piece cut on the column's pages go there instead (placed
-// true, no array; placePages), else it decodes as without.
+// values of a fixed-width column go there instead (placed true, no array;
+// placeable, placePages), else it decodes as without.
 func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLoc, into [][]byte) (_ arrow.Array, placed bool, _ error) {
 	c, e, start, end := &d.cols[p.col], p.e, p.rows.lo, p.rows.hi
 	md := &d.pf.Metadata().RowGroups[p.rg].Columns[c.leaf].MetaData
