@@ -48,6 +48,11 @@ func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLo
 	if i >= j {
 		return nil, false, fmt.Errorf("format: %s row group %d column %q: no page holds rows [%d, %d): %w", d.uri, p.rg, c.name, start, end, ErrCorrupt)
 	}
+	if into != nil && j == i+1 {
+		if placed, err := d.placeKept(p, locs, i, into); placed || err != nil {
+			return nil, placed, err
+		}
+	}
 	t := pageTail(locs, j) // and the pages ending the last row
 	off, n := locs[i].off, locs[t-1].off+locs[t-1].size-locs[i].off
 	first, slots := locs[i].first, locs[j-1].first+locs[j-1].rows-locs[i].first
@@ -92,8 +97,7 @@ func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLo
 			return nil, false, fmt.Errorf("format: %s row group %d column %q pages %d..%d (slots %d..%d): %w", d.uri, p.rg, c.name, i, t-1, first, first+slots-1, err)
 		}
 	}
-	p.stats.Pages.Add(int64(t - i))
-	if placed {
+	if p.stats.Pages.Add(int64(t - i)); placed {
 		p.stats.PagesPlaced.Add(int64(t - i))
 	}
 	dropPages(ra, locs, t, off, n, md.Codec)

@@ -42,8 +42,9 @@ type Into struct {
 // 0.20-0.24 scattered).
 const placeScatterMin = 7
 
-// scatteredPages counts the pages snappyScatter decoded (for tests).
-var scatteredPages atomic.Int64
+// scatteredPages counts the pages snappyScatter decoded, keptPlaced the
+// pieces placed from a kept page without a fetch (placeKept; for tests).
+var scatteredPages, keptPlaced atomic.Int64
 
 // placeable reports whether rows [start, end) of column c, on pages locs,
 // can be placed: a fixed-width column of whole bytes (primitive, or a
@@ -175,6 +176,9 @@ func (c *colDecoder) placeEdge(p *fastPage, codec pqformat.CompressionCodec, par
 	if part.taken {
 		pre = ed.take(ed.first + part.i)
 	}
+	if pre == nil && p.body == nil {
+		return errFallback // placeKept's page, taken by another piece since
+	}
 	buf := scratch
 	if part.more && pre == nil {
 		buf = &own
@@ -290,4 +294,51 @@ func (d *parquetDecoder) checkInto(p piece) (*Into, error) {
 		}
 	}
 	return in, nil
+}
+
+// placeKept places rows [start, end) of column c (slots [lo, hi) of page
+// i of locs) from the page the piece before kept decompressed (edges),
+// without fetching it: a narrow column's page holds many of a reader's
+// pieces, each of which would fetch (map and drop) its compressed bytes
+// only to take the kept page. false where the page is not kept or its
+// header not read yet (the caller fetches as usual).
+func (d *parquetDecoder) placeKept(p piece, locs []pageLoc, i int, into [][]byte) (bool, error) {
+	c, e := &d.cols[p.col], p.e
+	lo, hi := c.slot(p.rows.lo), c.slot(p.rows.hi)
+	md := &d.pf.Metadata().RowGroups[p.rg].Columns[c.leaf].MetaData
+	if md.Codec == pqformat.Uncompressed || lo <= locs[i].first || hi > locs[i].first+locs[i].rows || !e.hasEdge(p.col, i) {
+		return false, nil
+	}
+	fp, ok := e.fastHead(p.col, i)
+	if !ok || fp.v2 { // a v2 page's values are past its levels in its body
+		return false, nil
+	}
+	err := c.placePages([]fastPage{fp}, md.Codec, rowRange{lo - locs[i].first, hi - locs[i].first}, into, edges{e, p.col, i, p.stats})
+	if err == errFallback {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("format: %s row group %d column %q page %d (slots %d..%d): %w", d.uri, p.rg, c.name, i, lo, hi-1, err)
+	}
+	p.stats.Pages.Add(1)
+	p.stats.PagesPlaced.Add(1)
+	keptPlaced.Add(1)
+	return true, nil
+}
+
+// hasEdge reports whether page page of column col is kept decompressed.
+func (e *Shared) hasEdge(col, page int) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p, ok := e.edges[col]
+	return ok && p.page == page
+}
+
+// fastHead returns page page of column col as fastPages read it (its body
+// nil), where a piece read it.
+func (e *Shared) fastHead(col, page int) (fastPage, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	h, ok := e.heads[col][page]
+	return h.p, ok
 }

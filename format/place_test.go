@@ -72,7 +72,8 @@ func placedBytes(a arrow.Array, lo, hi int64) []byte {
 // compresses are decoded straight into the destinations (snappyScatter),
 // the others decompressed and copied. Pieces that cut a column's pages
 // are placed too, each compressed page they cut decompressed once (kept
-// for the next piece). A column with nulls is decoded as without Into.
+// for the next piece, which fetches nothing of it where its rows lie
+// inside it). A column with nulls is decoded as without Into.
 // Codecs none, snappy and zstd; v1 and v2 pages.
 func TestPieceInto(t *testing.T) {
 	seed := testSeed(t)
@@ -202,7 +203,7 @@ func TestPieceInto(t *testing.T) {
 			// takes it from the piece before).
 			var off Shared
 			defer off.Release()
-			reused := int64(0)
+			reused, kept := int64(0), keptPlaced.Load()
 			for lo := int64(0); lo < whole.NumRows(); {
 				hi := min(whole.NumRows(), lo+100+r.Int64N(700))
 				st := &Stats{}
@@ -215,6 +216,11 @@ func TestPieceInto(t *testing.T) {
 			}
 			if compressed := tc.codec != compress.Codecs.Uncompressed; (reused > 0) != compressed {
 				t.Errorf("%d pages the pieces cut taken from the piece before; want some: %v", reused, compressed)
+			}
+			// A piece inside a page kept by the piece before (id's pages
+			// hold 2,048 rows) fetches nothing of it (v1 pages).
+			if want := tc.codec != compress.Codecs.Uncompressed && !tc.v2; (keptPlaced.Load() > kept) != want {
+				t.Errorf("%d pieces placed from a kept page without a fetch; want some: %v", keptPlaced.Load()-kept, want)
 			}
 		})
 	}
