@@ -128,6 +128,9 @@ func (c *colDecoder) placePages(pages []fastPage, codec pqformat.CompressionCode
 			return fmt.Errorf("page %d: %w", i, err)
 		}
 	}
+	if first < vals.hi {
+		return fmt.Errorf("pages hold %d values, want at least %d: %w", first, vals.hi, ErrCorrupt)
+	}
 	return nil
 }
 

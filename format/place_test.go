@@ -2,6 +2,7 @@ package format
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -14,6 +15,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	pq "github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/parquet-go/parquet-go"
+	pqformat "github.com/parquet-go/parquet-go/format"
 )
 
 // placeRecord returns n rows: id int64, label int32 (nullable, no null),
@@ -223,5 +226,19 @@ func TestPieceInto(t *testing.T) {
 				t.Errorf("%d pieces placed from a kept page without a fetch; want some: %v", keptPlaced.Load()-kept, want)
 			}
 		})
+	}
+}
+
+// TestPlacePagesShort: pages that hold fewer values than the piece's
+// range are ErrCorrupt, not destinations left partly unwritten.
+func TestPlacePagesShort(t *testing.T) {
+	c := &colDecoder{kind: kindPrimitive, elemSize: 4, phys: parquet.Float}
+	page := fastPage{body: make([]byte, 40), size: 40, nvals: 10}
+	err := c.placePages([]fastPage{page}, pqformat.Uncompressed, rowRange{0, 20}, [][]byte{make([]byte, 80)}, edges{})
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("placePages of 10 values for 20: %v, want ErrCorrupt", err)
+	}
+	if err := c.placePages([]fastPage{page}, pqformat.Uncompressed, rowRange{0, 10}, [][]byte{make([]byte, 40)}, edges{}); err != nil {
+		t.Fatalf("placePages of 10 values for 10: %v", err)
 	}
 }
