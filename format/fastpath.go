@@ -395,26 +395,9 @@ func (c *colDecoder) edgePage(p *fastPage, codec pqformat.CompressionCodec, part
 	if ed.e == nil || codec == pqformat.Uncompressed {
 		return c.fastPagePart(p, codec, part.out, part.first, scratch, nil)
 	}
-	var own []byte
-	buf := scratch
-	if part.more && part.pre == nil {
-		buf = &own
-	}
-	err := c.fastPagePart(p, codec, part.out, part.first, buf, part.pre)
-	switch {
-	case err == nil && part.more && part.pre != nil:
-		ed.e.keepEdge(ed.col, ed.first+part.i, part.pre)
-	case err == nil && part.more && own != nil: // nil: the values were stored raw (v2)
-		ed.e.keepEdge(ed.col, ed.first+part.i, own)
-	default:
-		if part.pre != nil {
-			bufpool.Put(part.pre)
-		}
-		if own != nil {
-			bufpool.Put(own)
-		}
-	}
-	return err
+	return ed.around(part.i, part.pre, part.more, scratch, func(buf *[]byte, pre []byte) error {
+		return c.fastPagePart(p, codec, part.out, part.first, buf, pre)
+	})
 }
 
 // fastPagePart writes the page's values from its value first on into out

@@ -141,6 +141,36 @@ type edges struct {
 	stats *Stats
 }
 
+// around runs decode on page i of the pages given, compressed: into
+// *scratch, or from pre, the page the piece before decompressed (nil:
+// none). Where more (the next piece starts inside the page) and decode
+// succeeds, the page decompressed (pre, or what decode decompressed into
+// a buffer of its own) is kept for that piece; otherwise those buffers go
+// back to the pool. edgePage and placeEdge decode their part of an edge
+// page through it.
+func (ed edges) around(i int, pre []byte, more bool, scratch *[]byte, decode func(buf *[]byte, pre []byte) error) error {
+	var own []byte
+	buf := scratch
+	if more && pre == nil {
+		buf = &own
+	}
+	err := decode(buf, pre)
+	switch {
+	case err == nil && more && pre != nil:
+		ed.e.keepEdge(ed.col, ed.first+i, pre)
+	case err == nil && more && own != nil: // nil: the values were stored raw (v2)
+		ed.e.keepEdge(ed.col, ed.first+i, own)
+	default:
+		if pre != nil {
+			bufpool.Put(pre)
+		}
+		if own != nil {
+			bufpool.Put(own)
+		}
+	}
+	return err
+}
+
 func (ed edges) take(page int) []byte {
 	b := ed.e.takeEdge(ed.col, page)
 	if b != nil {

@@ -175,32 +175,16 @@ func (c *colDecoder) placeEdge(p *fastPage, codec pqformat.CompressionCodec, par
 	if ed.e == nil || codec == pqformat.Uncompressed {
 		return c.copyPage(p, codec, part.segs, part.first, scratch, nil)
 	}
-	var pre, own []byte
+	var pre []byte
 	if part.taken {
 		pre = ed.take(ed.first + part.i)
 	}
 	if pre == nil && p.body == nil {
 		return errFallback // placeKept's page, taken by another piece since
 	}
-	buf := scratch
-	if part.more && pre == nil {
-		buf = &own
-	}
-	err := c.copyPage(p, codec, part.segs, part.first, buf, pre)
-	switch {
-	case err == nil && part.more && pre != nil:
-		ed.e.keepEdge(ed.col, ed.first+part.i, pre)
-	case err == nil && part.more && own != nil: // nil: the values were stored raw (v2)
-		ed.e.keepEdge(ed.col, ed.first+part.i, own)
-	default:
-		if pre != nil {
-			bufpool.Put(pre)
-		}
-		if own != nil {
-			bufpool.Put(own)
-		}
-	}
-	return err
+	return ed.around(part.i, pre, part.more, scratch, func(buf *[]byte, pre []byte) error {
+		return c.copyPage(p, codec, part.segs, part.first, buf, pre)
+	})
 }
 
 // scatterPage decodes a snappy page that compresses its values little
