@@ -323,7 +323,7 @@ func mixBenchRun(b *testing.B, req *transport.Request, pool memory.Allocator, st
 // blocks of runs of one case at a time move with the machine's load. It
 // reports the medians of the cases' CPU per run too, and the mixture's
 // counts per run against the single dataset's (pool allocations and misses,
-// Go allocations, minor page faults).
+// Go allocations, minor page faults, mappings, GC cycles).
 //
 // MESHFEED_MIX_BENCH_SOURCES=PREFIX reads the sources PREFIX-0, -1 and -2
 // instead (benchmarks/mixture.py's, e.g. .cache/bench-mixture-400000) with
@@ -376,9 +376,9 @@ func BenchmarkMixturePaired(b *testing.B) {
 	b.ReportMetric(100*(med(wallRatio[0])-1), "wall-%")
 	n := float64(b.N)
 	per := func(c int, v int64) float64 { return float64(v) / n }
-	b.Logf("%d pairs: medians: CPU per run single %.2f ms, mixture %.2f ms (pairs' ratio %+.1f%%); wall per run single %.2f ms, mixture %.2f ms (pairs' ratio %+.1f%%); per run single/mixture: pool allocations %.0f/%.0f, misses %.1f/%.1f, Go allocations %.0f/%.0f, minor faults %.0f/%.0f, maps %.1f/%.1f",
+	b.Logf("%d pairs: medians: CPU per run single %.2f ms, mixture %.2f ms (pairs' ratio %+.1f%%); wall per run single %.2f ms, mixture %.2f ms (pairs' ratio %+.1f%%); per run single/mixture: pool allocations %.0f/%.0f, misses %.1f/%.1f, Go allocations %.0f/%.0f, minor faults %.0f/%.0f, maps %.1f/%.1f, GC cycles %.1f/%.1f",
 		b.N, med(cpu[0]), med(cpu[1]), 100*(med(cpuRatio[0])-1), med(wall[0]), med(wall[1]), 100*(med(wallRatio[0])-1),
 		per(0, sums[0].allocs), per(1, sums[1].allocs), per(0, sums[0].allocs-sums[0].reused), per(1, sums[1].allocs-sums[1].reused),
 		per(0, sums[0].mallocs), per(1, sums[1].mallocs), per(0, sums[0].faults), per(1, sums[1].faults),
-		per(0, sums[0].maps), per(1, sums[1].maps))
+		per(0, sums[0].maps), per(1, sums[1].maps), per(0, sums[0].gcs), per(1, sums[1].gcs))
 }

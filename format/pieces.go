@@ -103,6 +103,11 @@ type Piece struct {
 	// Into, when set, is where the values of some columns go instead of
 	// the record (place.go); DecodeRange sets its Placed.
 	Into *Into
+	// Until, when above 0, is the row of the row group from which no
+	// later piece of the reader reads: a placed page the piece ends
+	// inside is then not kept decompressed for the next piece, and a
+	// snappy one is decoded only as far as the piece's rows (place.go).
+	Until int64
 }
 
 // Shared is what the pieces of one row group share while a reader reads
@@ -336,10 +341,11 @@ type piece struct {
 	e       *Shared
 	fetch   Fetcher
 	into    *Into
+	until   int64 // Piece.Until
 }
 
 func (p Piece) internal() piece {
-	return piece{rg: p.RG, rows: rowRange{p.Lo, p.Hi}, mem: p.Mem, stats: p.Stats, e: p.Shared, fetch: p.Fetch, into: p.Into}
+	return piece{rg: p.RG, rows: rowRange{p.Lo, p.Hi}, mem: p.Mem, stats: p.Stats, e: p.Shared, fetch: p.Fetch, into: p.Into, until: p.Until}
 }
 
 // StreamedCost implements Ranged.

@@ -6,6 +6,7 @@ package format
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime/debug"
 	"unsafe"
 
@@ -79,7 +80,7 @@ func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLo
 	if c.kind != kindList {
 		v.pages = e.fastPagesOf(c, p.col, pageRun{i: i, t: t, b: b, locs: locs, off: off}, md.Codec)
 	}
-	ed := edges{e, p.col, i, p.stats}
+	ed := edges{e, p.col, i, p.stats, c.untilOf(p, first)}
 	if into != nil {
 		pages, err := v.fastPages(c)
 		if err == nil {
@@ -139,6 +140,19 @@ type edges struct {
 	col   int
 	first int
 	stats *Stats
+	// until is the value of the pages given (from the first page's
+	// first, 0) from which no later piece of the reader reads
+	// (Piece.Until); math.MaxInt64 where not known.
+	until int64
+}
+
+// untilOf returns edges.until for pages whose first value is value first
+// of the column chunk.
+func (c *colDecoder) untilOf(p piece, first int64) int64 {
+	if p.until <= 0 {
+		return math.MaxInt64
+	}
+	return c.slot(p.until) - first
 }
 
 // around runs decode on page i of the pages given, compressed: into

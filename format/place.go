@@ -81,16 +81,9 @@ func (c *colDecoder) placePages(pages []fastPage, codec pqformat.CompressionCode
 	if total != (vals.hi-vals.lo)*es {
 		return fmt.Errorf("destinations of %d bytes for %d values of %d bytes (internal error)", total, vals.hi-vals.lo, es)
 	}
-	var scratch, levels []byte
-	defer func() {
-		for _, b := range [][]byte{scratch, levels} {
-			if b != nil {
-				bufpool.Put(b)
-			}
-		}
-	}()
-	var segs [][]byte
-	var ends []int
+	var bufs placeBufs
+	defer bufs.release()
+	segs := make([][]byte, 0, len(dst)+1)
 	at, skip := 0, 0 // dst[at][skip:] is where the next page's values go
 	var first int64  // the page's first value
 	for i := range pages {
@@ -115,11 +108,14 @@ func (c *colDecoder) placePages(pages []fastPage, codec pqformat.CompressionCode
 		var err error
 		if from == pf && to == first {
 			var ok bool
-			if ok, err = c.scatterPage(p, codec, segs, &levels, &ends); err == nil && !ok {
-				err = c.copyPage(p, codec, segs[1:], 0, &scratch, nil)
+			if ok, err = c.scatterPage(p, codec, segs, &bufs, false); err == nil && !ok {
+				err = c.copyPage(p, codec, segs[1:], 0, &bufs.scratch, nil)
 			}
 		} else {
-			err = c.placeEdge(p, codec, edgePart{segs: segs[1:], first: int(from - pf), i: i, more: to < first, taken: from > pf}, &scratch, ed)
+			// more: a later piece of the reader reads the page past this
+			// piece's values (ed.until: none reads from there on).
+			more := to < first && to < ed.until
+			err = c.placeEdge(p, codec, edgePart{segs: segs[1:], first: int(from - pf), i: i, more: more, taken: from > pf, cut: to < first}, &bufs, ed)
 		}
 		if errors.Is(err, errFallback) {
 			return errFallback
@@ -156,24 +152,43 @@ func (c *colDecoder) copyPage(p *fastPage, codec pqformat.CompressionCodec, segs
 	return nil
 }
 
+// placeBufs is placePages' scratch: a page decompressed (or the values
+// before a piece's, scatterEdge), v1 levels (both from the fetch buffer
+// pool), and scatterPage's segments and their ends.
+type placeBufs struct {
+	scratch, levels []byte
+	segs            [][]byte
+	ends            []int
+}
+
+func (b *placeBufs) release() {
+	for _, x := range [][]byte{b.scratch, b.levels} {
+		if x != nil {
+			bufpool.Put(x)
+		}
+	}
+}
+
 // edgePart is the part of page i of a piece's pages that the piece's
 // rows cover, at the piece's edges, for placeEdge: its values from first
 // on go into segs (as many as they hold); taken: the piece starts inside
-// the page (the piece before may have kept it decompressed); more: the
-// next piece starts inside it.
+// the page (the piece before may have kept it decompressed); cut: the
+// piece ends inside it; more: a later piece of the reader reads it past
+// the piece's values (the next one starts inside it).
 type edgePart struct {
-	segs        [][]byte
-	first, i    int
-	taken, more bool
+	segs             [][]byte
+	first, i         int
+	taken, cut, more bool
 }
 
 // placeEdge is edgePage for a page whose values go into part.segs: with ed
 // set and a compressed page, the page is taken decompressed from the
 // piece before where it starts inside it, and kept for the next piece
-// where that one starts inside it.
-func (c *colDecoder) placeEdge(p *fastPage, codec pqformat.CompressionCodec, part edgePart, scratch *[]byte, ed edges) error {
+// where that one starts inside it. A page no piece kept and no later
+// piece reads is decoded straight into part.segs where scatterEdge can.
+func (c *colDecoder) placeEdge(p *fastPage, codec pqformat.CompressionCodec, part edgePart, bufs *placeBufs, ed edges) error {
 	if ed.e == nil || codec == pqformat.Uncompressed {
-		return c.copyPage(p, codec, part.segs, part.first, scratch, nil)
+		return c.copyPage(p, codec, part.segs, part.first, &bufs.scratch, nil)
 	}
 	var pre []byte
 	if part.taken {
@@ -182,18 +197,46 @@ func (c *colDecoder) placeEdge(p *fastPage, codec pqformat.CompressionCodec, par
 	if pre == nil && p.body == nil {
 		return errFallback // placeKept's page, taken by another piece since
 	}
-	return ed.around(part.i, pre, part.more, scratch, func(buf *[]byte, pre []byte) error {
+	if pre == nil && !part.more {
+		if ok, err := c.scatterEdge(p, codec, part, bufs); ok || err != nil {
+			return err
+		}
+	}
+	return ed.around(part.i, pre, part.more, &bufs.scratch, func(buf *[]byte, pre []byte) error {
 		return c.copyPage(p, codec, part.segs, part.first, buf, pre)
 	})
 }
 
+// scatterEdge decodes the page of part, which no later piece of the
+// reader reads, as scatterPage does: its values before the piece's into
+// scratch (where the piece starts inside it: a stream's first piece),
+// and none past the piece's (where it ends inside it: a stream's last),
+// so that neither the piece's values are copied nor those past them
+// decoded. false: not a page scatterPage takes.
+func (c *colDecoder) scatterEdge(p *fastPage, codec pqformat.CompressionCodec, part edgePart, bufs *placeBufs) (bool, error) {
+	segs := append(bufs.segs[:0], nil) // room for the levels
+	if head := part.first * c.elemSize; head > 0 {
+		if cap(bufs.scratch) < head {
+			if bufs.scratch != nil {
+				bufpool.Put(bufs.scratch)
+			}
+			bufs.scratch = bufpool.Get(int64(head))
+		}
+		segs = append(segs, bufs.scratch[:head])
+	}
+	segs = append(segs, part.segs...)
+	bufs.segs = segs
+	return c.scatterPage(p, codec, segs, bufs, part.cut)
+}
+
 // scatterPage decodes a snappy page that compresses its values little
 // (placeScatterMin) straight into segs[1:] (its values' destinations),
-// its v1 levels into segs[0] (from *levels, the fetch buffer pool), and
-// checks them as pageValues does. false: not such a page, or one
+// its v1 levels into segs[0] (from bufs.levels, the fetch buffer pool),
+// and checks them as pageValues does; with prefix, only as many of its
+// values as segs[1:] hold, its first. false: not such a page, or one
 // snappyScatter refused (the caller decodes it the usual way, which
 // reports what is wrong with it).
-func (c *colDecoder) scatterPage(p *fastPage, codec pqformat.CompressionCodec, segs [][]byte, levels *[]byte, ends *[]int) (bool, error) {
+func (c *colDecoder) scatterPage(p *fastPage, codec pqformat.CompressionCodec, segs [][]byte, bufs *placeBufs, prefix bool) (bool, error) {
 	if codec != pqformat.Snappy || p.v2 && p.valuesRaw {
 		return false, nil
 	}
@@ -208,17 +251,17 @@ func (c *colDecoder) scatterPage(p *fastPage, codec pqformat.CompressionCodec, s
 	if lv < 0 || len(src)*8 < (lv+n)*placeScatterMin {
 		return false, nil
 	}
-	if cap(*levels) < lv {
-		if *levels != nil {
-			bufpool.Put(*levels)
+	if cap(bufs.levels) < lv {
+		if bufs.levels != nil {
+			bufpool.Put(bufs.levels)
 		}
-		*levels = bufpool.Get(int64(lv))
+		bufs.levels = bufpool.Get(int64(lv))
 	}
-	segs[0] = (*levels)[:lv:lv]
-	if cap(*ends) < len(segs) {
-		*ends = make([]int, len(segs))
+	segs[0] = bufs.levels[:lv:lv]
+	if cap(bufs.ends) < len(segs) {
+		bufs.ends = make([]int, len(segs))
 	}
-	if snappyScatter(segs, *ends, src) != nil {
+	if snappyScatter(segs, bufs.ends, src, prefix) != nil {
 		return false, nil
 	}
 	if p.v2 {
@@ -226,7 +269,7 @@ func (c *colDecoder) scatterPage(p *fastPage, codec pqformat.CompressionCodec, s
 		return true, nil
 	}
 	// The levels, as v1Values reads them: they must end where the values
-	// begin (a page with nulls holds fewer values than its levels).
+	// begin (a page with nulls holds fewer values than its bufs.levels).
 	rest, err := c.v1Values(segs[0], p.nvals)
 	if errors.Is(err, errFallback) {
 		return false, errFallback
@@ -300,7 +343,7 @@ func (d *parquetDecoder) placeKept(p piece, locs []pageLoc, i int, into [][]byte
 	if !ok || fp.v2 { // a v2 page's values are past its levels in its body
 		return false, nil
 	}
-	err := c.placePages([]fastPage{fp}, md.Codec, rowRange{lo - locs[i].first, hi - locs[i].first}, into, edges{e, p.col, i, p.stats})
+	err := c.placePages([]fastPage{fp}, md.Codec, rowRange{lo - locs[i].first, hi - locs[i].first}, into, edges{e, p.col, i, p.stats, c.untilOf(p, locs[i].first)})
 	if err == errFallback {
 		return false, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -131,7 +132,9 @@ func TestPieceInto(t *testing.T) {
 				t.Fatalf("page breaks %v: the test needs more pages", breaks)
 			}
 			// Each piece's rows go to destinations cut at random rows;
-			// every destination starts out filled with 0xAA.
+			// every destination starts out filled with 0xAA. until is
+			// the pieces' Until.
+			var until int64
 			try := func(lo, hi int64, sh *Shared, st *Stats) (placed []bool, pages int64) {
 				t.Helper()
 				bounds := []int64{0}
@@ -150,7 +153,7 @@ func TestPieceInto(t *testing.T) {
 						into.Cols[c] = append(into.Cols[c], d)
 					}
 				}
-				p := Piece{RG: 0, Lo: lo, Hi: hi, Mem: mem, Stats: st, Shared: sh, Fetch: f, Into: into}
+				p := Piece{RG: 0, Lo: lo, Hi: hi, Mem: mem, Stats: st, Shared: sh, Fetch: f, Into: into, Until: until}
 				if _, _, err := f.dec.(Ranged).Charge(ctx, p); err != nil {
 					t.Fatal(err)
 				}
@@ -225,6 +228,31 @@ func TestPieceInto(t *testing.T) {
 			if want := tc.codec != compress.Codecs.Uncompressed && !tc.v2; (keptPlaced.Load() > kept) != want {
 				t.Errorf("%d pieces placed from a kept page without a fetch; want some: %v", keptPlaced.Load()-kept, want)
 			}
+			// A reader's only piece, a stream's rows: it starts inside a
+			// page no piece kept and ends inside one no later piece of the
+			// reader reads (Until). Snappy pages of features are decoded
+			// straight into the destinations, the edges too (the values
+			// before the piece's into scratch, none after), and no page
+			// is kept. A piece past Until (against the contract) still
+			// decodes its rows, from the pages again.
+			var one Shared
+			defer one.Release()
+			lo, hi := breaks[1]+37, breaks[4]+53
+			until = hi
+			scattered = scatteredPages.Load()
+			if placed, _ := try(lo, hi, &one, &Stats{}); !placed[2] {
+				t.Fatalf("rows [%d, %d) up to Until: features not placed", lo, hi)
+			}
+			if n, want := scatteredPages.Load()-scattered, int64(4); tc.scatter && n != want || !tc.scatter && n != 0 {
+				t.Errorf("rows [%d, %d) up to Until: %d pages decoded by snappyScatter; want %d: %v", lo, hi, n, want, tc.scatter)
+			}
+			if len(one.edges) != 0 {
+				t.Errorf("rows [%d, %d) up to Until: pages kept for a later piece: %v", lo, hi, slices.Collect(maps.Keys(one.edges)))
+			}
+			if placed, _ := try(hi, hi+300, &one, &Stats{}); !placed[2] {
+				t.Errorf("rows [%d, %d), past Until: features not placed", hi, hi+300)
+			}
+			until = 0
 		})
 	}
 }

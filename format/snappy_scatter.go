@@ -32,9 +32,10 @@ func (s *scatterOut) start(i int) int {
 }
 
 // snappyScatter decodes src, a snappy block, into segs (what it decodes
-// to must fill them exactly); ends is scratch of len(segs). On error the
-// segments hold unspecified bytes.
-func snappyScatter(segs [][]byte, ends []int, src []byte) error {
+// to must fill them exactly; with prefix, it may go on past them, and
+// only its first bytes, as many as segs hold, are decoded); ends is
+// scratch of len(segs). On error the segments hold unspecified bytes.
+func snappyScatter(segs [][]byte, ends []int, src []byte, prefix bool) error {
 	s := scatterOut{segs: segs, ends: ends[:len(segs)]}
 	total := 0
 	for i, b := range segs {
@@ -42,16 +43,17 @@ func snappyScatter(segs [][]byte, ends []int, src []byte) error {
 		s.ends[i] = total
 	}
 	dlen, n := binary.Uvarint(src)
-	if n <= 0 || dlen != uint64(total) {
+	if n <= 0 || dlen < uint64(total) || dlen > uint64(total) && !prefix {
 		return errSnappyScatter
 	}
 	src = src[n:]
 	o, cur := 0, 0 // output written; the segment holding o
-	for len(src) > 0 {
+	for len(src) > 0 && !(prefix && o == total) {
 		literal, length, offset, k := snappyTag(src)
-		if k == 0 || length > total-o {
+		if k == 0 || length > total-o && !prefix {
 			return errSnappyScatter
 		}
+		length = min(length, total-o) // the part of a prefix's last element it holds
 		src = src[k:]
 		if literal {
 			if length > len(src) {

@@ -56,7 +56,9 @@ func randomSegments(r *rand.Rand, out []byte) [][]byte {
 // the snappy encoder, decode into random cuts of the output (empty and
 // one-byte segments, copies across segments) to what
 // snappy.DecodeStrict decodes them to. A stream that decodes to another
-// length than the segments' is refused.
+// length than the segments' is refused; with prefix, one that decodes to
+// more is cut where the segments end, and one that decodes to less is
+// refused.
 func TestSnappyScatter(t *testing.T) {
 	r := rand.New(rand.NewPCG(testSeed(t), 1))
 	for it := 0; it < 300; it++ {
@@ -72,7 +74,7 @@ func TestSnappyScatter(t *testing.T) {
 		}
 		out := make([]byte, n)
 		segs := randomSegments(r, out)
-		if err := snappyScatter(segs, make([]int, len(segs)), enc); err != nil {
+		if err := snappyScatter(segs, make([]int, len(segs)), enc, false); err != nil {
 			t.Fatalf("case %d (%d bytes, %d segments): %v", it, n, len(segs), err)
 		}
 		if !bytes.Equal(out, raw) {
@@ -80,16 +82,32 @@ func TestSnappyScatter(t *testing.T) {
 		}
 		if n > 0 {
 			short := [][]byte{make([]byte, n-1)}
-			if err := snappyScatter(short, make([]int, 1), enc); err == nil {
+			if err := snappyScatter(short, make([]int, 1), enc, false); err == nil {
 				t.Fatalf("case %d: a block of %d bytes decoded into %d", it, n, n-1)
 			}
+		}
+		// A prefix: its first m bytes, as many as the segments hold
+		// (cut inside a literal or a copy), and no more.
+		m := r.IntN(n + 1)
+		pre := make([]byte, m+1)
+		pre[m] = 0xA5
+		psegs := randomSegments(r, pre[:m])
+		if err := snappyScatter(psegs, make([]int, len(psegs)), enc, true); err != nil {
+			t.Fatalf("case %d: the first %d of %d bytes (%d segments): %v", it, m, n, len(psegs), err)
+		}
+		if !bytes.Equal(pre[:m], raw[:m]) || pre[m] != 0xA5 {
+			t.Fatalf("case %d: the first %d of %d bytes differ, or a byte past them was written", it, m, n)
+		}
+		if over := [][]byte{make([]byte, n+1)}; snappyScatter(over, make([]int, 1), enc, true) == nil {
+			t.Fatalf("case %d: a prefix of %d bytes of a block of %d decoded", it, n+1, n)
 		}
 	}
 }
 
 // TestSnappyScatterCorrupt: streams with bytes changed, cut short or
 // lengthened decode exactly when snappy.DecodeStrict decodes them, to the
-// same bytes, and never panic.
+// same bytes, and never panic; a prefix of one it decodes is the prefix
+// of its bytes.
 func TestSnappyScatterCorrupt(t *testing.T) {
 	r := rand.New(rand.NewPCG(testSeed(t), 2))
 	for it := 0; it < 2000; it++ {
@@ -118,7 +136,7 @@ func checkScatterAgainstStrict(t *testing.T, r *rand.Rand, enc []byte) {
 	}
 	out := make([]byte, n)
 	segs := randomSegments(r, out)
-	err := snappyScatter(segs, make([]int, len(segs)), enc)
+	err := snappyScatter(segs, make([]int, len(segs)), enc, false)
 	switch {
 	case werr == nil && err != nil:
 		t.Fatalf("stream %x: snappy decodes it, snappyScatter: %v", enc, err)
@@ -126,6 +144,16 @@ func checkScatterAgainstStrict(t *testing.T, r *rand.Rand, enc []byte) {
 		t.Fatalf("stream %x: snappy refuses it (%v), snappyScatter decodes it", enc, werr)
 	case err == nil && !bytes.Equal(out, want):
 		t.Fatalf("stream %x: decoded bytes differ", enc)
+	}
+	if werr != nil {
+		return
+	}
+	// A prefix of a stream snappy decodes is its decoded bytes' prefix.
+	m := r.IntN(len(want) + 1)
+	pre := make([]byte, m)
+	psegs := randomSegments(r, pre)
+	if err := snappyScatter(psegs, make([]int, len(psegs)), enc, true); err != nil || !bytes.Equal(pre, want[:m]) {
+		t.Fatalf("stream %x: its first %d bytes: %v, or they differ", enc, m, err)
 	}
 }
 
@@ -207,7 +235,7 @@ func BenchmarkSnappyScatter(b *testing.B) {
 				for o := 0; o < page; o += part {
 					segs = append(segs, d[o:min(o+part, page)])
 				}
-				if err := snappyScatter(segs, ends, srcs[i%len(srcs)]); err != nil {
+				if err := snappyScatter(segs, ends, srcs[i%len(srcs)], false); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -31,6 +31,7 @@ import (
 type rgEntry struct {
 	mu      sync.Mutex
 	left    int               // pieces not decoded yet
+	until   int64             // the end of the reader's last piece of the row group (format.Piece.Until)
 	rec     arrow.RecordBatch // a whole record (formats without streaming)
 	charged bool              // rec's whole size was charged (pieceCharge)
 	pin     int64             // bytes this entry holds pinned in the reader's budget
@@ -143,7 +144,7 @@ func (ds *Dataset) formatPiece(ref RowGroupRef, p piece) format.Piece {
 	if testWholePages {
 		f = wholePages{f}
 	}
-	return format.Piece{RG: ref.Index, Lo: p.start, Hi: p.end, Mem: p.mem, Stats: &p.stats.Stats, Shared: &p.e.pages, Fetch: f, Into: p.into}
+	return format.Piece{RG: ref.Index, Lo: p.start, Hi: p.end, Mem: p.mem, Stats: &p.stats.Stats, Shared: &p.e.pages, Fetch: f, Into: p.into, Until: p.e.until}
 }
 
 // pageBreaks returns the rows of row group ref where a page of its widest

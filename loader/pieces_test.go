@@ -931,3 +931,34 @@ func TestReaderGate(t *testing.T) {
 		t.Fatal("Close did not return while a gate waited")
 	}
 }
+
+// TestPiecesUntil: each row group a reader reads in pieces gets, in its
+// entry, the end of the last of them (format.Piece.Until: the format keeps
+// no page decompressed for a later piece past it), whichever order the
+// refs come in; a row group read whole gets no entry.
+func TestPiecesUntil(t *testing.T) {
+	r := &RowGroupReader{entries: map[[2]int]*rgEntry{}}
+	refs := []RowGroupRef{
+		{File: 0, Index: 1, Rows: 500, Start: 100, End: 180},
+		{File: 0, Index: 1, Rows: 500, Start: 180, End: 260},
+		{File: 1, Index: 0, Rows: 300},
+		{File: 1, Index: 2, Rows: 400, Start: 0, End: 90},
+		{File: 0, Index: 1, Rows: 500, Start: 20, End: 60},
+	}
+	if got := r.pieces(refs); len(got) != len(refs) {
+		t.Fatalf("%d refs, want %d", len(got), len(refs))
+	}
+	want := map[[2]int]int64{{0, 1}: 260, {1, 2}: 90}
+	if len(r.entries) != len(want) {
+		t.Fatalf("%d entries, want %d", len(r.entries), len(want))
+	}
+	for k, u := range want {
+		if e := r.entries[k]; e == nil || e.until != u {
+			t.Errorf("file %d row group %d: entry %+v, want until %d", k[0], k[1], e, u)
+		}
+	}
+	p := (&Dataset{}).formatPiece(refs[3], piece{e: r.entries[[2]int{1, 2}], stats: &ReadStats{}})
+	if p.Until != 90 {
+		t.Errorf("format.Piece.Until %d, want 90", p.Until)
+	}
+}

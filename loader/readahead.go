@@ -256,6 +256,7 @@ func (r *RowGroupReader) pieces(refs []RowGroupRef) []RowGroupRef {
 			r.entries[k] = e
 		}
 		e.left++
+		e.until = max(e.until, ref.End)
 	}
 	return out
 }
