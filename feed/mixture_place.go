@@ -36,6 +36,7 @@ type placer struct {
 	b     int64
 	in    *arrow.Schema // the sources' columns, in order (mixturePlan.in)
 	out   *arrow.Schema // the slices' (mixturePlan.schema)
+	outF  []arrow.Field // out's fields (Schema.Fields copies them)
 	width []int         // bytes per row of each column of in
 	src   bool          // out has the source column
 	mask  bool          // out has the mask (every row real)
@@ -81,7 +82,7 @@ func newPlacer(mp *mixturePlan, mem memory.Allocator, walk *batching.Walker, wor
 		}
 	}
 	p := &placer{mix: mp.mix, mem: mem, b: int64(mp.mix.SliceRows()), in: mp.in, out: mp.schema,
-		empty: arrow.NewSchema(nil, nil), slots: map[placeKey]*placedSlice{},
+		outF: mp.schema.Fields(), empty: arrow.NewSchema(nil, nil), slots: map[placeKey]*placedSlice{},
 		tbl: newStepTable(walk, mp.mix.Steps())}
 	for _, f := range mp.in.Fields() {
 		w := placedWidth(f.Type)
@@ -149,11 +150,18 @@ func (p *placer) slot(st, k, d int, counts []int64) *placedSlice {
 	key := placeKey{st, k}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if sl := p.slots[key]; sl != nil {
-		return sl
+	sl := p.slots[key]
+	if sl == nil {
+		sl = p.newSlot(st, d, counts)
+		p.slots[key] = sl
 	}
+	return sl
+}
+
+// newSlot makes a slice of step st (d of the mesh) for slot.
+func (p *placer) newSlot(st, d int, counts []int64) *placedSlice {
 	order := p.mix.Order(st, d)
-	sl := &placedSlice{order: order}
+	sl := &placedSlice{order: order, bufs: make([]*memory.Buffer, 0, len(p.width)+2)}
 	alloc := func(n int) []byte {
 		// Every byte is written before the slice is sent (record checks
 		// that every row was placed).
@@ -180,7 +188,6 @@ func (p *placer) slot(st, k, d int, counts []int64) *placedSlice {
 			bits[j] = 0xff
 		}
 	}
-	p.slots[key] = sl
 	return sl
 }
 
@@ -285,28 +292,30 @@ func (p *placer) record(st, k int) (arrow.RecordBatch, error) {
 		return nil, fmt.Errorf("%d of the slice's %d rows placed (internal error)", got, p.b)
 	}
 	defer releaseBufs(sl.bufs)
-	cols := make([]arrow.Array, 0, p.out.NumFields())
-	defer func() {
-		for _, a := range cols {
-			a.Release()
-		}
-	}()
-	add := func(t arrow.DataType, buf *memory.Buffer) {
-		var d arrow.ArrayData
-		if l, ok := t.(*arrow.FixedSizeListType); ok {
-			child := array.NewData(l.Elem(), int(p.b)*int(l.Len()), []*memory.Buffer{nil, buf}, nil, 0, 0)
-			d = array.NewData(t, int(p.b), []*memory.Buffer{nil}, []arrow.ArrayData{child}, 0, 0)
-			child.Release()
-		} else {
-			d = array.NewData(t, int(p.b), []*memory.Buffer{nil, buf}, nil, 0, 0)
-		}
-		cols = append(cols, array.MakeFromData(d))
-		d.Release()
+	cols := make([]arrow.Array, len(p.outF))
+	for c, f := range p.outF {
+		cols[c] = p.column(f.Type, sl.bufs[c])
 	}
-	for c, f := range p.out.Fields() {
-		add(f.Type, sl.bufs[c])
+	rec := array.NewRecordBatch(p.out, cols, p.b)
+	for _, a := range cols {
+		a.Release()
 	}
-	return array.NewRecordBatch(p.out, cols, p.b), nil
+	return rec, nil
+}
+
+// column returns a column of type t of a slice whose values are buf.
+func (p *placer) column(t arrow.DataType, buf *memory.Buffer) arrow.Array {
+	var d arrow.ArrayData
+	if l, ok := t.(*arrow.FixedSizeListType); ok {
+		child := array.NewData(l.Elem(), int(p.b)*int(l.Len()), []*memory.Buffer{nil, buf}, nil, 0, 0)
+		d = array.NewData(t, int(p.b), []*memory.Buffer{nil}, []arrow.ArrayData{child}, 0, 0)
+		child.Release()
+	} else {
+		d = array.NewData(t, int(p.b), []*memory.Buffer{nil, buf}, nil, 0, 0)
+	}
+	a := array.MakeFromData(d)
+	d.Release()
+	return a
 }
 
 // release frees the slices not sent (the stream closed).
