@@ -45,6 +45,7 @@ type placer struct {
 
 	mu    sync.Mutex
 	slots map[placeKey]*placedSlice
+	many  atomic.Int64 // targets' last piece's count, the next one's capacity
 }
 
 type placeKey struct{ step, k int }
@@ -203,6 +204,8 @@ type target struct {
 // set where some lie past the last step (no step's: they go nowhere).
 func (p *placer) targets(i, k, d int, pos, n int64) (ts []target, past bool, err error) {
 	counts := make([]int64, p.mix.Sources())
+	ts = make([]target, 0, p.many.Load()+1)
+	defer func() { p.many.Store(int64(len(ts))) }()
 	for at := int64(0); at < n; {
 		st, cum, past, err := p.tbl.locate(i, pos+at, counts)
 		if err != nil || past {
