@@ -20,7 +20,9 @@
 // piece writes its fixed-width columns' values into the caller's memory,
 // cut at row bounds, instead of a record's (place.go: a mixture's
 // slices), its snappy pages of values that barely compress decoded
-// straight there (snappy_scatter.go).
+// straight there (snappy_scatter.go), those a reader's stream starts or
+// ends inside too where the piece says no later one reads them
+// (Piece.Until).
 //
 // Column types are those pyarrow reads (docs/TYPES.md): a file's Arrow
 // schema is its stored ARROW:schema or, without one, the one arrow-go
