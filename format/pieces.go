@@ -106,7 +106,8 @@ type Piece struct {
 	// Until, when above 0, is the row of the row group from which no
 	// later piece of the reader reads: a placed page the piece ends
 	// inside is then not kept decompressed for the next piece, and a
-	// snappy one is decoded only as far as the piece's rows (place.go).
+	// snappy one that compresses little is decoded only as far as the
+	// piece's rows (place.go).
 	Until int64
 }
 

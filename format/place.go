@@ -269,7 +269,7 @@ func (c *colDecoder) scatterPage(p *fastPage, codec pqformat.CompressionCodec, s
 		return true, nil
 	}
 	// The levels, as v1Values reads them: they must end where the values
-	// begin (a page with nulls holds fewer values than its bufs.levels).
+	// begin (a page with nulls holds fewer values than its levels).
 	rest, err := c.v1Values(segs[0], p.nvals)
 	if errors.Is(err, errFallback) {
 		return false, errFallback
