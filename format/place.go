@@ -216,12 +216,7 @@ func (c *colDecoder) placeEdge(p *fastPage, codec pqformat.CompressionCodec, par
 func (c *colDecoder) scatterEdge(p *fastPage, codec pqformat.CompressionCodec, part edgePart, bufs *placeBufs) (bool, error) {
 	segs := append(bufs.segs[:0], nil) // room for the levels
 	if head := part.first * c.elemSize; head > 0 {
-		if cap(bufs.scratch) < head {
-			if bufs.scratch != nil {
-				bufpool.Put(bufs.scratch)
-			}
-			bufs.scratch = bufpool.Get(int64(head))
-		}
+		bufs.scratch = growBuf(bufs.scratch, int64(head))
 		segs = append(segs, bufs.scratch[:head])
 	}
 	segs = append(segs, part.segs...)
@@ -251,12 +246,7 @@ func (c *colDecoder) scatterPage(p *fastPage, codec pqformat.CompressionCodec, s
 	if lv < 0 || len(src)*8 < (lv+n)*placeScatterMin {
 		return false, nil
 	}
-	if cap(bufs.levels) < lv {
-		if bufs.levels != nil {
-			bufpool.Put(bufs.levels)
-		}
-		bufs.levels = bufpool.Get(int64(lv))
-	}
+	bufs.levels = growBuf(bufs.levels, int64(lv))
 	segs[0] = bufs.levels[:lv:lv]
 	if cap(bufs.ends) < len(segs) {
 		bufs.ends = make([]int, len(segs))
