@@ -481,7 +481,10 @@ func withoutGate() Option { return func(c *pipelineConfig) { c.noGate = true } }
 // each step the pieces the readers had decoded and not yet handed over
 // (decoded ahead, each held in memory) are fewer gated, on average over the
 // steps: ungated, every cursor's reader decodes its next piece as soon as
-// it hands one over and holds it until its cursor gets there.
+// it hands one over and holds it until its cursor gets there. Gated, a
+// waiting gate is woken about once per piece (when it may open), not at
+// every step: the readers wait at their gates most of the time here, so a
+// gate woken at every step would be woken a dozen times a step.
 func TestMixtureGateHoldsLess(t *testing.T) {
 	var dirs []string
 	for i := range 3 {
@@ -494,6 +497,7 @@ func TestMixtureGateHoldsLess(t *testing.T) {
 	// a few pages; 300 steps take 12,800 of them.
 	const B, D, steps = 512, 4, 300
 	_, mix := mixtureAndOne(dirs, B, D, steps)
+	var wakes, pieces int64
 	run := func(opts ...Option) (ids string, ahead float64) {
 		p, st := openOne(t, mix, append([]Option{WithAllocator(checkedMem(t)), WithReadAhead(4 << 20)}, opts...)...)
 		defer p.Close()
@@ -511,6 +515,15 @@ func TestMixtureGateHoldsLess(t *testing.T) {
 				}
 			}
 		})
+		wakes, pieces = 0, 0
+		for _, row := range st.(*mixStream).curs {
+			for _, mc := range row {
+				if mc.gate != nil {
+					wakes += mc.gate.wakes.Load()
+				}
+				pieces += mc.rd.Stats().Pieces.Load()
+			}
+		}
 		return fmt.Sprint(all), float64(sum) / steps
 	}
 	ungatedIDs, ungated := run(withoutGate())
@@ -524,5 +537,12 @@ func TestMixtureGateHoldsLess(t *testing.T) {
 	}
 	if gated > ungated*3/4 {
 		t.Errorf("gated, %.2f pieces decoded ahead on average, ungated %.2f: the gate does not hold pieces back", gated, ungated)
+	}
+	t.Logf("gated: %d gate wakeups for %d pieces over %d steps", wakes, pieces, steps)
+	if pieces < 24 {
+		t.Fatalf("gated, %d pieces: too few for the wakeups to tell anything", pieces)
+	}
+	if wakes > pieces+pieces/4 {
+		t.Errorf("gated: %d gate wakeups for %d pieces: the gates are woken when they may not open", wakes, pieces)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync"
 	"sync/atomic"
 
 	"github.com/meshfeed/meshfeed/batching"
@@ -93,34 +94,30 @@ func (s *mixStream) stepPieces(mc *mixCursor, perRow float64, whole int64) (segs
 // one it takes from, at least a page: a slice's three cursors held three
 // such pieces where the single dataset's slice holds one. A cursor takes
 // a third of its slice's rows, so a piece lasts it three times as many
-// steps, and half a piece ahead is still many steps ahead.
-func (s *mixStream) pieceGate(g *gateState, take float64, w int64) func(context.Context, loader.RowGroupRef) error {
+// steps, and half a piece ahead is still many steps ahead. A waiting
+// gate is woken when its own condition holds (gateState.poke), not at
+// every step.
+func pieceGate(g *gateState, take float64, w int64) func(context.Context, loader.RowGroupRef) error {
 	var n int64 // the pieces gated so far
 	return func(ctx context.Context, ref loader.RowGroupRef) error {
 		n++
+		if n == 1 {
+			return nil
+		}
 		lead := max((ref.End-ref.Start)/2, int64(4*take+0.5), 1) + w
 		for {
-			s.gateMu.Lock()
-			ch := s.progress
-			s.gateMu.Unlock()
-			if n == 1 || g.waiting.Load() || g.pushed.Load() >= n-1 && g.ahead.Load() <= lead {
+			wake := g.arm(n-1, lead)
+			if wake == nil {
 				return nil
 			}
 			select {
-			case <-ch:
+			case <-wake:
+				g.wakes.Add(1)
 			case <-ctx.Done():
 				return ctx.Err()
 			}
 		}
 	}
-}
-
-// moved wakes the cursors' readers' gates (pieceGate) to look again.
-func (s *mixStream) moved() {
-	s.gateMu.Lock()
-	close(s.progress)
-	s.progress = make(chan struct{})
-	s.gateMu.Unlock()
 }
 
 // mixturePieces returns the rows per piece of a mixture cursor's reader and
@@ -144,11 +141,53 @@ func mixturePieces(share int64, perRow float64, whole int64) (rows, budget int64
 }
 
 // gateState is what a cursor's reader's gate (pieceGate) reads of the
-// cursor, which the stream's goroutine updates.
+// cursor, which the stream's goroutine updates, and the gate's wait.
 type gateState struct {
 	pushed  atomic.Int64 // records the reader returned and the cursor took in
 	ahead   atomic.Int64 // rows pushed to the cursor's cutter and not taken (Cutter.Ahead)
 	waiting atomic.Bool  // the cursor waits for the reader's next record
+	wakes   atomic.Int64 // the times the gate was woken (tests)
+
+	mu         sync.Mutex
+	wake       chan struct{} // closed when the waiting gate may open (poke); nil: none waits
+	want, lead int64         // the waiting gate's condition (open)
+}
+
+// open reports whether a gate waiting for want records pushed and at most
+// lead rows ahead may start its piece. A cursor waiting for its reader
+// opens the gate only once it has taken the records before the gate's
+// piece: before that, the record it waits for is on its way already (the
+// reader gated none of them), and waking the gate would only wake it.
+func (g *gateState) open(want, lead int64) bool {
+	return g.pushed.Load() >= want && (g.waiting.Load() || g.ahead.Load() <= lead)
+}
+
+// arm returns nil when the gate may open, else a channel that poke closes
+// once it may.
+func (g *gateState) arm(want, lead int64) <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.open(want, lead) {
+		return nil
+	}
+	g.want, g.lead = want, lead
+	if g.wake == nil {
+		g.wake = make(chan struct{})
+	}
+	return g.wake
+}
+
+// poke wakes the gate if it waits and may now open: the stream's goroutine
+// calls it after it updates the cursor's counts. Waking only the gates
+// that may open, not every gate at every step, keeps a mixture's
+// goroutine wakeups at about one per piece (TestMixtureGateWakes).
+func (g *gateState) poke() {
+	g.mu.Lock()
+	if g.wake != nil && g.open(g.want, g.lead) {
+		close(g.wake)
+		g.wake = nil
+	}
+	g.mu.Unlock()
 }
 
 // mixAhead records the composition's counts C(k) (Walker.Cum) of the steps

@@ -7,7 +7,6 @@ import (
 	"io"
 	"runtime"
 	"slices"
-	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -37,14 +36,9 @@ type mixStream struct {
 	noSnap  bool // pipelineConfig.noSnap
 	// partsBuf, realsBuf and srcsBuf are slice's scratch, kept for the
 	// next slice.
-	partsBuf []arrow.RecordBatch
-	realsBuf []int64
-	srcsBuf  []int32
-	// progress is closed, and replaced, when a cursor may have moved
-	// enough for its reader's gate to open (pieceGate): after each step's
-	// takes, and when a cursor waits for its reader.
-	gateMu    sync.Mutex
-	progress  chan struct{}
+	partsBuf  []arrow.RecordBatch
+	realsBuf  []int64
+	srcsBuf   []int32
 	noGate    bool // pipelineConfig.noGate
 	unreserve func()
 	// place places the slices as the readers decode their rows
@@ -108,7 +102,6 @@ func (p *Pipeline) openMixture(ctx context.Context, req *transport.Request, mem 
 		workers:   max(runtime.GOMAXPROCS(0)/n, 1),
 		noSnap:    p.cfg.noSnap,
 		noGate:    p.cfg.noGate,
-		progress:  make(chan struct{}),
 		unreserve: func() { p.serverLimits().Memory.Unreserve(reserved) }}
 	if mp.packer == nil {
 		s.cols = batching.NewPartColumns(mem, mp.in, mp.schema, len(mp.srcs), int64(mp.mix.SliceRows()))
@@ -245,7 +238,7 @@ func (s *mixStream) startReader(mc *mixCursor) {
 	mc.gate = nil
 	if mc.snap && !s.noGate {
 		mc.gate = &gateState{}
-		opts = append(opts, loader.WithReaderGate(s.pieceGate(mc.gate, mc.take, mc.src.window)))
+		opts = append(opts, loader.WithReaderGate(pieceGate(mc.gate, mc.take, mc.src.window)))
 	}
 	if src := mc.src; len(src.toks) > 0 {
 		// Kept rows are taken, then tokenized, as each piece is decoded.
@@ -298,17 +291,13 @@ func (s *mixStream) next() (transport.Step, error) {
 		}
 		step.Slices, step.Meta.RealRows[k] = append(step.Slices, recs...), int(real)
 	}
-	gated := false
 	for _, row := range s.curs {
 		for _, mc := range row {
-			if mc.gate != nil {
-				mc.gate.ahead.Store(mc.cur.Cutter().Ahead())
-				gated = true
+			if g := mc.gate; g != nil {
+				g.ahead.Store(mc.cur.Cutter().Ahead())
+				g.poke()
 			}
 		}
-	}
-	if gated {
-		s.moved()
 	}
 	if s.place != nil {
 		s.place.tbl.trim(st + 1)
@@ -469,7 +458,7 @@ func (s *mixStream) push(mc *mixCursor) error {
 	}
 	if g := mc.gate; g != nil {
 		g.waiting.Store(true) // its gate opens: the cursor needs the reader's next record now
-		s.moved()
+		g.poke()
 		defer func() {
 			g.waiting.Store(false)
 			g.ahead.Store(cut.Ahead())
