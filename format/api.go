@@ -158,6 +158,10 @@ type Stats struct {
 	// piece took decompressed from the piece of its row group before it
 	// (the page both pieces' rows are in).
 	PagesReused atomic.Int64
+	// PagesShared counts compressed pages a piece took decompressed from
+	// another reader of its row group, which keeps it for its own pieces
+	// (PageShare): not decompressed again.
+	PagesShared atomic.Int64
 	// Fetches is the number of ranged reads issued (after coalescing).
 	Fetches atomic.Int64
 	// FetchedBytes is the bytes those reads made available: read into

@@ -65,7 +65,9 @@
 // buffers come from the allocator passed in and stay valid until then. No
 // decoded array points into the fetched bytes: they may be a mapping of a
 // file (loader maps local files), which the caller unmaps after decoding.
-// A Shared holds decoded columns and pooled pages until its Release.
+// A Shared holds decoded columns and pooled pages until its Release; the
+// pages it keeps decompressed for its next piece it shares with the other
+// readers of the row group through its PageShare, where one is set.
 //
 // A mapped file truncated while it is decoded raises SIGBUS when a lost
 // page is touched. Where a Fetched is Mapped, the decoders run under

@@ -203,7 +203,7 @@ func (c *colDecoder) writePages(pages []fastPage, codec pqformat.CompressionCode
 	}
 	defer func() {
 		if pre != nil { // not used after all
-			bufpool.Put(pre)
+			ed.put(0, pre)
 		}
 	}()
 	es := int64(c.elemSize)

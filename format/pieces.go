@@ -13,7 +13,6 @@ import (
 	pqformat "github.com/parquet-go/parquet-go/format"
 
 	"github.com/meshfeed/meshfeed/internal/arrowmem"
-	"github.com/meshfeed/meshfeed/internal/bufpool"
 )
 
 // Pieces: a row range of a row group decoded by itself, so that a reader
@@ -126,6 +125,9 @@ type Shared struct {
 	checked map[int][2]int           // per streamed column: the pages [lo, hi) whose headers a piece checked (checkPages)
 	heads   map[int]map[int]fastHead // per streamed column of primitives or fixed-size lists: its pages' headers as fastPages read them, by page index
 	breaks  *[]int64                 // PageBreaks's, once computed
+	// Pages, when set, is the row group's pages kept decompressed that
+	// the readers of its rows share (the loader sets it); nil: none.
+	Pages *PageShare
 }
 
 // fastHead is a fastPage without its bytes: where its body lies from the
@@ -227,41 +229,6 @@ func (e *Shared) markChecked(col, i, j int) {
 	e.checked[col] = [2]int{i, j}
 }
 
-// edgePage is a page a piece decompressed whole and ended inside: the
-// next piece of its row group starts in it. Page is its index in the
-// column's pages; buf (pooled) what decompressing it gave.
-type edgePage struct {
-	page int
-	buf  []byte
-}
-
-// takeEdge hands over the decompressed page of column col with index page,
-// if the last piece kept it: the caller owns buf (bufpool.Put when done).
-func (e *Shared) takeEdge(col, page int) []byte {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	p, ok := e.edges[col]
-	if !ok || p.page != page {
-		return nil
-	}
-	delete(e.edges, col)
-	return p.buf
-}
-
-// keepEdge keeps buf, page page of column col decompressed, for the next
-// piece (returning the one kept before to the pool).
-func (e *Shared) keepEdge(col, page int, buf []byte) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.edges == nil {
-		e.edges = map[int]edgePage{}
-	}
-	if old, ok := e.edges[col]; ok {
-		bufpool.Put(old.buf)
-	}
-	e.edges[col] = edgePage{page: page, buf: buf}
-}
-
 // decodedPages is a column's pages as a piece decoded them: rows [first,
 // first+rows) of the row group, of which the piece kept a slice. A later
 // piece whose rows lie inside them slices the same array instead of
@@ -323,8 +290,8 @@ func (e *Shared) Release() {
 		p.a.Release()
 	}
 	e.decoded = nil
-	for _, p := range e.edges {
-		bufpool.Put(p.buf)
+	for col, p := range e.edges {
+		e.Pages.put(col, p.page, p.buf)
 	}
 	e.edges = nil
 	e.checked = nil

@@ -157,12 +157,16 @@ func (c *colDecoder) untilOf(p piece, first int64) int64 {
 
 // around runs decode on page i of the pages given, compressed: into
 // *scratch, or from pre, the page the piece before decompressed (nil:
-// none). Where more (the next piece starts inside the page) and decode
-// succeeds, the page decompressed (pre, or what decode decompressed into
-// a buffer of its own) is kept for that piece; otherwise those buffers go
-// back to the pool. edgePage and placeEdge decode their part of an edge
-// page through it.
+// none), or else the one another reader of the row group keeps (shared).
+// Where more (the next piece starts inside the page) and decode succeeds,
+// the page decompressed (pre, or what decode decompressed into a buffer
+// of its own, then offered to the row group's other readers) is kept for
+// that piece; otherwise those buffers are put back. edgePage and
+// placeEdge decode their part of an edge page through it.
 func (ed edges) around(i int, pre []byte, more bool, scratch *[]byte, decode func(buf *[]byte, pre []byte) error) error {
+	if pre == nil {
+		pre = ed.shared(i)
+	}
 	var own []byte
 	buf := scratch
 	if more && pre == nil {
@@ -171,12 +175,12 @@ func (ed edges) around(i int, pre []byte, more bool, scratch *[]byte, decode fun
 	err := decode(buf, pre)
 	switch {
 	case err == nil && more && pre != nil:
-		ed.e.keepEdge(ed.col, ed.first+i, pre)
+		ed.keep(i, pre, false)
 	case err == nil && more && own != nil: // nil: the values were stored raw (v2)
-		ed.e.keepEdge(ed.col, ed.first+i, own)
+		ed.keep(i, own, true)
 	default:
 		if pre != nil {
-			bufpool.Put(pre)
+			ed.put(i, pre)
 		}
 		if own != nil {
 			bufpool.Put(own)
@@ -327,6 +331,9 @@ func (c *colDecoder) listValues(pages []fastPage, codec pqformat.CompressionCode
 				pre = ed.take(ed.first)
 			}
 			keep := y < pos+p.nvals && codec != pqformat.Uncompressed
+			if pre == nil && codec != pqformat.Uncompressed {
+				pre = ed.shared(i)
+			}
 			buf := &scratch
 			if keep && pre == nil {
 				buf = &own
@@ -344,11 +351,11 @@ func (c *colDecoder) listValues(pages []fastPage, codec pqformat.CompressionCode
 			copy(dst[(x-int(from))*es:], vals[(x-pos)*es:(y-pos)*es])
 			switch {
 			case keep && pre != nil:
-				ed.e.keepEdge(ed.col, ed.first+i, pre)
+				ed.keep(i, pre, false)
 			case keep && own != nil: // nil: the page's values were stored raw (v2)
-				ed.e.keepEdge(ed.col, ed.first+i, own)
+				ed.keep(i, own, true)
 			case pre != nil:
-				bufpool.Put(pre)
+				ed.put(i, pre)
 			}
 		}
 		pos += p.nvals

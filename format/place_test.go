@@ -253,6 +253,32 @@ func TestPieceInto(t *testing.T) {
 				t.Errorf("rows [%d, %d), past Until: features not placed", hi, hi+300)
 			}
 			until = 0
+			// Two readers of the row group (two Shared, one PageShare):
+			// the first's piece ends inside a page it keeps for its next
+			// piece; the second's starts inside that page and takes it
+			// from there (PagesShared) instead of decompressing it again.
+			// Once both let go, the share holds nothing.
+			share := &PageShare{}
+			a, b := Shared{Pages: share}, Shared{Pages: share}
+			cut := breaks[2] + 10
+			if placed, _ := try(breaks[1]+10, cut, &a, &Stats{}); !placed[2] {
+				t.Fatalf("rows [%d, %d), the first reader: features not placed", breaks[1]+10, cut)
+			}
+			st := &Stats{}
+			if placed, _ := try(cut+20, cut+60, &b, st); !placed[2] {
+				t.Fatalf("rows [%d, %d), the second reader: features not placed", cut+20, cut+60)
+			}
+			if compressed := tc.codec != compress.Codecs.Uncompressed; (st.PagesShared.Load() > 0) != compressed {
+				t.Errorf("%d pages the second reader took from the first; want some: %v", st.PagesShared.Load(), compressed)
+			}
+			a.Release()
+			if tc.codec != compress.Codecs.Uncompressed && share.held() == 0 {
+				t.Errorf("the first reader released: the page the second keeps left the share")
+			}
+			b.Release()
+			if n := share.held(); n != 0 {
+				t.Errorf("both readers released: the share holds %d pages", n)
+			}
 		})
 	}
 }

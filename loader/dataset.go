@@ -94,6 +94,7 @@ type Dataset struct {
 	decoders []format.Decoder
 	plan     PlanInfo
 	facts    factSource // the manifest planned from (Fact); nil: footers
+	shares   pageShares // the pages its readers keep decompressed, per row group
 }
 
 // Open matches patterns on store, reads every footer (concurrently, bounded,

@@ -60,7 +60,9 @@
 // read rather than mapped (a remote store, or WithMmap(false):
 // format.SparseFetcher; a mapping maps them whole)); pages its row group's pieces
 // share are decoded or decompressed
-// once (ReadStats.Reused, PagesReused); under [WithReaderSnapPieces] the
+// once (ReadStats.Reused, PagesReused), and so is a page that two readers
+// of the Dataset whose rows meet in it keep (format.PageShare, one per row
+// group: PagesShared); under [WithReaderSnapPieces] the
 // reader moves the ends between its pieces of a row group to page breaks of
 // its widest compressed column, so that no piece cuts such a page. Every other column (dictionary-encoded,
 // nullable, booleans, strings, the types arrow-go decodes, Arrow IPC

@@ -36,6 +36,8 @@ type rgEntry struct {
 	charged bool              // rec's whole size was charged (pieceCharge)
 	pin     int64             // bytes this entry holds pinned in the reader's budget
 	pages   format.Shared     // what the pieces share: page locations, decoded columns and pages
+	shares  *pageShares       // whose share pages.Pages is (row group key); nil: none
+	key     [2]int
 
 	winMu sync.Mutex
 	win   *objstore.Window // the row group's projected chunks mapped once (mappedWindow); nil: none yet
@@ -44,6 +46,10 @@ type rgEntry struct {
 
 func (e *rgEntry) release() {
 	e.pages.Release()
+	if e.shares != nil {
+		e.shares.release(e.key)
+		e.shares, e.pages.Pages = nil, nil
+	}
 	e.winMu.Lock()
 	if e.win != nil {
 		e.win.Release()

@@ -937,7 +937,7 @@ func TestReaderGate(t *testing.T) {
 // no page decompressed for a later piece past it), whichever order the
 // refs come in; a row group read whole gets no entry.
 func TestPiecesUntil(t *testing.T) {
-	r := &RowGroupReader{entries: map[[2]int]*rgEntry{}}
+	r := &RowGroupReader{ds: &Dataset{}, entries: map[[2]int]*rgEntry{}}
 	refs := []RowGroupRef{
 		{File: 0, Index: 1, Rows: 500, Start: 100, End: 180},
 		{File: 0, Index: 1, Rows: 500, Start: 180, End: 260},
@@ -960,5 +960,84 @@ func TestPiecesUntil(t *testing.T) {
 	p := (&Dataset{}).formatPiece(refs[3], piece{e: r.entries[[2]int{1, 2}], stats: &ReadStats{}})
 	if p.Until != 90 {
 		t.Errorf("format.Piece.Until %d, want 90", p.Until)
+	}
+}
+
+// TestReadersShareKeptPages: two readers of one Dataset whose rows meet
+// inside the row group's pages. The first reads its first piece, which
+// ends inside a page of each compressed column and keeps it for its next
+// piece (the gate then holds that piece back); the second's piece starts
+// inside those pages and takes them from the first (ReadStats.PagesShared)
+// instead of decompressing them again. Both read the row group's rows as
+// a whole decode gives them, and once both are closed no row group's
+// share is left.
+func TestReadersShareKeptPages(t *testing.T) {
+	rec := fastRecord(0, 10000)
+	defer rec.Release()
+	for _, c := range streamedCodecs {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "f.parquet")
+			writeFastFile(t, path, []arrow.RecordBatch{rec}, pq.WithCompression(c.codec), pq.WithDictionaryDefault(false),
+				pq.WithMaxRowGroupLength(10000), pq.WithDataPageSize(16<<10))
+			ds, mem := openChecked(t, path, WithColumns("id", "features"))
+			ctx := context.Background()
+			whole, err := ds.ReadRowGroup(ctx, 0, 0, mem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer whole.Release()
+			rg := ds.RowGroups()[0]
+			piece := func(lo, hi int64) RowGroupRef { p := rg; p.Start, p.End = lo, hi; return p }
+			check := func(who string, r arrow.RecordBatch, ref RowGroupRef) {
+				t.Helper()
+				want := whole.NewSlice(ref.Start, ref.End)
+				defer want.Release()
+				for k := 0; k < int(r.NumCols()); k++ {
+					if !array.Equal(r.Column(k), want.Column(k)) {
+						t.Errorf("%s rows [%d, %d) column %d: values differ from the row group's", who, ref.Start, ref.End, k)
+					}
+				}
+				r.Release()
+			}
+			held := make(chan struct{})
+			gate := func(ctx context.Context, ref RowGroupRef) error {
+				if ref.Start == 0 {
+					return nil
+				}
+				select {
+				case <-held:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			a := ds.NewReader(ctx, []RowGroupRef{piece(0, 3333), piece(3333, 10000)}, mem, WithReaderGate(gate), WithReaderDecodeWorkers(1))
+			defer a.Close()
+			r, ref, err := a.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			check("first reader", r, ref)
+			b := ds.NewReader(ctx, []RowGroupRef{piece(3400, 5000)}, mem, WithReaderDecodeWorkers(1))
+			if r, ref, err = b.Next(); err != nil {
+				t.Fatal(err)
+			}
+			check("second reader", r, ref)
+			b.Close()
+			close(held)
+			if r, ref, err = a.Next(); err != nil {
+				t.Fatal(err)
+			}
+			check("first reader", r, ref)
+			a.Close()
+			shared := b.Stats().PagesShared.Load()
+			t.Logf("%s: %d pages the second reader took from the first", c.name, shared)
+			if compressed := c.codec != compress.Codecs.Uncompressed; (shared > 0) != compressed {
+				t.Errorf("%d pages taken from the first reader; want some: %v", shared, compressed)
+			}
+			if n := ds.shares.live(); n != 0 {
+				t.Errorf("both readers closed: %d row groups' shares left", n)
+			}
+		})
 	}
 }

@@ -252,7 +252,8 @@ func (r *RowGroupReader) pieces(refs []RowGroupRef) []RowGroupRef {
 		k := [2]int{ref.File, ref.Index}
 		e := r.entries[k]
 		if e == nil {
-			e = &rgEntry{}
+			e = &rgEntry{shares: &r.ds.shares, key: k}
+			e.pages.Pages = r.ds.shares.acquire(k)
 			r.entries[k] = e
 		}
 		e.left++
