@@ -756,8 +756,9 @@ func TestPiecesDropTheirPages(t *testing.T) {
 // values equal the whole row groups' (checkPieces), and the pieces' ends
 // are the model's: each cut between two pieces of a row group moved to the
 // nearest row where a page of the widest compressed column (features)
-// begins, when no further than the shorter of the two pieces (ties to the
-// later), cuts that meet joined. Where every cut moves, no compressed page
+// begins, or to the start or end of the run of pieces, when no further
+// than the shorter of the two pieces (ties to the later), cuts that meet
+// (or reach the run's ends) joined. Where every cut moves, no compressed page
 // is handed from a piece to the next (ReadStats.PagesReused), as it is
 // without. Uncompressed pages are cut where the pieces were: a piece copies
 // its part of such a page out of the mapping either way.
@@ -822,7 +823,10 @@ func snappedModel(cut []RowGroupRef, breaks [][]int64, compressed bool) (out []R
 			c := cut[j].End
 			reach := min(c-cut[j].Start, cut[j+1].End-c)
 			b, best := c, int64(-1)
-			for _, r := range breaks[cut[j].Index] {
+			// The run's start and end count as breaks (ascending: ties
+			// go to the later).
+			rows := append(append([]int64{cut[lo].Start}, breaks[cut[j].Index]...), cut[hi-1].End)
+			for _, r := range rows {
 				if d := max(r-c, c-r); compressed && d <= reach && (best < 0 || d <= best) {
 					b, best = r, d
 				}

@@ -524,10 +524,10 @@ func (ds *Dataset) CostliestSlice(n int64) (ref RowGroupRef, cost int64, ok bool
 // starting where the one before ended; nothing when refs[k] continues the
 // one before it, whose run this was) to page breaks
 // (WithReaderSnapPieces): each end to the nearest row where a page of the
-// row group's widest compressed streamed column begins, when that is no
-// further than the shorter of the two pieces it separates (so no end
-// passes the next one), then joins the pieces between ends that met or
-// left the run. It returns refs, the joined ones removed; e is the row
+// row group's widest compressed streamed column begins, or to the run's
+// own start or end, when that is no further than the shorter of the two
+// pieces it separates (so no end passes the next one), then joins the
+// pieces between ends that met or reached the run's. It returns refs, the joined ones removed; e is the row
 // group's entry, one piece less to decode per piece joined.
 func (r *RowGroupReader) snapPieces(refs []RowGroupRef, k int, e *rgEntry) ([]RowGroupRef, error) {
 	cont := func(a, b RowGroupRef) bool {
@@ -549,17 +549,29 @@ func (r *RowGroupReader) snapPieces(refs []RowGroupRef, k int, e *rgEntry) ([]Ro
 		return refs, err
 	}
 	lo, hi := refs[k].Start, refs[m-1].End
+	// The run's own start and end count as breaks too (the row group's
+	// first row and its end are no page's break): an end moved to one
+	// joins its piece to its neighbour, as a short piece at either end of
+	// the run (a stream's rows up to a step's end) would otherwise leave a
+	// page cut between it and the next.
+	bs := append(make([]int64, 0, len(breaks)+2), lo)
+	for _, b := range breaks {
+		if b > lo && b < hi {
+			bs = append(bs, b)
+		}
+	}
+	bs = append(bs, hi)
 	ends := make([]int64, 0, m-k)
 	for j := k; j < m-1; j++ {
 		c := refs[j].End
 		reach := min(c-refs[j].Start, refs[j+1].End-c)
-		i := sort.Search(len(breaks), func(i int) bool { return breaks[i] >= c })
+		i := sort.Search(len(bs), func(i int) bool { return bs[i] >= c })
 		b, found := c, false
-		if i < len(breaks) && breaks[i]-c <= reach {
-			b, found = breaks[i], true
+		if i < len(bs) && bs[i]-c <= reach {
+			b, found = bs[i], true
 		}
-		if i > 0 && c-breaks[i-1] <= reach && (!found || c-breaks[i-1] < b-c) {
-			b = breaks[i-1]
+		if i > 0 && c-bs[i-1] <= reach && (!found || c-bs[i-1] < b-c) {
+			b = bs[i-1]
 		}
 		if b > lo && b < hi && (len(ends) == 0 || b > ends[len(ends)-1]) {
 			ends = append(ends, b)
