@@ -180,7 +180,7 @@ func (g *gateState) arm(want, lead int64) <-chan struct{} {
 // poke wakes the gate if it waits and may now open: the stream's goroutine
 // calls it after it updates the cursor's counts. Waking only the gates
 // that may open, not every gate at every step, keeps a mixture's
-// goroutine wakeups at about one per piece (TestMixtureGateWakes).
+// goroutine wakeups at about one per piece (TestMixtureGateHoldsLess).
 func (g *gateState) poke() {
 	g.mu.Lock()
 	if g.wake != nil && g.open(g.want, g.lead) {

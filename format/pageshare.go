@@ -2,7 +2,6 @@ package format
 
 import (
 	"sync"
-	"unsafe"
 
 	"github.com/meshfeed/meshfeed/internal/bufpool"
 )
@@ -118,7 +117,7 @@ func (s *PageShare) put(col, page int, buf []byte) {
 		k := [2]int{col, page}
 		s.mu.Lock()
 		sp := s.pages[k]
-		shared := sp != nil && unsafe.SliceData(sp.buf) == unsafe.SliceData(buf)
+		shared := sp != nil && len(sp.buf) > 0 && &sp.buf[0] == &buf[0]
 		if shared {
 			if sp.refs--; sp.refs > 0 {
 				s.mu.Unlock()

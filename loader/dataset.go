@@ -83,7 +83,8 @@ type RowGroupRef struct {
 }
 
 // Dataset is the planned set of files: sorted by URI, footers read, schemas
-// checked. It is immutable and safe for concurrent use.
+// checked. It is immutable (but for the pages its readers share, pageShares)
+// and safe for concurrent use.
 type Dataset struct {
 	Files []*File
 	// Schema is the projected output schema, the same for every file.
