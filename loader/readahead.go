@@ -527,8 +527,9 @@ func (ds *Dataset) CostliestSlice(n int64) (ref RowGroupRef, cost int64, ok bool
 // row group's widest compressed streamed column begins, or to the run's
 // own start or end, when that is no further than the shorter of the two
 // pieces it separates (so no end passes the next one), then joins the
-// pieces between ends that met or reached the run's. It returns refs, the joined ones removed; e is the row
-// group's entry, one piece less to decode per piece joined.
+// pieces between ends that met or reached the run's. It returns refs, the
+// joined ones removed; e is the row group's entry, one piece less to
+// decode per piece joined.
 func (r *RowGroupReader) snapPieces(refs []RowGroupRef, k int, e *rgEntry) ([]RowGroupRef, error) {
 	cont := func(a, b RowGroupRef) bool {
 		return a.File == b.File && a.Index == b.Index && !b.whole() && b.Start == a.End
