@@ -156,13 +156,11 @@ func (ed edges) shared(i int) []byte {
 // put gives back buf, page i of the pages given decompressed: taken from
 // the piece before or another reader, or the caller's own.
 func (ed edges) put(i int, buf []byte) {
-	if ed.e == nil {
-		if cap(buf) > 0 {
-			bufpool.Put(buf)
-		}
-		return
+	var s *PageShare // nil: buf is the caller's own
+	if ed.e != nil {
+		s = ed.e.Pages
 	}
-	ed.e.Pages.put(ed.col, ed.first+i, buf)
+	s.put(ed.col, ed.first+i, buf)
 }
 
 // keep keeps buf, page i of the pages given decompressed by the caller
