@@ -195,6 +195,7 @@ func logMixBench(b *testing.B, one, m mixBenchResult) {
 type mixBenchResult struct {
 	runs                      int
 	peak, alloc, maps, mapped int64
+	dropped                   int64 // the bytes of the mappings given back before their release
 	held                      int64 // mixBenchHeld's, of one run
 	elapsed, cpu              time.Duration
 	allocs, reused            int64 // the pool's allocations, and those it served from freed memory
@@ -204,7 +205,7 @@ type mixBenchResult struct {
 func (r *mixBenchResult) add(o mixBenchResult) {
 	r.runs += o.runs
 	r.peak, r.held = max(r.peak, o.peak), max(r.held, o.held)
-	r.alloc, r.maps, r.mapped = r.alloc+o.alloc, r.maps+o.maps, r.mapped+o.mapped
+	r.alloc, r.maps, r.mapped, r.dropped = r.alloc+o.alloc, r.maps+o.maps, r.mapped+o.mapped, r.dropped+o.dropped
 	r.elapsed, r.cpu = r.elapsed+o.elapsed, r.cpu+o.cpu
 	r.allocs, r.reused = r.allocs+o.allocs, r.reused+o.reused
 	r.faults, r.mallocs, r.gcs = r.faults+o.faults, r.mallocs+o.mallocs, r.gcs+o.gcs
@@ -309,7 +310,7 @@ func mixBenchRun(b *testing.B, req *transport.Request, pool memory.Allocator, st
 		b.Fatalf("%d steps, want %d", n, steps)
 	}
 	if sr, ok := p.cfg.store.(objstore.StatsReporter); ok {
-		r.maps, r.mapped = sr.Stats().Maps.Load(), sr.Stats().BytesMapped.Load()
+		r.maps, r.mapped, r.dropped = sr.Stats().Maps.Load(), sr.Stats().BytesMapped.Load(), sr.Stats().BytesDropped.Load()
 	}
 	r.peak, r.alloc = mem.peak.Load(), mem.total.Load()
 	return r
@@ -376,9 +377,10 @@ func BenchmarkMixturePaired(b *testing.B) {
 	b.ReportMetric(100*(med(wallRatio[0])-1), "wall-%")
 	n := float64(b.N)
 	per := func(c int, v int64) float64 { return float64(v) / n }
-	b.Logf("%d pairs: medians: CPU per run single %.2f ms, mixture %.2f ms (pairs' ratio %+.1f%%); wall per run single %.2f ms, mixture %.2f ms (pairs' ratio %+.1f%%); per run single/mixture: pool allocations %.0f/%.0f, misses %.1f/%.1f, Go allocations %.0f/%.0f, minor faults %.0f/%.0f, maps %.1f/%.1f, GC cycles %.1f/%.1f",
+	b.Logf("%d pairs: medians: CPU per run single %.2f ms, mixture %.2f ms (pairs' ratio %+.1f%%); wall per run single %.2f ms, mixture %.2f ms (pairs' ratio %+.1f%%); per run single/mixture: pool allocations %.0f/%.0f, misses %.1f/%.1f, Go allocations %.0f/%.0f, minor faults %.0f/%.0f, maps %.1f/%.1f, MB mapped %.1f/%.1f, dropped %.1f/%.1f, GC cycles %.1f/%.1f",
 		b.N, med(cpu[0]), med(cpu[1]), 100*(med(cpuRatio[0])-1), med(wall[0]), med(wall[1]), 100*(med(wallRatio[0])-1),
 		per(0, sums[0].allocs), per(1, sums[1].allocs), per(0, sums[0].allocs-sums[0].reused), per(1, sums[1].allocs-sums[1].reused),
 		per(0, sums[0].mallocs), per(1, sums[1].mallocs), per(0, sums[0].faults), per(1, sums[1].faults),
-		per(0, sums[0].maps), per(1, sums[1].maps), per(0, sums[0].gcs), per(1, sums[1].gcs))
+		per(0, sums[0].maps), per(1, sums[1].maps), per(0, sums[0].mapped)/1e6, per(1, sums[1].mapped)/1e6,
+		per(0, sums[0].dropped)/1e6, per(1, sums[1].dropped)/1e6, per(0, sums[0].gcs), per(1, sums[1].gcs))
 }
