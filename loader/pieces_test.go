@@ -683,11 +683,13 @@ func TestReadersLocatePagesOnce(t *testing.T) {
 // the reader has touched: a piece gives back its pages once decoded (all
 // of a compressed page's, whose next piece takes it decompressed; all but
 // the last of uncompressed ones, where the next piece starts), so a reader
-// of 40 pieces of a 40,000-row row group (about 10.5 MB of column chunks)
+// of 40 pieces of a 40,000-row row group (1.6 to 1.8 MB of column chunks)
 // keeps at most a few pieces' pages of the file in the process's page
 // tables (smaps, sampled after every piece), where the window kept them
 // all until its last piece: RSS of file pages that the mixture's many
 // cursors multiplied (BENCHMARKS.md, "Mixtures"). The pieces read right.
+// The store gives dropped pages back 64 KiB at a time (WithDropBatch; its
+// default holds 8 MiB, more than the file).
 func TestPiecesDropTheirPages(t *testing.T) {
 	if _, err := procmem.FileRSS("/"); err != nil {
 		t.Skipf("no smaps here: %v", err)
@@ -701,7 +703,7 @@ func TestPiecesDropTheirPages(t *testing.T) {
 			writeFastFile(t, path, []arrow.RecordBatch{rec},
 				pq.WithCompression(codec), pq.WithDictionaryDefault(false),
 				pq.WithMaxRowGroupLength(40000), pq.WithDataPageSize(64<<10))
-			store := objstore.NewLocalStore()
+			store := objstore.NewLocalStore(objstore.WithDropBatch(64 << 10))
 			defer store.Close()
 			ds, err := Open(context.Background(), store, []string{path}, WithColumns(cols...), WithFooterCache(nil))
 			if err != nil {

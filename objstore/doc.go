@@ -75,7 +75,10 @@
 // page the first time it is handed out); the loader maps a row group's column
 // chunks as one window for the pieces a reader reads of it. Its pages stay in
 // the process's RSS (file-backed, reclaimable) until [Window.Drop] gives back
-// those a reader is done with, or [Window.Release].
+// those a reader is done with, or [Window.Release]. A [LocalStore] gives
+// dropped pages back together, once [WithDropBatch] bytes of them are
+// pending over its windows: one process_madvise(2) call, one flush of the
+// CPUs' TLBs, where each Drop was a madvise(2) call and a flush of its own.
 //
 // Disk cache. Entries are checked (size, header, CRC-32C) on every read and
 // replaced atomically, so a crash or a damaged disk costs a fetch, never a

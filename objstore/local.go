@@ -25,14 +25,15 @@ const DefaultMaxOpenFiles = 128
 type LocalOption func(*localConfig)
 
 type localConfig struct {
-	maxOpen  int
-	mapCache int64
-	stats    *Stats
-	roots    []string // WithRoots
+	maxOpen   int
+	mapCache  int64
+	dropBatch int64
+	stats     *Stats
+	roots     []string // WithRoots
 }
 
 func newLocalConfig(opts []LocalOption) localConfig {
-	c := localConfig{maxOpen: DefaultMaxOpenFiles}
+	c := localConfig{maxOpen: DefaultMaxOpenFiles, dropBatch: DefaultDropBatch}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -71,6 +72,18 @@ func WithMapCache(bytes int64) LocalOption {
 	return func(c *localConfig) { c.mapCache = bytes }
 }
 
+// WithDropBatch holds the pages that windows give back ([Window.Drop])
+// until bytes of them are pending, then gives them back in one system call
+// (process_madvise(2), Linux 6.13 and later), where each Drop made a
+// madvise(2) call of its own: the kernel then flushes the TLBs of the
+// CPUs the process runs on once for all of them. The process's RSS holds
+// up to bytes more of file pages (clean, shared, reclaimable). Default
+// DefaultDropBatch; zero or negative gives each Drop's pages back at once,
+// as do kernels without the call.
+func WithDropBatch(bytes int64) LocalOption {
+	return func(c *localConfig) { c.dropBatch = bytes }
+}
+
 func withLocalStats(s *Stats) LocalOption {
 	return func(c *localConfig) { c.stats = s }
 }
@@ -89,7 +102,8 @@ func withLocalStats(s *Stats) LocalOption {
 // the loader decodes straight from the page cache (see loader.WithMmap).
 type LocalStore struct {
 	cfg   localConfig
-	roots *rootSet // nil without WithRoots
+	roots *rootSet  // nil without WithRoots
+	drops dropQueue // of its windows' pages (WithDropBatch)
 
 	mu             sync.Mutex
 	files          map[string]*list.Element // of *openFile
@@ -128,6 +142,7 @@ func NewLocalStore(opts ...LocalOption) *LocalStore {
 		files: make(map[string]*list.Element),
 		lru:   list.New(),
 	}
+	s.drops.batch = s.cfg.dropBatch
 	if len(s.cfg.roots) > 0 {
 		s.roots = &rootSet{paths: s.cfg.roots}
 	}

@@ -2,7 +2,10 @@
 
 package objstore
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // mmapRange is only implemented on Linux; elsewhere LocalStore.Map fails
 // with ErrUnsupported and the loader reads with ReadAt.
@@ -19,3 +22,7 @@ func madvisePopulate(b []byte) error { return nil }
 func madviseDrop(b []byte) error { return nil }
 
 func mmapWindow(fd uintptr, off int64, length int) ([]byte, error) { return mmapRange(fd, off, length) }
+
+var errDropsUnbatched = errors.New("process_madvise is only available on Linux")
+
+func madviseDropAll(bufs [][]byte) (int64, error) { return 0, errDropsUnbatched }

@@ -13,7 +13,7 @@ import (
 // mappedFile writes n bytes (byte i is i*7 + i>>shift) to a file of its
 // own and returns them, its path, a LocalStore (closed with the test) and
 // the file's Object.
-func mappedFile(t *testing.T, n int, shift uint) ([]byte, string, *LocalStore, Object) {
+func mappedFile(t *testing.T, n int, shift uint, opts ...LocalOption) ([]byte, string, *LocalStore, Object) {
 	t.Helper()
 	content := make([]byte, n)
 	for i := range content {
@@ -23,7 +23,7 @@ func mappedFile(t *testing.T, n int, shift uint) ([]byte, string, *LocalStore, O
 	if err := os.WriteFile(path, content, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := NewLocalStore()
+	s := NewLocalStore(opts...)
 	t.Cleanup(func() { s.Close() })
 	obj, err := s.Stat(context.Background(), path)
 	if err != nil {

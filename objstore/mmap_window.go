@@ -45,6 +45,7 @@ type Window struct {
 	populated []atomic.Uint64 // a bit per page of m populated
 	page      int64
 	stats     *Stats
+	drops     *dropQueue // the store's (WithDropBatch)
 	once      sync.Once
 }
 
@@ -77,12 +78,13 @@ func (w *Window) populate(at, n int64) error {
 // Drop gives the window's whole pages inside [off, off+n) back, whether
 // Bytes populated them or a touch faulted them in: they leave the
 // process's page tables (and its RSS; the file's pages stay in the page
-// cache). Bytes does not populate them again: a part handed out before or
-// after stays valid, and its dropped pages fault in if touched. A reader
-// drops the pages its pieces are done with, those of a compressed page
-// included, which its next piece hands out again but takes decompressed
-// (so never touches): a window then holds the pages in use, not every
-// page its reader has touched.
+// cache), together with other pages of the store's windows once
+// [WithDropBatch] bytes of them are pending. Bytes does not populate them
+// again: a part handed out before or after stays valid, and its dropped
+// pages fault in if touched. A reader drops the pages its pieces are done
+// with, those of a compressed page included, which its next piece hands
+// out again but takes decompressed (so never touches): a window then holds
+// the pages in use, not every page its reader has touched.
 func (w *Window) Drop(off, n int64) {
 	if w.m == nil || n <= 0 {
 		return
@@ -93,9 +95,7 @@ func (w *Window) Drop(off, n int64) {
 	if hi <= lo {
 		return
 	}
-	if madviseDrop(w.m[lo:hi]) == nil {
-		w.stats.BytesDropped.Add(hi - lo)
-	}
+	w.drops.add(w, lo, hi)
 }
 
 // Release unmaps the window; no part handed out may be used after. It may
@@ -103,7 +103,8 @@ func (w *Window) Drop(off, n int64) {
 func (w *Window) Release() {
 	w.once.Do(func() {
 		if w.m != nil {
-			munmapRange(w.m) // fails only for a range that is not mapped
+			w.drops.forget(w) // before the range can be mapped again
+			munmapRange(w.m)  // fails only for a range that is not mapped
 			w.m = nil
 			w.stats.LiveMaps.Add(-1)
 		}
@@ -154,7 +155,7 @@ func (s *LocalStore) MapWindow(ctx context.Context, obj Object, off, n int64) (*
 	s.cfg.stats.LiveMaps.Add(1)
 	s.cfg.stats.Maps.Add(1)
 	return &Window{path: path, off: off, n: n, m: m, lo: off - start, page: page,
-		populated: make([]atomic.Uint64, (pages+63)/64), stats: s.cfg.stats}, nil
+		populated: make([]atomic.Uint64, (pages+63)/64), stats: s.cfg.stats, drops: &s.drops}, nil
 }
 
 // MapWindow implements WindowMapper for local paths; other URIs fail with

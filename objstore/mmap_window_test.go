@@ -74,19 +74,105 @@ func mappedRSS(t *testing.T, path string) int64 {
 	return n
 }
 
+// With WithDropBatch, Drop holds pages back until the batch's bytes of
+// them are pending over the store's windows, then gives them all back in
+// one system call (process_madvise; a call per run where the kernel has
+// none for the process itself): before, they stay in the page tables and
+// BytesDropped counts nothing; after, none is left and BytesDropped counts
+// them all. A run that meets a queued one of its window joins it. A window
+// released with runs queued takes them with it: nothing of it is given
+// back later, when the range may be mapped again.
+func TestWindowDropBatched(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("mmap is Linux only")
+	}
+	ctx := context.Background()
+	page := int64(os.Getpagesize())
+	content, path, s, obj := mappedFile(t, int(64*page), 11, WithDropBatch(16*page))
+	half := 32 * page
+	w1, err := s.MapWindow(ctx, obj, 0, half)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w1.Release()
+	w2, err := s.MapWindow(ctx, obj, half, half)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Release()
+	b1, _, err := w1.Bytes(0, half)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, _, err := w2.Bytes(half, half)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	check := func(when string, queued, dropped, resident int64) {
+		t.Helper()
+		if got := s.drops.queued(); got != queued*page {
+			t.Errorf("%s: %d bytes queued, want %d pages", when, got, queued)
+		}
+		if got := st.BytesDropped.Load(); got != dropped*page {
+			t.Errorf("%s: BytesDropped %d, want %d pages", when, got, dropped)
+		}
+		if got := mappedRSS(t, path); got != resident*page {
+			t.Errorf("%s: %d bytes of the file resident, want %d pages", when, got, resident)
+		}
+	}
+	check("populated", 0, 0, 64)
+	batched := !noBatchDrops.Load()
+	calls := s.drops.calls.Load()
+	w1.Drop(0, 4*page)
+	w2.Drop(half, 4*page)
+	w1.Drop(4*page, 4*page) // joins w1's run
+	if batched {
+		check("12 pages dropped", 12, 0, 64)
+		if n := len(s.drops.runs); n != 2 {
+			t.Errorf("%d runs queued, want 2 (w1's joined)", n)
+		}
+	}
+	w2.Drop(half+8*page, 4*page) // 16 pages: all given back
+	check("16 pages dropped", 0, 16, 48)
+	batched = batched && !noBatchDrops.Load()
+	if got := s.drops.calls.Load() - calls; batched && got != 1 {
+		t.Errorf("%d system calls gave the pages back, want 1", got)
+	}
+	t.Logf("batched (process_madvise): %v; %d system calls", batched, s.drops.calls.Load()-calls)
+	if !bytes.Equal(b1, content[:half]) || !bytes.Equal(b2, content[half:]) { // touched: they fault back in
+		t.Fatal("the bytes handed out read differently after Drop")
+	}
+	check("touched again", 0, 16, 64)
+	w1.Drop(0, 8*page)
+	w2.Drop(half, 4*page)
+	if batched {
+		check("12 pages queued", 12, 16, 64)
+	}
+	w1.Release()
+	if batched {
+		check("w1 released", 4, 16, 32)
+	}
+	w2.Drop(half+4*page, 12*page)
+	if batched {
+		check("w2's 16 pages", 0, 32, 16)
+	}
+}
+
 // Drop gives back the whole pages of its range (not the pages it cuts):
 // they leave the process's page tables (smaps) and BytesDropped counts
 // them; the bytes handed out before still read right (touched, a page
 // faults back in), and Bytes does not populate them again (a reader hands
 // out a compressed page again that it takes decompressed, never touching
-// it). After Release it does nothing.
+// it). After Release it does nothing. (Each Drop at once: WithDropBatch(0);
+// TestWindowDropBatched holds them back.)
 func TestWindowDrop(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("mmap is Linux only")
 	}
 	ctx := context.Background()
 	page := int64(os.Getpagesize())
-	content, path, s, obj := mappedFile(t, int(64*page), 11)
+	content, path, s, obj := mappedFile(t, int(64*page), 11, WithDropBatch(0))
 	w, err := s.MapWindow(ctx, obj, 0, int64(len(content)))
 	if err != nil {
 		t.Fatal(err)
