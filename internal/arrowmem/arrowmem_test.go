@@ -89,7 +89,7 @@ func TestNewOverwriteBuffer(t *testing.T) {
 	b.Release()
 	// From a pool: reused memory is not cleared (the caller writes it whole).
 	b = NewOverwriteBuffer(pool, 100)
-	if b.Bytes()[0] != 0xAB {
+	if b.Bytes()[0] != 0xAB && !raceEnabled { // the race detector drops pooled items at random
 		t.Errorf("reused overwrite buffer starts with %#x, want the poison 0xAB (not cleared)", b.Bytes()[0])
 	}
 	b.Release()

@@ -1,0 +1,5 @@
+//go:build !race
+
+package arrowmem
+
+const raceEnabled = false
