@@ -1,0 +1,22 @@
+package ntcopy
+
+// Min is the least length Copy writes with non-temporal stores: below it,
+// the stores of the lines the destination's ends cut, made the ordinary
+// way, and the fence weigh more than what the stores save.
+const Min = 4096
+
+// Copy copies min(len(dst), len(src)) bytes from src to dst, which must
+// not overlap, and returns their count: the bulk with non-temporal stores
+// where the platform has them and the length is at least Min.
+func Copy(dst, src []byte) int {
+	n := min(len(dst), len(src))
+	if n < Min || !available {
+		return copy(dst, src)
+	}
+	h := head(dst)
+	copy(dst[:h], src[:h])
+	body := (n - h) &^ 63
+	lines(dst[h:h+body], src[h:h+body])
+	copy(dst[h+body:n], src[h+body:n])
+	return n
+}
