@@ -8,6 +8,7 @@ import (
 	pqformat "github.com/parquet-go/parquet-go/format"
 
 	"github.com/meshfeed/meshfeed/internal/bufpool"
+	"github.com/meshfeed/meshfeed/internal/ntcopy"
 )
 
 // Pieces whose values go into the caller's memory (Piece.Into): a
@@ -147,7 +148,7 @@ func (c *colDecoder) copyPage(p *fastPage, codec pqformat.CompressionCodec, segs
 		if len(s) > len(page) {
 			return fmt.Errorf("values past the page's %d: %w", p.nvals, ErrCorrupt)
 		}
-		page = page[copy(s, page):]
+		page = page[ntcopy.Copy(s, page):] // into the slices: see scatterOut.put
 	}
 	return nil
 }

@@ -36,7 +36,9 @@ func (s *scatterOut) start(i int) int {
 // snappyScatter decodes src, a snappy block, into segs (what it decodes
 // to must fill them exactly; with prefix, it may go on past them, and
 // only its first bytes, as many as segs hold, are decoded); ends is
-// scratch of len(segs). On error the segments hold unspecified bytes.
+// scratch of len(segs). segs[0] is written with ordinary stores, the
+// others' long literals with non-temporal ones (put). On error the
+// segments hold unspecified bytes.
 func snappyScatter(segs [][]byte, ends []int, src []byte, prefix bool) error {
 	s := scatterOut{segs: segs, ends: ends[:len(segs)]}
 	total := 0
@@ -116,8 +118,9 @@ func snappyTag(src []byte) (literal bool, length, offset, k int) {
 }
 
 // put writes lit at output offset o (cur: a segment at or before the one
-// holding o) and returns the segment holding its last byte. The segments
-// are a piece's runs in the slices of the steps that take them, which the
+// holding o) and returns the segment holding its last byte. Past the
+// first (scatterPage's levels, which it reads back), the segments are a
+// piece's runs in the slices of the steps that take them, which the
 // transport or the client reads from another core: a long run goes with
 // non-temporal stores (ntcopy), which take 30% less time a byte there
 // than the runtime's memmove, whose stores read each line first in runs
@@ -128,7 +131,12 @@ func (s *scatterOut) put(o, cur int, lit []byte) int {
 		for s.ends[cur] <= o {
 			cur++
 		}
-		k := ntcopy.Copy(s.segs[cur][o-s.start(cur):], lit)
+		var k int
+		if dst := s.segs[cur][o-s.start(cur):]; cur == 0 {
+			k = copy(dst, lit)
+		} else {
+			k = ntcopy.Copy(dst, lit)
+		}
 		lit, o = lit[k:], o+k
 	}
 	return cur
