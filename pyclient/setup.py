@@ -169,8 +169,9 @@ class Sdist(sdist):
 
 
 def go_files(src: pathlib.Path) -> list[pathlib.Path]:
-    """go.mod, go.sum, and every non-test .go file and embedded file of the
-    main module's packages that cmd/meshfeed imports (for every Linux target)."""
+    """go.mod, go.sum, and every non-test .go file, assembly file (and its
+    headers) and embedded file of the main module's packages that
+    cmd/meshfeed imports (for every Linux target)."""
     files = {pathlib.Path("go.mod"), pathlib.Path("go.sum")}
     for goarch, _ in ARCHES.values():
         env = dict(os.environ, CGO_ENABLED="0", GOOS="linux", GOARCH=goarch)
@@ -189,7 +190,7 @@ def go_files(src: pathlib.Path) -> list[pathlib.Path]:
                 continue
             d = pathlib.Path(pkg["Dir"]).relative_to(src)
             files.update(d / f.name for f in (src / d).glob("*.go") if not f.name.endswith("_test.go"))
-            files.update(d / f for f in pkg.get("EmbedFiles", []))
+            files.update(d / f for f in pkg.get("EmbedFiles", []) + pkg.get("SFiles", []) + pkg.get("HFiles", []))
     return sorted(files)
 
 

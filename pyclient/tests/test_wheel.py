@@ -153,7 +153,8 @@ def test_sdist_carries_the_go_sources(dist):
         pkg_info = t.extractfile(f"{top}/PKG-INFO").read()
     Metadata.from_email(pkg_info, validate=True)
     for want in ("setup.py", "pyproject.toml", "meshfeed/_version.py", "meshfeed/_src/server.py", "go/go.mod",
-                 "go/go.sum", "go/cmd/meshfeed/main.go", "go/cmd/meshfeed/version.go", "go/loader/doc.go"):
+                 "go/go.sum", "go/cmd/meshfeed/main.go", "go/cmd/meshfeed/version.go", "go/loader/doc.go",
+                 "go/internal/ntcopy/ntcopy_amd64.s"):  # assembly too
         assert f"{top}/{want}" in names, f"{want} missing from {sd.name}"
     go_files = [n for n in names if n.startswith(f"{top}/go/") and n.endswith(".go")]
     assert not [n for n in go_files if n.endswith("_test.go")], "no Go tests in the sdist"
