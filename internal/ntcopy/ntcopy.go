@@ -1,8 +1,8 @@
 package ntcopy
 
-// Min is the least length Copy writes with non-temporal stores: below it,
-// the stores of the lines the destination's ends cut, made the ordinary
-// way, and the fence weigh more than what the stores save.
+// Min is the least length Copy writes with non-temporal stores, a choice
+// not measured below it: the shorter the copy, the larger the share of the
+// lines its ends cut (stored the ordinary way) and of the fence.
 const Min = 4096
 
 // Copy copies min(len(dst), len(src)) bytes from src to dst, which must
