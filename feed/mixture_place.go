@@ -159,22 +159,41 @@ func (p *placer) slot(st, k, d int, counts []int64) *placedSlice {
 	return sl
 }
 
-// newSlot makes a slice of step st (d of the mesh) for slot.
+// newSlot makes a slice of step st (d of the mesh) for slot: one
+// allocation for all its columns (sliceAlign apart), each column's buffer
+// a view of it that holds it, so that the shared-memory wire sends every
+// column by reference from its arena where the slice reaches the arena's
+// minimum; a column of its own would be a few KiB (id, label, source),
+// allocated outside the arena and copied into the step's slot.
 func (p *placer) newSlot(st, d int, counts []int64) *placedSlice {
 	order := p.mix.Order(st, d)
 	sl := &placedSlice{order: order, bufs: make([]*memory.Buffer, 0, len(p.width)+2)}
-	alloc := func(n int) []byte {
-		// Every byte is written before the slice is sent (record checks
-		// that every row was placed).
-		buf := arrowmem.NewOverwriteBuffer(p.mem, n)
-		sl.bufs = append(sl.bufs, buf)
-		return buf.Bytes()
-	}
+	sizes := make([]int, 0, len(p.width)+2)
 	for _, w := range p.width {
-		alloc(int(p.b) * w)
+		sizes = append(sizes, int(p.b)*w)
 	}
 	if p.src {
-		vals := arrow.Int32Traits.CastFromBytes(alloc(int(p.b) * 4))
+		sizes = append(sizes, int(p.b)*4)
+	}
+	if p.mask {
+		sizes = append(sizes, int(p.b+7)/8)
+	}
+	total := 0
+	for _, n := range sizes {
+		total += alignSlice(n)
+	}
+	// Every byte a column views is written before the slice is sent
+	// (record checks that every row was placed); the padding between
+	// columns is never read.
+	whole := arrowmem.NewOverwriteBuffer(p.mem, total)
+	at := 0
+	for _, n := range sizes {
+		sl.bufs = append(sl.bufs, memory.SliceBuffer(whole, at, n))
+		at += alignSlice(n)
+	}
+	whole.Release() // the views hold it
+	if p.src {
+		vals := arrow.Int32Traits.CastFromBytes(sl.bufs[len(p.width)].Bytes())
 		at := 0
 		for _, i := range order {
 			for r := int64(0); r < counts[i]; r++ {
@@ -184,13 +203,20 @@ func (p *placer) newSlot(st, d int, counts []int64) *placedSlice {
 		}
 	}
 	if p.mask {
-		bits := alloc(int(p.b+7) / 8)
+		bits := sl.bufs[len(sl.bufs)-1].Bytes()
 		for j := range bits {
 			bits[j] = 0xff
 		}
 	}
 	return sl
 }
+
+// sliceAlign is the alignment of each column in a placed slice's
+// allocation: the shared-memory wire's (a buffer sent by reference starts
+// on it) and XLA's.
+const sliceAlign = 64
+
+func alignSlice(n int) int { return (n + sliceAlign - 1) / sliceAlign * sliceAlign }
 
 // target is a run of a piece's rows that one slice takes: rows [at,
 // at+m) of the piece go to rows [o, o+m) of sl.

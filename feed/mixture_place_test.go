@@ -6,9 +6,11 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/meshfeed/meshfeed/internal/datagen"
 	"github.com/meshfeed/meshfeed/internal/testseed"
@@ -220,6 +222,11 @@ func TestMixturePlacedColumns(t *testing.T) {
 			if place && len(step.Slices) != len(step.Meta.Slices) {
 				t.Fatalf("step %d: %d records for %d slices", step.Meta.Step, len(step.Slices), len(step.Meta.Slices))
 			}
+			if place {
+				for _, rec := range step.Slices {
+					oneBlock(t, step.Meta.Step, rec)
+				}
+			}
 			out = append(out, sliceRecords(t, step)...)
 		})
 		return out
@@ -234,6 +241,41 @@ func TestMixturePlacedColumns(t *testing.T) {
 		if !array.RecordEqual(placed[j], viaParts[j]) {
 			t.Fatalf("slice %d of step %d differs placed and as parts:\n%v\n%v", j%4, j/4, placed[j], viaParts[j])
 		}
+	}
+}
+
+// oneBlock fails the test unless the values of every column of rec (a
+// placed slice of step st) lie in one allocation, each at a multiple of
+// 64 bytes from its start and none overlapping another: a slice is one
+// allocation, whose columns the shared-memory wire sends by reference from
+// its arena where the slice's bytes reach the arena's minimum (a column of
+// a few KiB would otherwise be allocated elsewhere and copied).
+func oneBlock(t *testing.T, st int, rec arrow.RecordBatch) {
+	t.Helper()
+	var parent *memory.Buffer
+	type span struct{ lo, hi uintptr }
+	var spans []span
+	for c, col := range rec.Columns() {
+		d := col.Data()
+		if len(d.Children()) == 1 {
+			d = d.Children()[0]
+		}
+		buf := d.Buffers()[1]
+		if buf.Parent() == nil || parent != nil && buf.Parent() != parent {
+			t.Fatalf("step %d: column %q is not a view of the slice's one allocation", st, rec.ColumnName(c))
+		}
+		parent = buf.Parent()
+		base := uintptr(unsafe.Pointer(unsafe.SliceData(parent.Bytes())))
+		lo := uintptr(unsafe.Pointer(unsafe.SliceData(buf.Bytes()))) - base
+		if lo%64 != 0 {
+			t.Fatalf("step %d: column %q starts %d bytes into the slice's allocation, not a multiple of 64", st, rec.ColumnName(c), lo)
+		}
+		for _, o := range spans {
+			if lo < o.hi && o.lo < lo+uintptr(buf.Len()) {
+				t.Fatalf("step %d: column %q overlaps another in the slice's allocation", st, rec.ColumnName(c))
+			}
+		}
+		spans = append(spans, span{lo, lo + uintptr(buf.Len())})
 	}
 }
 

@@ -530,3 +530,37 @@ def test_mixture_over_shm(mix_globs):
             st = ld.stats()
             assert st["transport"] == "shm" and st["host_copies"] == 0, st
         assert copied.stats()["in_place_bytes"] == 0
+
+
+def test_placed_mixture_sends_every_column_in_place(tmp_path_factory, binary):
+    """A mixture whose slices the server places (fixed-width columns, no
+    shuffle window, no padding) allocates each slice once in the stream's
+    arena, every column in it: the shared-memory wire sends every byte by
+    reference (in_place_bytes == bytes), the small columns (id, label, the
+    source column: a few hundred bytes a device) included, where each had
+    been an allocation of its own under the arena's minimum, copied into the
+    slot. Every batch equals the Flight path's."""
+    import meshfeed
+    root = tmp_path_factory.mktemp("shm-placed")
+    globs = []
+    for i in range(3):
+        subprocess.run([binary, "gen", "--out", str(root / f"s{i}"), "--rows", "3000", "--files", "1",
+                        "--row-group-rows", "1000", "--features", "64", "--seed", str(i + 1)],
+                       check=True, capture_output=True)
+        globs.append(str(root / f"s{i}" / "*.parquet"))
+    mix = meshfeed.Mixture([meshfeed.Source(g, weight=w, columns=["id", "label", "features"])
+                            for g, w in zip(globs, (0.5, 0.3, 0.2))],
+                           stop="first_exhausted", source_column="source", seed=5)
+    # b = 64 rows a device: 17,408 bytes a slice, over the arena's minimum.
+    kw = dict(global_batch_size=512, sharding=_mesh_sharding(), last_batch="drop")
+    with meshfeed.Loader(mix, **kw) as ld, meshfeed.Loader(mix, transport="flight", **kw) as fl:
+        n = 0
+        for a, f in zip(ld, fl):
+            assert a.keys() == f.keys() == {"id", "label", "features", "source"}
+            for k in f:
+                np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(f[k]), err_msg=f"step {n} column {k}")
+            n += 1
+        assert n == fl.steps_per_epoch > 0
+        st = ld.stats()
+        assert st["transport"] == "shm" and st["host_copies"] == 0, st
+        assert st["in_place_bytes"] == st["bytes"] > 0, st
