@@ -38,6 +38,9 @@ type placer struct {
 	out   *arrow.Schema // the slices' (mixturePlan.schema)
 	outF  []arrow.Field // out's fields (Schema.Fields copies them)
 	width []int         // bytes per row of each column of in
+	at    []int         // where each buffer of a slice starts in its allocation (newSlot)
+	size  []int         // each buffer's bytes
+	whole int           // a slice's allocation
 	src   bool          // out has the source column
 	mask  bool          // out has the mask (every row real)
 	empty *arrow.Schema // of the records the cursors count rows with
@@ -54,8 +57,9 @@ type placeKey struct{ step, k int }
 // column of in, then the source column's and the mask's.
 type placedSlice struct {
 	bufs  []*memory.Buffer
-	order []int32      // the step's source order on the slice (Mixture.Order)
-	rows  atomic.Int64 // rows written
+	own   [5]*memory.Buffer // bufs' array where it fits
+	order []int32           // the step's source order on the slice (Mixture.Order)
+	rows  atomic.Int64      // rows written
 }
 
 // newPlacer returns a placer for the stream of mp from step start, or nil
@@ -101,6 +105,19 @@ func newPlacer(mp *mixturePlan, mem memory.Allocator, walk *batching.Walker, wor
 	}
 	if len(extra) > 0 {
 		return nil
+	}
+	for _, w := range p.width {
+		p.size = append(p.size, int(p.b)*w)
+	}
+	if p.src {
+		p.size = append(p.size, int(p.b)*4)
+	}
+	if p.mask {
+		p.size = append(p.size, int(p.b+7)/8)
+	}
+	for _, n := range p.size {
+		p.at = append(p.at, p.whole)
+		p.whole += alignSlice(n)
 	}
 	return p
 }
@@ -160,42 +177,29 @@ func (p *placer) slot(st, k, d int, counts []int64) *placedSlice {
 }
 
 // newSlot makes a slice of step st (d of the mesh) for slot: one
-// allocation for all its columns (sliceAlign apart), each column's buffer
-// a view of it that holds it, so that the shared-memory wire sends every
+// allocation for all its columns (laid out once by newPlacer, sliceAlign
+// apart), each column's buffer a view of it that holds it, so that the shared-memory wire sends every
 // column by reference from its arena where the slice reaches the arena's
 // minimum; a column of its own would be a few KiB (id, label, source),
 // allocated outside the arena and copied into the step's slot.
 func (p *placer) newSlot(st, d int, counts []int64) *placedSlice {
-	order := p.mix.Order(st, d)
-	sl := &placedSlice{order: order, bufs: make([]*memory.Buffer, 0, len(p.width)+2)}
-	sizes := make([]int, 0, len(p.width)+2)
-	for _, w := range p.width {
-		sizes = append(sizes, int(p.b)*w)
-	}
-	if p.src {
-		sizes = append(sizes, int(p.b)*4)
-	}
-	if p.mask {
-		sizes = append(sizes, int(p.b+7)/8)
-	}
-	total := 0
-	for _, n := range sizes {
-		total += alignSlice(n)
+	sl := &placedSlice{order: p.mix.Order(st, d)}
+	sl.bufs = sl.own[:0]
+	if len(p.size) > len(sl.own) {
+		sl.bufs = make([]*memory.Buffer, 0, len(p.size))
 	}
 	// Every byte a column views is written before the slice is sent
 	// (record checks that every row was placed); the padding between
 	// columns is never read.
-	whole := arrowmem.NewOverwriteBuffer(p.mem, total)
-	at := 0
-	for _, n := range sizes {
-		sl.bufs = append(sl.bufs, memory.SliceBuffer(whole, at, n))
-		at += alignSlice(n)
+	whole := arrowmem.NewOverwriteBuffer(p.mem, p.whole)
+	for j, n := range p.size {
+		sl.bufs = append(sl.bufs, memory.SliceBuffer(whole, p.at[j], n))
 	}
 	whole.Release() // the views hold it
 	if p.src {
 		vals := arrow.Int32Traits.CastFromBytes(sl.bufs[len(p.width)].Bytes())
 		at := 0
-		for _, i := range order {
+		for _, i := range sl.order {
 			for r := int64(0); r < counts[i]; r++ {
 				vals[at] = i
 				at++
