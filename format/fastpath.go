@@ -395,7 +395,8 @@ func (c *colDecoder) edgePage(p *fastPage, codec pqformat.CompressionCodec, part
 	if ed.e == nil || codec == pqformat.Uncompressed {
 		return c.fastPagePart(p, codec, part.out, part.first, scratch, nil)
 	}
-	return ed.around(part.i, part.pre, part.more, scratch, func(buf *[]byte, pre []byte) error {
+	n, _ := decompressedLen(p, codec)
+	return ed.around(part.i, n, part.pre, part.more, scratch, func(buf *[]byte, pre []byte) error {
 		return c.fastPagePart(p, codec, part.out, part.first, buf, pre)
 	})
 }
@@ -440,10 +441,7 @@ func (c *colDecoder) pageValues(p *fastPage, codec pqformat.CompressionCodec, sc
 	if p.v2 {
 		page = p.body[p.levels:]
 	}
-	if n := p.size - p.levels; (p.v2 && !p.valuesRaw) || (!p.v2 && codec != pqformat.Uncompressed) {
-		if !p.v2 {
-			n = p.size
-		}
+	if n, ok := decompressedLen(p, codec); ok {
 		switch {
 		case pre != nil:
 			if len(pre) != n {
@@ -468,6 +466,19 @@ func (c *colDecoder) pageValues(p *fastPage, codec pqformat.CompressionCodec, sc
 		return c.v1Values(page, p.nvals)
 	}
 	return page, nil
+}
+
+// decompressedLen returns the bytes pageValues decompresses page p into
+// (*scratch), and false where it decompresses nothing (the page's values
+// are stored raw).
+func decompressedLen(p *fastPage, codec pqformat.CompressionCodec) (int, bool) {
+	switch {
+	case p.v2 && !p.valuesRaw:
+		return p.size - p.levels, true
+	case !p.v2 && codec != pqformat.Uncompressed:
+		return p.size, true
+	}
+	return 0, false
 }
 
 // v1Values returns the values of the decompressed v1 page of c holding n

@@ -3,6 +3,8 @@ package format
 import (
 	"sync"
 
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
 	"github.com/meshfeed/meshfeed/internal/bufpool"
 )
 
@@ -67,6 +69,7 @@ type PageShare struct {
 type sharedPage struct {
 	buf  []byte
 	refs int
+	mem  memory.Allocator // buf's, or nil: the buffer pool's (freePage)
 }
 
 // take returns page page of column col, decompressed, with a reference
@@ -86,11 +89,13 @@ func (s *PageShare) take(col, page int) []byte {
 	return sp.buf
 }
 
-// offer shares buf, page page of column col decompressed by the caller,
-// which keeps it for its next piece: it returns the buffer to keep, with
-// a reference, which is buf, or the one another reader shared first
-// (buf then goes back to the pool). With s nil it returns buf.
-func (s *PageShare) offer(col, page int, buf []byte) []byte {
+// offer shares buf, page page of column col decompressed by the caller
+// (from mem, or from the buffer pool where mem is nil), which keeps it for
+// its next piece: it returns the buffer to keep, with a reference, which
+// is buf, or the one another reader shared first (buf then goes back where
+// it came from). With s nil it returns buf, which must then be the buffer
+// pool's.
+func (s *PageShare) offer(col, page int, buf []byte, mem memory.Allocator) []byte {
 	if s == nil || len(buf) == 0 {
 		return buf
 	}
@@ -99,19 +104,19 @@ func (s *PageShare) offer(col, page int, buf []byte) []byte {
 	defer s.mu.Unlock()
 	if sp := s.pages[k]; sp != nil {
 		sp.refs++
-		bufpool.Put(buf)
+		freePage(buf, mem)
 		return sp.buf
 	}
 	if s.pages == nil {
 		s.pages = map[[2]int]*sharedPage{}
 	}
-	s.pages[k] = &sharedPage{buf: buf, refs: 1}
+	s.pages[k] = &sharedPage{buf: buf, refs: 1, mem: mem}
 	return buf
 }
 
 // put gives back buf, page page of column col decompressed: a reference,
-// where it is the page s shares (the last one puts it back to the pool),
-// else buf itself, the caller's own.
+// where it is the page s shares (the last one frees it where it came
+// from), else buf itself, the caller's own (from the buffer pool).
 func (s *PageShare) put(col, page int, buf []byte) {
 	if s != nil && len(buf) > 0 {
 		k := [2]int{col, page}
@@ -126,6 +131,10 @@ func (s *PageShare) put(col, page int, buf []byte) {
 			delete(s.pages, k)
 		}
 		s.mu.Unlock()
+		if shared {
+			freePage(buf, sp.mem)
+			return
+		}
 	}
 	if cap(buf) > 0 {
 		bufpool.Put(buf)
@@ -164,11 +173,12 @@ func (ed edges) put(i int, buf []byte) {
 }
 
 // keep keeps buf, page i of the pages given decompressed by the caller
-// (own: not taken from the piece before or another reader), for the
-// reader's next piece, sharing it with the row group's other readers.
-func (ed edges) keep(i int, buf []byte, own bool) {
+// (own: not taken from the piece before or another reader; from mem, or
+// from the buffer pool where mem is nil), for the reader's next piece,
+// sharing it with the row group's other readers.
+func (ed edges) keep(i int, buf []byte, own bool, mem memory.Allocator) {
 	if own {
-		buf = ed.e.Pages.offer(ed.col, ed.first+i, buf)
+		buf = ed.e.Pages.offer(ed.col, ed.first+i, buf, mem)
 	}
 	ed.e.keepEdge(ed.col, ed.first+i, buf)
 }

@@ -80,7 +80,7 @@ func (d *parquetDecoder) decodePages(ctx context.Context, p piece, locs []pageLo
 	if c.kind != kindList {
 		v.pages = e.fastPagesOf(c, p.col, pageRun{i: i, t: t, b: b, locs: locs, off: off}, md.Codec)
 	}
-	ed := edges{e, p.col, i, p.stats, c.untilOf(p, first)}
+	ed := edges{e, p.col, i, p.stats, c.untilOf(p, first), p.mem}
 	if into != nil {
 		pages, err := v.fastPages(c)
 		if err == nil {
@@ -144,6 +144,9 @@ type edges struct {
 	// first, 0) from which no later piece of the reader reads
 	// (Piece.Until); math.MaxInt64 where not known.
 	until int64
+	// mem is the piece's allocator, which a page kept for a later piece
+	// comes from where the row group's readers share pages (keptBuf).
+	mem memory.Allocator
 }
 
 // untilOf returns edges.until for pages whose first value is value first
@@ -155,38 +158,77 @@ func (c *colDecoder) untilOf(p piece, first int64) int64 {
 	return c.slot(p.until) - first
 }
 
-// around runs decode on page i of the pages given, compressed: into
+// around runs decode on page i of the pages given, compressed (into n
+// bytes, decompressedLen; 0 where its values are stored raw): into
 // *scratch, or from pre, the page the piece before decompressed (nil:
 // none), or else the one another reader of the row group keeps (shared).
-// Where more (the next piece starts inside the page) and decode succeeds,
-// the page decompressed (pre, or what decode decompressed into a buffer
-// of its own, then offered to the row group's other readers) is kept for
-// that piece; otherwise those buffers are put back. edgePage and
-// placeEdge decode their part of an edge page through it.
-func (ed edges) around(i int, pre []byte, more bool, scratch *[]byte, decode func(buf *[]byte, pre []byte) error) error {
+// Where more (the next piece starts inside the page)
+// and decode succeeds, the page decompressed (pre, or what decode
+// decompressed into a buffer of its own, then offered to the row group's
+// other readers) is kept for that piece; otherwise those buffers are put
+// back. edgePage and placeEdge decode their part of an edge page through
+// it.
+//
+// A buffer of its own that the page may be kept in comes from the piece's
+// allocator (keptBuf), as the pages a piece decodes do, not from the
+// buffer pool: a page kept between pieces lives as long as a piece's
+// decoded pages, and where that allocator is the shared-memory wire's
+// arena it is off the Go heap, whose collector would let the heap grow to
+// twice what it holds (BENCHMARKS.md, "Kept pages from the stream's
+// allocator").
+func (ed edges) around(i, n int, pre []byte, more bool, scratch *[]byte, decode func(buf *[]byte, pre []byte) error) error {
 	if pre == nil {
 		pre = ed.shared(i)
 	}
 	var own []byte
+	var mem memory.Allocator // own's, or nil: the buffer pool's
 	buf := scratch
 	if more && pre == nil {
 		buf = &own
+		if n > 0 {
+			own, mem = ed.keptBuf(n)
+		}
 	}
 	err := decode(buf, pre)
 	switch {
 	case err == nil && more && pre != nil:
-		ed.keep(i, pre, false)
+		ed.keep(i, pre, false, nil)
 	case err == nil && more && own != nil: // nil: the values were stored raw (v2)
-		ed.keep(i, own, true)
+		ed.keep(i, own, true, mem)
 	default:
 		if pre != nil {
 			ed.put(i, pre)
 		}
 		if own != nil {
-			bufpool.Put(own)
+			freePage(own, mem)
 		}
 	}
 	return err
+}
+
+// keptBuf returns a buffer of n bytes (contents unspecified) for a page
+// that may be kept for a later piece, and the allocator it came from:
+// the piece's, where the row group's readers share pages (every page kept
+// is then offered to the share, which frees it where it came from), else
+// none (nil, nil: decode takes one from the buffer pool).
+func (ed edges) keptBuf(n int) ([]byte, memory.Allocator) {
+	if ed.mem == nil || ed.e == nil || ed.e.Pages == nil {
+		return nil, nil
+	}
+	if u, ok := ed.mem.(arrowmem.UninitializedAllocator); ok {
+		return u.AllocateUninitialized(n), ed.mem
+	}
+	return ed.mem.Allocate(n), ed.mem
+}
+
+// freePage frees buf, a decompressed page, to mem, which it came from, or
+// to the buffer pool where mem is nil.
+func freePage(buf []byte, mem memory.Allocator) {
+	if mem != nil {
+		mem.Free(buf)
+		return
+	}
+	bufpool.Put(buf)
 }
 
 func (ed edges) take(page int) []byte {
@@ -351,9 +393,9 @@ func (c *colDecoder) listValues(pages []fastPage, codec pqformat.CompressionCode
 			copy(dst[(x-int(from))*es:], vals[(x-pos)*es:(y-pos)*es])
 			switch {
 			case keep && pre != nil:
-				ed.keep(i, pre, false)
+				ed.keep(i, pre, false, nil)
 			case keep && own != nil: // nil: the page's values were stored raw (v2)
-				ed.keep(i, own, true)
+				ed.keep(i, own, true, nil) // the buffer pool's (listPageParts)
 			case pre != nil:
 				ed.put(i, pre)
 			}

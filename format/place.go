@@ -203,7 +203,8 @@ func (c *colDecoder) placeEdge(p *fastPage, codec pqformat.CompressionCodec, par
 			return err
 		}
 	}
-	return ed.around(part.i, pre, part.more, &bufs.scratch, func(buf *[]byte, pre []byte) error {
+	n, _ := decompressedLen(p, codec)
+	return ed.around(part.i, n, pre, part.more, &bufs.scratch, func(buf *[]byte, pre []byte) error {
 		return c.copyPage(p, codec, part.segs, part.first, buf, pre)
 	})
 }
@@ -334,7 +335,7 @@ func (d *parquetDecoder) placeKept(p piece, locs []pageLoc, i int, into [][]byte
 	if !ok || fp.v2 { // a v2 page's values are past its levels in its body
 		return false, nil
 	}
-	err := c.placePages([]fastPage{fp}, md.Codec, rowRange{lo - locs[i].first, hi - locs[i].first}, into, edges{e, p.col, i, p.stats, c.untilOf(p, locs[i].first)})
+	err := c.placePages([]fastPage{fp}, md.Codec, rowRange{lo - locs[i].first, hi - locs[i].first}, into, edges{e, p.col, i, p.stats, c.untilOf(p, locs[i].first), p.mem})
 	if err == errFallback {
 		return false, nil
 	}

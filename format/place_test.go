@@ -9,7 +9,9 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -108,7 +110,7 @@ func TestPieceInto(t *testing.T) {
 				pq.WithDataPageVersion(ver), pq.WithMaxRowGroupLength(12000), pq.WithDataPageSize(16<<10))
 			cols := []string{"id", "label", "features", "maybe"}
 			f := mustOpen(t, path, cols, fillOptions(map[string]float64{"maybe": -1}))
-			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+			mem := &liveAllocator{CheckedAllocator: memory.NewCheckedAllocator(memory.NewGoAllocator())}
 			defer mem.AssertSize(t, 0)
 			whole, err := f.readRowGroup(ctx, 0, mem)
 			if err != nil {
@@ -257,12 +259,23 @@ func TestPieceInto(t *testing.T) {
 			// the first's piece ends inside a page it keeps for its next
 			// piece; the second's starts inside that page and takes it
 			// from there (PagesShared) instead of decompressing it again.
-			// Once both let go, the share holds nothing.
+			// Once both let go, the share holds nothing. The page kept
+			// comes from the pieces' allocator (edges.keptBuf), and goes
+			// back there once both let go.
 			share := &PageShare{}
 			a, b := Shared{Pages: share}, Shared{Pages: share}
 			cut := breaks[2] + 10
+			held := mem.CurrentAlloc()
 			if placed, _ := try(breaks[1]+10, cut, &a, &Stats{}); !placed[2] {
 				t.Fatalf("rows [%d, %d), the first reader: features not placed", breaks[1]+10, cut)
+			}
+			if compressed := tc.codec != compress.Codecs.Uncompressed; (len(a.edges) > 0) != compressed {
+				t.Errorf("the first reader keeps %d pages for its next piece; want some: %v", len(a.edges), compressed)
+			}
+			for col, e := range a.edges {
+				if !mem.holds(e.buf) {
+					t.Errorf("column %d's page %d, kept for the next piece, is not from the pieces' allocator", col, e.page)
+				}
 			}
 			st := &Stats{}
 			if placed, _ := try(cut+20, cut+60, &b, st); !placed[2] {
@@ -279,8 +292,60 @@ func TestPieceInto(t *testing.T) {
 			if n := share.held(); n != 0 {
 				t.Errorf("both readers released: the share holds %d pages", n)
 			}
+			if n := mem.CurrentAlloc() - held; n != 0 {
+				t.Errorf("both readers released: %d bytes of kept pages not back in the pieces' allocator", n)
+			}
 		})
 	}
+}
+
+// liveAllocator is a checked allocator that tells whether a buffer is
+// one of its allocations not yet freed.
+type liveAllocator struct {
+	*memory.CheckedAllocator
+	mu   sync.Mutex
+	live map[*byte]bool
+}
+
+func (a *liveAllocator) note(b []byte, on bool) {
+	if cap(b) == 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.live == nil {
+		a.live = map[*byte]bool{}
+	}
+	if on {
+		a.live[unsafe.SliceData(b[:1])] = true
+	} else {
+		delete(a.live, unsafe.SliceData(b[:1]))
+	}
+}
+
+func (a *liveAllocator) Allocate(n int) []byte {
+	b := a.CheckedAllocator.Allocate(n)
+	a.note(b, true)
+	return b
+}
+
+func (a *liveAllocator) Reallocate(n int, b []byte) []byte {
+	a.note(b, false)
+	b = a.CheckedAllocator.Reallocate(n, b)
+	a.note(b, true)
+	return b
+}
+
+func (a *liveAllocator) Free(b []byte) {
+	a.note(b, false)
+	a.CheckedAllocator.Free(b)
+}
+
+// holds reports whether b starts an allocation of a not yet freed.
+func (a *liveAllocator) holds(b []byte) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return cap(b) > 0 && a.live[unsafe.SliceData(b[:1])]
 }
 
 // TestPlacePagesShort: pages that hold fewer values than the piece's
