@@ -38,28 +38,37 @@ type placer struct {
 	out   *arrow.Schema // the slices' (mixturePlan.schema)
 	outF  []arrow.Field // out's fields (Schema.Fields copies them)
 	width []int         // bytes per row of each column of in
-	at    []int         // where each buffer of a slice starts in its allocation (newSlot)
-	size  []int         // each buffer's bytes
-	whole int           // a slice's allocation
+	elem  []int         // bytes per element of each column of in (a fixed-size list's child's)
+	ds    []int         // the stream's slices (mixturePlan.slices): k's d of the mesh
+	at    []int         // where each column of a slice starts in it (newStep)
+	size  []int         // each column's bytes
+	whole int           // a slice's bytes, columns and padding
 	src   bool          // out has the source column
 	mask  bool          // out has the mask (every row real)
 	empty *arrow.Schema // of the records the cursors count rows with
 	tbl   *stepTable
 
 	mu    sync.Mutex
-	slots map[placeKey]*placedSlice
+	steps map[int]*placedStep
 	many  atomic.Int64 // targets' last piece's count, the next one's capacity
 }
 
-type placeKey struct{ step, k int }
+// placedStep is a step's slices of the stream as the readers fill them:
+// one allocation (whole), slice k at k times placer.whole in it.
+type placedStep struct {
+	whole  *memory.Buffer
+	slices []placedSlice
+	made   int // records made of its slices (record)
+}
 
-// placedSlice is slice k of a step as the readers fill it: a buffer per
-// column of in, then the source column's and the mask's.
+// placedSlice is slice k of a step as the readers fill it: the bytes of
+// each column of in, then the source column's and the mask's (views of
+// the step's allocation).
 type placedSlice struct {
-	bufs  []*memory.Buffer
-	own   [5]*memory.Buffer // bufs' array where it fits
-	order []int32           // the step's source order on the slice (Mixture.Order)
-	rows  atomic.Int64      // rows written
+	cols  [][]byte
+	at    int          // where the slice starts in the step's allocation
+	order []int32      // the step's source order on the slice (Mixture.Order)
+	rows  atomic.Int64 // rows written
 }
 
 // newPlacer returns a placer for the stream of mp from step start, or nil
@@ -87,14 +96,14 @@ func newPlacer(mp *mixturePlan, mem memory.Allocator, walk *batching.Walker, wor
 		}
 	}
 	p := &placer{mix: mp.mix, mem: mem, b: int64(mp.mix.SliceRows()), in: mp.in, out: mp.schema,
-		outF: mp.schema.Fields(), empty: arrow.NewSchema(nil, nil), slots: map[placeKey]*placedSlice{},
-		tbl: newStepTable(walk, mp.mix.Steps())}
+		outF: mp.schema.Fields(), empty: arrow.NewSchema(nil, nil), steps: map[int]*placedStep{},
+		tbl: newStepTable(walk, mp.mix.Steps()), ds: mp.slices}
 	for _, f := range mp.in.Fields() {
-		w := placedWidth(f.Type)
-		if w == 0 {
-			return nil
+		w, e := placedWidth(f.Type), placedElem(f.Type)
+		if w == 0 || sliceAlign%e != 0 {
+			return nil // a column's values start on an element at sliceAlign (column)
 		}
-		p.width = append(p.width, w)
+		p.width, p.elem = append(p.width, w), append(p.elem, e)
 	}
 	extra := mp.schema.Fields()[mp.in.NumFields():]
 	if len(extra) > 0 && extra[0].Type.ID() == arrow.INT32 {
@@ -141,6 +150,15 @@ func placedWidth(t arrow.DataType) int {
 	return 0
 }
 
+// placedElem returns the bytes per element of a column of type t that
+// placedWidth takes: its own, or a fixed-size list's child's.
+func placedElem(t arrow.DataType) int {
+	if l, ok := t.(*arrow.FixedSizeListType); ok {
+		return placedWidth(l.Elem())
+	}
+	return placedWidth(t)
+}
+
 // placedValues returns the bytes of column d's values, row 0 first (w
 // bytes a row). Columns of a mixture carry no nulls (format refuses them
 // or fills them); one with nulls is an internal error here.
@@ -161,61 +179,64 @@ func placedValues(d arrow.ArrayData, w int) ([]byte, error) {
 	return d.Buffers()[1].Bytes()[off*w : (off+n)*w], nil
 }
 
-// slot returns slice k (d of the mesh) of step st, made on first use: its
-// buffers, its order of the sources, and the source column written from
-// the step's counts in that order.
+// slot returns slice k (d of the mesh) of step st, its step made on
+// first use (newStep).
 func (p *placer) slot(st, k, d int, counts []int64) *placedSlice {
-	key := placeKey{st, k}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	sl := p.slots[key]
-	if sl == nil {
-		sl = p.newSlot(st, d, counts)
-		p.slots[key] = sl
+	ps := p.steps[st]
+	if ps == nil {
+		ps = p.newStep(st, counts)
+		p.steps[st] = ps
 	}
-	return sl
+	return &ps.slices[k]
 }
 
-// newSlot makes a slice of step st (d of the mesh) for slot: one
-// allocation for all its columns (laid out once by newPlacer, sliceAlign
-// apart), each column's buffer a view of it that holds it, so that the shared-memory wire sends every
-// column by reference from its arena where the slice reaches the arena's
-// minimum; a column of its own would be a few KiB (id, label, source),
-// allocated outside the arena and copied into the step's slot.
-func (p *placer) newSlot(st, d int, counts []int64) *placedSlice {
-	sl := &placedSlice{order: p.mix.Order(st, d)}
-	sl.bufs = sl.own[:0]
-	if len(p.size) > len(sl.own) {
-		sl.bufs = make([]*memory.Buffer, 0, len(p.size))
-	}
-	// Every byte a column views is written before the slice is sent
+// newStep makes the stream's slices of step st for slot: one allocation
+// for all of them, each slice's columns laid out alike (by newPlacer,
+// sliceAlign apart), each slice's order of the sources, and its source
+// column written from the step's counts in that order. One allocation a
+// step (the slices of a step are sent and released together) where each
+// slice, and each column, was one: the shared-memory wire sends every
+// column by reference from its arena where a step reaches the arena's
+// minimum, where a column of its own would be a few KiB (id, label,
+// source), allocated outside the arena and copied into the step's slot.
+func (p *placer) newStep(st int, counts []int64) *placedStep {
+	ps := &placedStep{slices: make([]placedSlice, len(p.ds))}
+	// Every byte a column views is written before the step is sent
 	// (record checks that every row was placed); the padding between
 	// columns is never read.
-	whole := arrowmem.NewOverwriteBuffer(p.mem, p.whole)
-	for j, n := range p.size {
-		sl.bufs = append(sl.bufs, memory.SliceBuffer(whole, p.at[j], n))
-	}
-	whole.Release() // the views hold it
-	if p.src {
-		vals := arrow.Int32Traits.CastFromBytes(sl.bufs[len(p.width)].Bytes())
-		at := 0
-		for _, i := range sl.order {
-			for r := int64(0); r < counts[i]; r++ {
-				vals[at] = i
-				at++
+	ps.whole = arrowmem.NewOverwriteBuffer(p.mem, len(p.ds)*p.whole)
+	all := ps.whole.Bytes()
+	cols := make([][]byte, len(p.ds)*len(p.size))
+	for k, d := range p.ds {
+		sl := &ps.slices[k]
+		sl.at, sl.order = k*p.whole, p.mix.Order(st, d)
+		sl.cols, cols = cols[:len(p.size):len(p.size)], cols[len(p.size):]
+		for j, n := range p.size {
+			sl.cols[j] = all[sl.at+p.at[j] : sl.at+p.at[j]+n : sl.at+p.at[j]+n]
+		}
+		if p.src {
+			vals := arrow.Int32Traits.CastFromBytes(sl.cols[len(p.width)])
+			at := 0
+			for _, i := range sl.order {
+				for r := int64(0); r < counts[i]; r++ {
+					vals[at] = i
+					at++
+				}
+			}
+		}
+		if p.mask {
+			bits := sl.cols[len(sl.cols)-1]
+			for j := range bits {
+				bits[j] = 0xff
 			}
 		}
 	}
-	if p.mask {
-		bits := sl.bufs[len(sl.bufs)-1].Bytes()
-		for j := range bits {
-			bits[j] = 0xff
-		}
-	}
-	return sl
+	return ps
 }
 
-// sliceAlign is the alignment of each column in a placed slice's
+// sliceAlign is the alignment of each column in a placed step's
 // allocation: the shared-memory wire's (a buffer sent by reference starts
 // on it) and XLA's.
 const sliceAlign = 64
@@ -268,7 +289,7 @@ func (p *placer) into(ts []target, n int64) *format.Into {
 	for c, w := range p.width {
 		dst := make([][]byte, len(ts))
 		for j, t := range ts {
-			dst[j] = t.sl.bufs[c].Bytes()[int(t.o)*w : int(t.o+t.m)*w]
+			dst[j] = t.sl.cols[c][int(t.o)*w : int(t.o+t.m)*w]
 		}
 		in.Cols[c] = dst
 	}
@@ -298,7 +319,7 @@ func (p *placer) fill(ts []target, rec arrow.RecordBatch, placed []bool) error {
 	for _, t := range ts {
 		for c, w := range p.width {
 			if vals[c] != nil {
-				copy(t.sl.bufs[c].Bytes()[int(t.o)*w:int(t.o+t.m)*w], vals[c][int(t.at)*w:int(t.at+t.m)*w])
+				copy(t.sl.cols[c][int(t.o)*w:int(t.o+t.m)*w], vals[c][int(t.at)*w:int(t.at+t.m)*w])
 			}
 		}
 	}
@@ -308,62 +329,63 @@ func (p *placer) fill(ts []target, rec arrow.RecordBatch, placed []bool) error {
 	return nil
 }
 
-// record returns slice k of step st as one record of the slice's buffers,
-// once the cursors have taken its rows (so every reader has placed them).
+// record returns slice k of step st as one record of views of the
+// step's allocation, once the cursors have taken its rows (so every
+// reader has placed them); the step is forgotten once each of its slices
+// is a record.
 func (p *placer) record(st, k int) (arrow.RecordBatch, error) {
-	key := placeKey{st, k}
 	p.mu.Lock()
-	sl := p.slots[key]
-	delete(p.slots, key)
-	p.mu.Unlock()
-	if sl == nil || sl.rows.Load() != p.b {
-		var got int64
-		if sl != nil {
-			got = sl.rows.Load()
-			releaseBufs(sl.bufs)
-		}
+	defer p.mu.Unlock()
+	ps := p.steps[st]
+	var got int64
+	if ps != nil {
+		got = ps.slices[k].rows.Load()
+	}
+	if got != p.b {
 		return nil, fmt.Errorf("%d of the slice's %d rows placed (internal error)", got, p.b)
 	}
-	defer releaseBufs(sl.bufs)
+	sl := &ps.slices[k]
 	cols := make([]arrow.Array, len(p.outF))
 	for c, f := range p.outF {
-		cols[c] = p.column(f.Type, sl.bufs[c])
+		cols[c] = p.column(f.Type, ps.whole, sl.at+p.at[c], c)
 	}
 	rec := array.NewRecordBatch(p.out, cols, p.b)
 	for _, a := range cols {
 		a.Release()
 	}
+	if ps.made++; ps.made == len(ps.slices) {
+		delete(p.steps, st)
+		ps.whole.Release() // the records hold it
+	}
 	return rec, nil
 }
 
-// column returns a column of type t of a slice whose values are buf.
-func (p *placer) column(t arrow.DataType, buf *memory.Buffer) arrow.Array {
+// column returns a column of type t of a slice whose values start at
+// byte at of buf (column c of the slice; bit at*8 for the mask).
+func (p *placer) column(t arrow.DataType, buf *memory.Buffer, at, c int) arrow.Array {
 	var d arrow.ArrayData
-	if l, ok := t.(*arrow.FixedSizeListType); ok {
-		child := array.NewData(l.Elem(), int(p.b)*int(l.Len()), []*memory.Buffer{nil, buf}, nil, 0, 0)
+	switch l := t.(type) {
+	case *arrow.FixedSizeListType:
+		child := array.NewData(l.Elem(), int(p.b)*int(l.Len()), []*memory.Buffer{nil, buf}, nil, 0, at/p.elem[c])
 		d = array.NewData(t, int(p.b), []*memory.Buffer{nil}, []arrow.ArrayData{child}, 0, 0)
 		child.Release()
-	} else {
-		d = array.NewData(t, int(p.b), []*memory.Buffer{nil, buf}, nil, 0, 0)
+	case *arrow.BooleanType:
+		d = array.NewData(t, int(p.b), []*memory.Buffer{nil, buf}, nil, 0, at*8)
+	default:
+		d = array.NewData(t, int(p.b), []*memory.Buffer{nil, buf}, nil, 0, at*8/t.(arrow.FixedWidthDataType).BitWidth())
 	}
 	a := array.MakeFromData(d)
 	d.Release()
 	return a
 }
 
-// release frees the slices not sent (the stream closed).
+// release frees the steps not sent (the stream closed).
 func (p *placer) release() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for k, sl := range p.slots {
-		releaseBufs(sl.bufs)
-		delete(p.slots, k)
-	}
-}
-
-func releaseBufs(bufs []*memory.Buffer) {
-	for _, b := range bufs {
-		b.Release()
+	for st, ps := range p.steps {
+		ps.whole.Release()
+		delete(p.steps, st)
 	}
 }
 

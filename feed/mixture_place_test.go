@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -223,9 +222,7 @@ func TestMixturePlacedColumns(t *testing.T) {
 				t.Fatalf("step %d: %d records for %d slices", step.Meta.Step, len(step.Slices), len(step.Meta.Slices))
 			}
 			if place {
-				for _, rec := range step.Slices {
-					oneBlock(t, step.Meta.Step, rec)
-				}
+				oneBlock(t, step)
 			}
 			out = append(out, sliceRecords(t, step)...)
 		})
@@ -244,38 +241,42 @@ func TestMixturePlacedColumns(t *testing.T) {
 	}
 }
 
-// oneBlock fails the test unless the values of every column of rec (a
-// placed slice of step st) lie in one allocation, each at a multiple of
-// 64 bytes from its start and none overlapping another: a slice is one
+// oneBlock fails the test unless the values of every column of every
+// slice of step (placed) lie in one allocation, each at a multiple of 64
+// bytes from its start and none overlapping another: a step is one
 // allocation, whose columns the shared-memory wire sends by reference from
-// its arena where the slice's bytes reach the arena's minimum (a column of
+// its arena where the step's bytes reach the arena's minimum (a column of
 // a few KiB would otherwise be allocated elsewhere and copied).
-func oneBlock(t *testing.T, st int, rec arrow.RecordBatch) {
+func oneBlock(t *testing.T, step transport.Step) {
 	t.Helper()
-	var parent *memory.Buffer
-	type span struct{ lo, hi uintptr }
+	var whole *memory.Buffer
+	type span struct{ lo, hi int }
 	var spans []span
-	for c, col := range rec.Columns() {
-		d := col.Data()
-		if len(d.Children()) == 1 {
-			d = d.Children()[0]
-		}
-		buf := d.Buffers()[1]
-		if buf.Parent() == nil || parent != nil && buf.Parent() != parent {
-			t.Fatalf("step %d: column %q is not a view of the slice's one allocation", st, rec.ColumnName(c))
-		}
-		parent = buf.Parent()
-		base := uintptr(unsafe.Pointer(unsafe.SliceData(parent.Bytes())))
-		lo := uintptr(unsafe.Pointer(unsafe.SliceData(buf.Bytes()))) - base
-		if lo%64 != 0 {
-			t.Fatalf("step %d: column %q starts %d bytes into the slice's allocation, not a multiple of 64", st, rec.ColumnName(c), lo)
-		}
-		for _, o := range spans {
-			if lo < o.hi && o.lo < lo+uintptr(buf.Len()) {
-				t.Fatalf("step %d: column %q overlaps another in the slice's allocation", st, rec.ColumnName(c))
+	for k, rec := range step.Slices {
+		for c, col := range rec.Columns() {
+			d := col.Data()
+			if len(d.Children()) == 1 {
+				d = d.Children()[0]
 			}
+			buf := d.Buffers()[1]
+			if whole == nil {
+				whole = buf
+			}
+			if buf != whole {
+				t.Fatalf("step %d slice %d: column %q is not a view of the step's one allocation", step.Meta.Step, k, rec.ColumnName(c))
+			}
+			w := d.DataType().(arrow.FixedWidthDataType).BitWidth()
+			lo, hi := d.Offset()*w/8, (d.Offset()+d.Len())*w/8
+			if d.Offset()*w%(64*8) != 0 {
+				t.Fatalf("step %d slice %d: column %q starts %d bits into the step's allocation, not a multiple of 64 bytes", step.Meta.Step, k, rec.ColumnName(c), d.Offset()*w)
+			}
+			for _, o := range spans {
+				if lo < o.hi && o.lo < hi {
+					t.Fatalf("step %d slice %d: column %q overlaps another in the step's allocation", step.Meta.Step, k, rec.ColumnName(c))
+				}
+			}
+			spans = append(spans, span{lo, hi})
 		}
-		spans = append(spans, span{lo, lo + uintptr(buf.Len())})
 	}
 }
 
@@ -310,7 +311,7 @@ func TestMixturePlacedAhead(t *testing.T) {
 			}
 			if pl := st.(*mixStream).place; pl != nil {
 				pl.mu.Lock()
-				most = max(most, len(pl.slots))
+				most = max(most, len(pl.steps)*len(pl.ds))
 				pl.mu.Unlock()
 			}
 		})
