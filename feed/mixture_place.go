@@ -50,7 +50,8 @@ type placer struct {
 
 	mu    sync.Mutex
 	steps map[int]*placedStep
-	many  atomic.Int64 // targets' last piece's count, the next one's capacity
+	cols  []arrow.Array // record's, copied by each record made
+	many  atomic.Int64  // targets' last piece's count, the next one's capacity
 }
 
 // placedStep is a step's slices of the stream as the readers fill them:
@@ -59,6 +60,10 @@ type placedStep struct {
 	whole  *memory.Buffer
 	slices []placedSlice
 	made   int // records made of its slices (record)
+	// The buffers of every array of the step's slices: a primitive's
+	// (no validity, whole) and a fixed-size list's (no validity); its
+	// arrays share them, as arrow's slices of an array do.
+	vals, list []*memory.Buffer
 }
 
 // placedSlice is slice k of a step as the readers fill it: the bytes of
@@ -207,6 +212,7 @@ func (p *placer) newStep(st int, counts []int64) *placedStep {
 	// (record checks that every row was placed); the padding between
 	// columns is never read.
 	ps.whole = arrowmem.NewOverwriteBuffer(p.mem, len(p.ds)*p.whole)
+	ps.vals, ps.list = []*memory.Buffer{nil, ps.whole}, []*memory.Buffer{nil}
 	all := ps.whole.Bytes()
 	cols := make([][]byte, len(p.ds)*len(p.size))
 	for k, d := range p.ds {
@@ -345,14 +351,16 @@ func (p *placer) record(st, k int) (arrow.RecordBatch, error) {
 		return nil, fmt.Errorf("%d of the slice's %d rows placed (internal error)", got, p.b)
 	}
 	sl := &ps.slices[k]
-	cols := make([]arrow.Array, len(p.outF))
+	cols := p.cols[:0]
 	for c, f := range p.outF {
-		cols[c] = p.column(f.Type, ps.whole, sl.at+p.at[c], c)
+		cols = append(cols, p.column(f.Type, ps, sl.at+p.at[c], c))
 	}
-	rec := array.NewRecordBatch(p.out, cols, p.b)
-	for _, a := range cols {
+	rec := array.NewRecordBatch(p.out, cols, p.b) // copies cols
+	for j, a := range cols {
 		a.Release()
+		cols[j] = nil
 	}
+	p.cols = cols
 	if ps.made++; ps.made == len(ps.slices) {
 		delete(p.steps, st)
 		ps.whole.Release() // the records hold it
@@ -360,19 +368,20 @@ func (p *placer) record(st, k int) (arrow.RecordBatch, error) {
 	return rec, nil
 }
 
-// column returns a column of type t of a slice whose values start at
-// byte at of buf (column c of the slice; bit at*8 for the mask).
-func (p *placer) column(t arrow.DataType, buf *memory.Buffer, at, c int) arrow.Array {
+// column returns a column of type t of a slice of step ps whose values
+// start at byte at of its allocation (column c of the slice; bit at*8 for
+// the mask).
+func (p *placer) column(t arrow.DataType, ps *placedStep, at, c int) arrow.Array {
 	var d arrow.ArrayData
 	switch l := t.(type) {
 	case *arrow.FixedSizeListType:
-		child := array.NewData(l.Elem(), int(p.b)*int(l.Len()), []*memory.Buffer{nil, buf}, nil, 0, at/p.elem[c])
-		d = array.NewData(t, int(p.b), []*memory.Buffer{nil}, []arrow.ArrayData{child}, 0, 0)
+		child := array.NewData(l.Elem(), int(p.b)*int(l.Len()), ps.vals, nil, 0, at/p.elem[c])
+		d = array.NewData(t, int(p.b), ps.list, []arrow.ArrayData{child}, 0, 0)
 		child.Release()
 	case *arrow.BooleanType:
-		d = array.NewData(t, int(p.b), []*memory.Buffer{nil, buf}, nil, 0, at*8)
+		d = array.NewData(t, int(p.b), ps.vals, nil, 0, at*8)
 	default:
-		d = array.NewData(t, int(p.b), []*memory.Buffer{nil, buf}, nil, 0, at*8/t.(arrow.FixedWidthDataType).BitWidth())
+		d = array.NewData(t, int(p.b), ps.vals, nil, 0, at*8/t.(arrow.FixedWidthDataType).BitWidth())
 	}
 	a := array.MakeFromData(d)
 	d.Release()
