@@ -50,7 +50,7 @@ type placer struct {
 
 	mu    sync.Mutex
 	steps map[int]*placedStep
-	cols  []arrow.Array // record's, copied by each record made
+	cols  []arrow.Array // record's scratch, copied by each record made
 	many  atomic.Int64  // targets' last piece's count, the next one's capacity
 }
 
@@ -338,18 +338,25 @@ func (p *placer) fill(ts []target, rec arrow.RecordBatch, placed []bool) error {
 // record returns slice k of step st as one record of views of the
 // step's allocation, once the cursors have taken its rows (so every
 // reader has placed them); the step is forgotten once each of its slices
-// is a record.
+// is a record. The stream's Next calls it, one call at a time (cols).
 func (p *placer) record(st, k int) (arrow.RecordBatch, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	ps := p.steps[st]
 	var got int64
 	if ps != nil {
 		got = ps.slices[k].rows.Load()
 	}
 	if got != p.b {
+		p.mu.Unlock()
 		return nil, fmt.Errorf("%d of the slice's %d rows placed (internal error)", got, p.b)
 	}
+	ps.made++
+	last := ps.made == len(ps.slices)
+	if last {
+		delete(p.steps, st)
+	}
+	p.mu.Unlock()
+	// No reader writes the slice now, nor changes what its arrays view.
 	sl := &ps.slices[k]
 	cols := p.cols[:0]
 	for c, f := range p.outF {
@@ -361,8 +368,7 @@ func (p *placer) record(st, k int) (arrow.RecordBatch, error) {
 		cols[j] = nil
 	}
 	p.cols = cols
-	if ps.made++; ps.made == len(ps.slices) {
-		delete(p.steps, st)
+	if last {
 		ps.whole.Release() // the records hold it
 	}
 	return rec, nil
