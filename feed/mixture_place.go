@@ -51,7 +51,6 @@ type placer struct {
 	mu    sync.Mutex
 	steps map[int]*placedStep
 	cols  []arrow.Array // record's scratch, copied by each record made
-	many  atomic.Int64  // targets' last piece's count, the next one's capacity
 }
 
 // placedStep is a step's slices of the stream as the readers fill them:
@@ -184,20 +183,7 @@ func placedValues(d arrow.ArrayData, w int) ([]byte, error) {
 	return d.Buffers()[1].Bytes()[off*w : (off+n)*w], nil
 }
 
-// slot returns slice k (d of the mesh) of step st, its step made on
-// first use (newStep).
-func (p *placer) slot(st, k, d int, counts []int64) *placedSlice {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ps := p.steps[st]
-	if ps == nil {
-		ps = p.newStep(st, counts)
-		p.steps[st] = ps
-	}
-	return &ps.slices[k]
-}
-
-// newStep makes the stream's slices of step st for slot: one allocation
+// newStep makes the stream's slices of step st for targets: one allocation
 // for all of them, each slice's columns laid out alike (by newPlacer,
 // sliceAlign apart), each slice's order of the sources, and its source
 // column written from the step's counts in that order. One allocation a
@@ -257,30 +243,37 @@ type target struct {
 }
 
 // targets returns where n rows of source i's sequence on slice k (the
-// request's; d the mesh's) from position pos on go, in order; past is
-// set where some lie past the last step (no step's: they go nowhere).
-func (p *placer) targets(i, k, d int, pos, n int64) (ts []target, past bool, err error) {
-	counts := make([]int64, p.mix.Sources())
-	ts = make([]target, 0, p.many.Load()+1)
-	defer func() { p.many.Store(int64(len(ts))) }()
-	for at := int64(0); at < n; {
-		st, cum, past, err := p.tbl.locate(i, pos+at, counts)
-		if err != nil || past {
-			return ts, past, err
+// request's) from position pos on go, in order; past is
+// set where some lie past the last step (no step's: they go nowhere). It
+// looks the steps up in the table once and finds their slices under one
+// lock, for the piece's dozens of steps.
+func (p *placer) targets(i, k int, pos, n int64) (ts []target, past bool, err error) {
+	ns := p.mix.Sources()
+	runs, counts, past, err := p.tbl.runs(i, pos, n)
+	if err != nil {
+		return nil, false, err
+	}
+	ts = make([]target, 0, len(runs))
+	p.mu.Lock()
+	for j, r := range runs {
+		c := counts[j*ns : (j+1)*ns : (j+1)*ns]
+		ps := p.steps[r.st]
+		if ps == nil {
+			ps = p.newStep(r.st, c)
+			p.steps[r.st] = ps
 		}
-		sl := p.slot(st, k, d, counts)
+		sl := &ps.slices[k]
 		var block int64
-		for _, j := range sl.order {
-			if int(j) == i {
+		for _, s := range sl.order {
+			if int(s) == i {
 				break
 			}
-			block += counts[j]
+			block += c[s]
 		}
-		m := min(n-at, cum+counts[i]-(pos+at))
-		ts = append(ts, target{sl: sl, at: at, o: block + pos + at - cum, m: m})
-		at += m
+		ts = append(ts, target{sl: sl, at: r.at, o: block + pos + r.at - r.cum, m: r.m})
 	}
-	return ts, false, nil
+	p.mu.Unlock()
+	return ts, past, nil
 }
 
 // into returns the destinations of a piece's rows whose targets are ts
@@ -419,7 +412,7 @@ func (s *mixStream) placeRead(mc *mixCursor, segs []batching.Segment, refs []loa
 	for j, g := range segs {
 		pos[j], start = start, start+g.Len()
 	}
-	i, k, d := mc.src.idx, mc.k, mc.d
+	i, k := mc.src.idx, mc.k
 	// where returns the position in the cursor's sequence of ref's first
 	// row (its rows lie in segs j, ... back to back: one row group's
 	// pieces, read in order) and its rows.
@@ -456,7 +449,7 @@ func (s *mixStream) placeRead(mc *mixCursor, segs []batching.Segment, refs []loa
 		if err != nil {
 			return nil // the transform reports it
 		}
-		ts, past, err := s.place.targets(i, k, d, at, n)
+		ts, past, err := s.place.targets(i, k, at, n)
 		if err != nil || past {
 			return nil
 		}
@@ -482,7 +475,7 @@ func (s *mixStream) placeRead(mc *mixCursor, segs []batching.Segment, refs []loa
 		ts, placed := pl.ts, []bool(nil)
 		if ok {
 			placed = pl.into.Placed
-		} else if ts, _, err = s.place.targets(i, k, d, at, n); err != nil {
+		} else if ts, _, err = s.place.targets(i, k, at, n); err != nil {
 			return nil, fmt.Errorf("%s: placing rows [%d, %d) of file %d row group %d: %w", mc.src.name, ref.Start, ref.Start+n, ref.File, ref.Index, err)
 		}
 		if err := s.place.fill(ts, rec, placed); err != nil {
@@ -504,6 +497,7 @@ type stepTable struct {
 	base  int
 	cum   []int64 // [j*n + i]: C_i(base + j)
 	cnt   []int64 // scratch for the walker
+	many  int     // the last runs' length, the next ones' capacity
 }
 
 func newStepTable(walk *batching.Walker, steps int) *stepTable {
@@ -512,33 +506,57 @@ func newStepTable(walk *batching.Walker, steps int) *stepTable {
 	return &stepTable{w: w, n: n, steps: steps, base: w.Step(), cum: append([]int64(nil), w.Cum()...), cnt: make([]int64, n)}
 }
 
-// locate returns the step st that takes position pos of source i's
-// sequence (on every slice alike), C_i(st), and every source's count in
-// st (into counts); past where no step before the mixture's end does.
-func (t *stepTable) locate(i int, pos int64, counts []int64) (st int, cum int64, past bool, err error) {
+// stepRun is a run of a piece's rows that one step takes: rows [at,
+// at+m) of the piece, in step st, where source i's count before it is
+// cum (C_i(st)).
+type stepRun struct {
+	st    int
+	cum   int64
+	at, m int64
+}
+
+// runs returns the steps that take the n positions of source i's
+// sequence (on every slice alike) from pos on, in order, each with the
+// rows it takes, and every source's count in each (counts[j*n_src+s] for
+// runs[j]); past where some lie past the mixture's last step (the runs
+// end there).
+func (t *stepTable) runs(i int, pos, n int64) (runs []stepRun, counts []int64, past bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := t.n
-	last := len(t.cum)/n - 1 // steps known: base .. base+last-1
-	for t.cum[last*n+i] <= pos {
-		if t.base+last >= t.steps {
-			return 0, 0, true, nil
-		}
+	ns := t.n
+	// The table extended past the run's last position, or to the
+	// mixture's end.
+	last := len(t.cum)/ns - 1 // steps known: base .. base+last-1
+	for t.cum[last*ns+i] < pos+n && t.base+last < t.steps {
 		if err := t.w.Next(t.cnt); err != nil {
-			return 0, 0, false, err
+			return nil, nil, false, err
 		}
 		t.cum = append(t.cum, t.w.Cum()...)
 		last++
 	}
 	// The first j with C_i(base+j+1) > pos.
-	j := sort.Search(last, func(j int) bool { return t.cum[(j+1)*n+i] > pos })
-	if t.cum[j*n+i] > pos {
-		return 0, 0, false, fmt.Errorf("position %d of source %d is before step %d, where the table starts (internal error)", pos, i, t.base)
+	j := sort.Search(last, func(j int) bool { return t.cum[(j+1)*ns+i] > pos })
+	if j < last && t.cum[j*ns+i] > pos {
+		return nil, nil, false, fmt.Errorf("position %d of source %d is before step %d, where the table starts (internal error)", pos, i, t.base)
 	}
-	for s := range counts {
-		counts[s] = t.cum[(j+1)*n+s] - t.cum[j*n+s]
+	runs, counts = make([]stepRun, 0, t.many+1), make([]int64, 0, (t.many+1)*ns)
+	defer func() { t.many = len(runs) }()
+	for at := int64(0); at < n; j++ {
+		if j >= last {
+			return runs, counts, true, nil
+		}
+		lo, hi := t.cum[j*ns+i], t.cum[(j+1)*ns+i]
+		if hi <= pos+at {
+			continue // a step that takes none of source i
+		}
+		m := min(n-at, hi-(pos+at))
+		runs = append(runs, stepRun{st: t.base + j, cum: lo, at: at, m: m})
+		for s := range ns {
+			counts = append(counts, t.cum[(j+1)*ns+s]-t.cum[j*ns+s])
+		}
+		at += m
 	}
-	return t.base + j, t.cum[j*n+i], false, nil
+	return runs, counts, false, nil
 }
 
 // trim forgets the steps before st (sent: no reader places rows there).
