@@ -534,12 +534,12 @@ def test_mixture_over_shm(mix_globs):
 
 def test_placed_mixture_sends_every_column_in_place(tmp_path_factory, binary):
     """A mixture whose slices the server places (fixed-width columns, no
-    shuffle window, no padding) allocates each slice once in the stream's
-    arena, every column in it: the shared-memory wire sends every byte by
-    reference (in_place_bytes == bytes), the small columns (id, label, the
-    source column: a few hundred bytes a device) included, where each had
-    been an allocation of its own under the arena's minimum, copied into the
-    slot. Every batch equals the Flight path's."""
+    shuffle window, no padding) allocates each step's slices once in the
+    stream's arena, every column in it: the shared-memory wire sends every
+    byte by reference (in_place_bytes == bytes), the small columns (id,
+    label, the source column: a few hundred bytes a device) included, where
+    each had been an allocation of its own under the arena's minimum, copied
+    into the slot. Every batch equals the Flight path's."""
     import meshfeed
     root = tmp_path_factory.mktemp("shm-placed")
     globs = []
@@ -551,7 +551,7 @@ def test_placed_mixture_sends_every_column_in_place(tmp_path_factory, binary):
     mix = meshfeed.Mixture([meshfeed.Source(g, weight=w, columns=["id", "label", "features"])
                             for g, w in zip(globs, (0.5, 0.3, 0.2))],
                            stop="first_exhausted", source_column="source", seed=5)
-    # b = 64 rows a device: 17,408 bytes a slice, over the arena's minimum.
+    # b = 64 rows a device: 17,408 bytes a slice, 139,264 a step.
     kw = dict(global_batch_size=512, sharding=_mesh_sharding(), last_batch="drop")
     with meshfeed.Loader(mix, **kw) as ld, meshfeed.Loader(mix, transport="flight", **kw) as fl:
         n = 0
