@@ -187,11 +187,10 @@ func placedValues(d arrow.ArrayData, w int) ([]byte, error) {
 // for all of them, each slice's columns laid out alike (by newPlacer,
 // sliceAlign apart), each slice's order of the sources, and its source
 // column written from the step's counts in that order. One allocation a
-// step (the slices of a step are sent and released together) where each
-// slice, and each column, was one: the shared-memory wire sends every
-// column by reference from its arena where a step reaches the arena's
-// minimum, where a column of its own would be a few KiB (id, label,
-// source), allocated outside the arena and copied into the step's slot.
+// step (its slices are sent and released together): the shared-memory
+// wire sends every column by reference from its arena, where a column of
+// its own would be a few KiB (id, label, source), under the arena's
+// minimum, allocated outside it and copied into the step's slot.
 func (p *placer) newStep(st int, counts []int64) *placedStep {
 	ps := &placedStep{slices: make([]placedSlice, len(p.ds))}
 	// Every byte a column views is written before the step is sent
@@ -243,10 +242,10 @@ type target struct {
 }
 
 // targets returns where n rows of source i's sequence on slice k (the
-// request's) from position pos on go, in order; past is
-// set where some lie past the last step (no step's: they go nowhere). It
-// looks the steps up in the table once and finds their slices under one
-// lock, for the piece's dozens of steps.
+// request's) from position pos on go, in order; past is set where some
+// lie past the last step (no step's: they go nowhere). It looks the
+// steps up in the table once and finds their slices under one lock, for
+// the piece's dozens of steps.
 func (p *placer) targets(i, k int, pos, n int64) (ts []target, past bool, err error) {
 	ns := p.mix.Sources()
 	runs, counts, past, err := p.tbl.runs(i, pos, n)
