@@ -215,10 +215,7 @@ func (ed edges) keptBuf(n int) ([]byte, memory.Allocator) {
 	if ed.mem == nil || ed.e == nil || ed.e.Pages == nil {
 		return nil, nil
 	}
-	if u, ok := ed.mem.(arrowmem.UninitializedAllocator); ok {
-		return u.AllocateUninitialized(n), ed.mem
-	}
-	return ed.mem.Allocate(n), ed.mem
+	return arrowmem.AllocateOverwrite(ed.mem, n), ed.mem
 }
 
 // freePage frees buf, a decompressed page, to mem, which it came from, or

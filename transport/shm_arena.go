@@ -127,10 +127,7 @@ func (a *shmArena) AllocateUninitialized(size int) []byte {
 		}
 		a.spills.Add(1)
 	}
-	if u, ok := a.fallback.(arrowmem.UninitializedAllocator); ok {
-		return u.AllocateUninitialized(size)
-	}
-	return a.fallback.Allocate(size)
+	return arrowmem.AllocateOverwrite(a.fallback, size)
 }
 
 // Allocate implements memory.Allocator: size bytes, cleared.

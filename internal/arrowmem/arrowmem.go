@@ -35,6 +35,16 @@ func NewOverwriteBuffer(mem memory.Allocator, n int) *memory.Buffer {
 	return b
 }
 
+// AllocateOverwrite returns n bytes from mem that the caller overwrites
+// whole before reading them (Free them to mem): uninitialized where mem is
+// an [UninitializedAllocator], else cleared by mem's Allocate.
+func AllocateOverwrite(mem memory.Allocator, n int) []byte {
+	if u, ok := mem.(UninitializedAllocator); ok {
+		return u.AllocateUninitialized(n)
+	}
+	return mem.Allocate(n)
+}
+
 // DataBytes returns the bytes of the buffers of d, its children and its
 // dictionary (of a dictionary-encoded array): what it holds in memory. A
 // buffer shared by several arrays is counted in each.

@@ -105,3 +105,30 @@ func TestNewOverwriteBuffer(t *testing.T) {
 		t.Errorf("pool Allocated() = %d after Release, want 0", n)
 	}
 }
+
+func TestAllocateOverwrite(t *testing.T) {
+	pool := NewPoolAllocator()
+	pool.poison = func(b []byte) {
+		for i := range b {
+			b[i] = 0xAB
+		}
+	}
+	pool.Free(AllocateOverwrite(pool, 100))
+	// From a pool: reused memory is not cleared (the caller writes it whole).
+	b := AllocateOverwrite(pool, 100)
+	if len(b) != 100 {
+		t.Fatalf("len = %d, want 100", len(b))
+	}
+	if b[0] != 0xAB && !raceEnabled { // the race detector drops pooled items at random
+		t.Errorf("reused bytes start with %#x, want the poison 0xAB (not cleared)", b[0])
+	}
+	pool.Free(b)
+	// From an allocator that cannot skip clearing: its Allocate, cleared.
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	c := AllocateOverwrite(mem, 64)
+	if len(c) != 64 || mem.CurrentAlloc() != 64 {
+		t.Errorf("len = %d, %d bytes allocated; want 64 from mem", len(c), mem.CurrentAlloc())
+	}
+	mem.Free(c)
+}
