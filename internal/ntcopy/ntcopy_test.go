@@ -2,6 +2,7 @@ package ntcopy
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -80,5 +81,49 @@ func BenchmarkCopyScattered(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkShortRunsScattered writes runs of 256 bytes to 4 KiB, each into
+// lines not in cache (a run every four runs' length over 256 MiB), with
+// copy and with non-temporal stores whatever the length (what Copy would
+// do below Min): where Min stands. The id and label runs a mixture's
+// pages write into the slices are 340 to 680 bytes.
+func BenchmarkShortRunsScattered(b *testing.B) {
+	const total = 256 << 20
+	src := make([]byte, 4<<20)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	dst := make([]byte, total)
+	for i := range dst {
+		dst[i] = 1
+	}
+	nt := func(dst, src []byte) int {
+		n := min(len(dst), len(src))
+		h := min(head(dst), n)
+		copy(dst[:h], src[:h])
+		body := (n - h) &^ 63
+		lines(dst[h:h+body], src[h:h+body]) // copy where no non-temporal stores
+		copy(dst[h+body:n], src[h+body:n])
+		return n
+	}
+	for _, run := range []int{256, 680, 1024, 2048, 4096} {
+		for _, c := range []struct {
+			name string
+			f    func(dst, src []byte) int
+		}{{"copy", func(dst, src []byte) int { return copy(dst, src) }}, {"nt", nt}} {
+			b.Run(fmt.Sprintf("%d/%s", run, c.name), func(b *testing.B) {
+				stride := (4*run + 63) &^ 63
+				n := total / stride
+				b.SetBytes(int64(n * run))
+				for i := 0; i < b.N; i++ {
+					for s := 0; s < n; s++ {
+						at := (s * run) % (len(src) - run)
+						c.f(dst[s*stride:s*stride+run], src[at:at+run])
+					}
+				}
+			})
+		}
 	}
 }
