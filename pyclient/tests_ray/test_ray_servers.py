@@ -71,8 +71,24 @@ def _same(got, want, who):
         np.testing.assert_array_equal(gi[s][gm[s]], wi[wm], err_msg=f"{who} step {s} ids")
 
 
+def _secret_files(pid: int) -> list[str]:
+    """The certificate, key and token files server process pid was started
+    with (its command line; the servers run on this machine here)."""
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = f.read().decode().split("\0")
+    flags = ("--tls-cert", "--tls-key", "--token-file")
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in flags]
+
+
 def test_tls_and_token_are_required(cluster, data):
     with mf_ray.start_servers(1, allow=[str(data)], resources={"meshfeed_server": 1}) as group:
+        # The key and token were on disk only while the server started: an
+        # actor killed by Ray (SIGKILL) leaves neither behind.
+        (pid,) = ray.get([a.pid.remote() for a in group.actors])
+        files = _secret_files(pid)
+        assert len(files) == 3, files
+        assert not [f for f in files if os.path.exists(f)], files
+        assert not os.path.exists(os.path.dirname(files[0])), files
         kw = group.loader_kwargs(0)
         (addr,) = group.addresses()
         host = addr.rsplit(":", 1)[0]
@@ -126,6 +142,7 @@ def test_server_actor_killed_mid_run_clients_recover(cluster, data, tmp_path, st
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                 pass
         new_addr = group.connection(0)()
+        assert not [f for f in _secret_files(new_pid) if os.path.exists(f)]  # the restarted actor's too
         with pytest.raises(ProcessLookupError):  # the old server died with its actor (same machine here)
             for _ in range(50):
                 os.kill(pids[0], 0)

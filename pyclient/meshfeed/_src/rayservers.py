@@ -104,18 +104,25 @@ class ServerProcess:
         import ray.util
 
         self._host = host or ray.util.get_node_ip_address()
-        self._dir = tempfile.mkdtemp(prefix="meshfeed-actor-")
-        paths = {}
-        for name, data in (("cert.pem", tls.cert_pem), ("key.pem", tls.key_pem), ("token", token.encode())):
-            paths[name] = os.path.join(self._dir, name)
-            fd = os.open(paths[name], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-        self._server = LocalServer(find_binary(binary), list(allow), address=f"{self._host}:{port}",
-                                   start_timeout=start_timeout,
-                                   extra_args=[*DEFAULT_SERVER_ARGS, "--tls-cert", paths["cert.pem"],
-                                               "--tls-key", paths["key.pem"], "--token-file", paths["token"],
-                                               *server_args])
+        # The server reads its certificate, key and token once, as it starts
+        # (before it reports ready), so they stay on disk only until then:
+        # an actor killed by Ray (SIGKILL: no code of it runs) leaves no key
+        # or token behind, and a restarted actor writes them again.
+        tmp = tempfile.mkdtemp(prefix="meshfeed-actor-")
+        try:
+            paths = {}
+            for name, data in (("cert.pem", tls.cert_pem), ("key.pem", tls.key_pem), ("token", token.encode())):
+                paths[name] = os.path.join(tmp, name)
+                fd = os.open(paths[name], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+            self._server = LocalServer(find_binary(binary), list(allow), address=f"{self._host}:{port}",
+                                       start_timeout=start_timeout,
+                                       extra_args=[*DEFAULT_SERVER_ARGS, "--tls-cert", paths["cert.pem"],
+                                                   "--tls-key", paths["key.pem"], "--token-file", paths["token"],
+                                                   *server_args])
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         self._stopping = False
         threading.Thread(target=self._watch, name="meshfeed-server-watch", daemon=True).start()
 
@@ -139,10 +146,9 @@ class ServerProcess:
         return ray.get_runtime_context().get_node_id()
 
     def stop(self) -> None:
-        """Stops the server (it drains first) and removes its files."""
+        """Stops the server (it drains first)."""
         self._stopping = True
         self._server.stop()
-        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 class Connection:
