@@ -224,6 +224,50 @@ def test_local_server_dies_with_a_killed_process(glob):
     assert not {f for f in shm_after - shm_before if "meshfeed" in f}, shm_after - shm_before
 
 
+def test_sockets_of_a_server_killed_with_its_process_go_at_the_next_start(binary, dataset, glob):
+    """The training process and its local server both killed with SIGKILL
+    (as Ray kills a worker's child processes): neither can remove the
+    server's sockets, so the next local server started removes them. The
+    sockets of a process that lives, and a socket something listens on,
+    are kept."""
+    import socket
+
+    child = subprocess.Popen([sys.executable, "-c", CHILD, glob], stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    try:
+        line = child.stdout.readline()
+        assert line, f"the child exited ({child.wait()}) before starting its loader"
+        info = json.loads(line)
+        os.kill(info["pid"], signal.SIGKILL)  # the server first: it cannot see its parent go
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+    _wait_until(lambda: not _running(info["pid"]), 15, f"server {info['pid']} still runs after SIGKILL")
+    stale = [info["address"][len("unix://"):], info["shm"][len("unix://"):]]
+    assert all(os.path.exists(p) for p in stale), stale  # what Ray leaves behind
+
+    d = runtime_dir()
+    mine = os.path.join(d, f"{os.getpid()}-0123abcd.sock")  # this process lives
+    listening = os.path.join(d, f"{child.pid}-4567abcd.sock")  # its starter is gone, but it accepts
+    socks = []
+    for path, listen in ((mine, False), (listening, True)):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(path)
+        if listen:
+            s.listen(1)
+        socks.append(s)
+    try:
+        srv = LocalServer(binary, [str(dataset.parent)])
+        srv.stop()
+        assert not [p for p in stale if os.path.exists(p)], "the killed server's sockets were left"
+        assert os.path.exists(mine) and os.path.exists(listening)
+    finally:
+        for s, path in zip(socks, (mine, listening)):
+            s.close()
+            os.unlink(path)
+
+
 def test_local_server_outlives_the_thread_that_started_it(glob):
     """The server watches its parent process, not the thread that started
     it (Linux's parent-death signal would fire when that thread ends): a

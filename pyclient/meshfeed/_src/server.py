@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import secrets
 import selectors
 import shutil
 import signal
+import socket as socketlib
 import stat
 import subprocess
 import tempfile
@@ -195,7 +197,9 @@ def runtime_dir() -> str:
     (a directory, not a link, owned by this user, no access for others), as
     tmux keeps its sockets. It holds no per-server directory: a server
     removes its sockets when it exits, so nothing of it is left even when
-    the process that started it was killed."""
+    the process that started it was killed; where both were killed (Ray
+    kills a worker's child processes with SIGKILL), the next local server
+    started removes them (:func:`remove_stale_sockets`)."""
     uid = os.getuid()
     d = os.path.join(tempfile.gettempdir(), f"meshfeed-{uid}")
     try:
@@ -208,6 +212,69 @@ def runtime_dir() -> str:
                             f"mode 0700; it is {stat.filemode(st.st_mode)} of uid {st.st_uid}): remove it, "
                             "or set TMPDIR elsewhere")
     return d
+
+
+# A local server's sockets in runtime_dir(): <pid of the process that
+# started it>-<hex>.sock, and .shm and .metrics beside it.
+_SOCKET_NAME = re.compile(r"^(\d+)-[0-9a-f]+\.sock(?:\.shm|\.metrics)?$")
+
+
+def remove_stale_sockets(d: str) -> list[str]:
+    """Removes from ``d`` (:func:`runtime_dir`) the sockets of local servers
+    that were killed together with the process that started them, which
+    leaves them behind (neither can remove them), and returns their paths.
+
+    A server's sockets are stale when the process named in them (the one
+    that started the server) is gone and none of them accepts a connection;
+    those of a live process, or of a server still listening, are kept (a
+    server being started is always its starter's, which lives)."""
+    groups: dict[str, list[str]] = {}
+    for name in os.listdir(d):
+        m = _SOCKET_NAME.match(name)
+        if m is None or _alive(int(m.group(1))):
+            continue
+        path = os.path.join(d, name)
+        try:
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):
+                continue
+        except OSError:
+            continue
+        groups.setdefault(name.split(".sock", 1)[0], []).append(path)
+    removed = []
+    for paths in groups.values():
+        if any(_accepts(p) for p in paths):
+            continue
+        for p in paths:
+            try:
+                os.unlink(p)
+                removed.append(p)
+            except OSError:
+                pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's: it exists
+    return True
+
+
+def _accepts(path: str) -> bool:
+    """Whether something listens on Unix socket ``path`` (a refused or
+    missing socket does not)."""
+    with socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM) as s:
+        s.settimeout(1.0)
+        try:
+            s.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+        except OSError:
+            return True  # a listener of another kind, or a slow one: not ours to remove
+        return True
 
 
 class LocalServer:
@@ -248,7 +315,12 @@ class LocalServer:
         a threaded process, and it fires when the starting *thread* ends.)"""
         own: list[str] = []  # socket paths this object chose, removed by stop()
         if socket is None and (address is None or shm):
-            socket = os.path.join(runtime_dir(), f"{os.getpid()}-{secrets.token_hex(6)}.sock")
+            d = runtime_dir()
+            try:
+                remove_stale_sockets(d)
+            except OSError:
+                pass  # a sweep that fails costs nothing but the files
+            socket = os.path.join(d, f"{os.getpid()}-{secrets.token_hex(6)}.sock")
             own = [socket, socket + ".shm"]
         sock = os.fspath(socket) if socket is not None else ""
         listen = address if address is not None else "unix://" + sock
