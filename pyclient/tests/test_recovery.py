@@ -4,6 +4,7 @@ Loader.state(): the sequence of steps the loop sees equals an uninterrupted run.
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -83,11 +84,19 @@ def test_local_server_killed_mid_epoch(glob, reference):
     assert stats["rows"] + stats["padded_rows"] == STEPS * B, stats
 
 
-def test_remote_server_comes_back(binary, dataset, glob, reference):
+@pytest.fixture
+def sock_dir():
+    """A directory for a server's Unix socket, short enough for its path
+    (not tmp_path), removed afterwards with what a killed server left."""
+    d = tempfile.mkdtemp(prefix="mf-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_remote_server_comes_back(binary, dataset, glob, reference, sock_dir):
     """server="unix://..." killed, then started again at the same address a
     second later: the loader reconnects with backoff and resumes."""
-    tmp = tempfile.mkdtemp(prefix="mf-")
-    sock = os.path.join(tmp, "s.sock")
+    sock = os.path.join(sock_dir, "s.sock")
     servers = [LocalServer(binary, [str(dataset.parent)], socket=sock)]
 
     def kill_and_restart():
@@ -109,17 +118,15 @@ def test_remote_server_comes_back(binary, dataset, glob, reference):
             time.sleep(0.05)
         for s in servers:
             s.stop()
-        os.rmdir(tmp) if os.path.isdir(tmp) and not os.listdir(tmp) else None
     _same(got, reference)
     assert stats["recoveries"] >= 1, stats
     assert len(servers) == 2
 
 
-def test_server_never_comes_back(binary, dataset, glob):
+def test_server_never_comes_back(binary, dataset, glob, sock_dir):
     """A given server that stays dead ends the loop with UnavailableError
     once recovery_timeout is spent, never a hang."""
-    tmp = tempfile.mkdtemp(prefix="mf-")
-    srv = LocalServer(binary, [str(dataset.parent)], socket=os.path.join(tmp, "s.sock"))
+    srv = LocalServer(binary, [str(dataset.parent)], socket=os.path.join(sock_dir, "s.sock"))
     try:
         with meshfeed.Loader(glob, server=srv.address, num_epochs=None, recovery_timeout=1.0, **_kwargs()) as ld:
             it = iter(ld)

@@ -1,7 +1,8 @@
 """Ray tests (run with .venv-ray: `make ray-test`): 8 CPU devices and x64 in
 this driver before jax initializes; the environment Ray workers get; a guard
-that stops every meshfeed server a test left behind (Ray kills worker
-processes with SIGKILL, which cannot stop the servers their loaders started)."""
+that stops every meshfeed server a test left behind, and removes the sockets
+of those Ray killed (Ray kills worker processes with SIGKILL, and with them
+the servers their loaders started, or leaves those servers running)."""
 
 import os
 import pathlib
@@ -79,18 +80,25 @@ def _servers_of(binary: str) -> set[int]:
 
 @pytest.fixture
 def stop_leftover_servers(binary):
-    """Yields; afterwards kills, by pid, each server of this binary started
-    during the test and still running (their parents were SIGKILLed by Ray)."""
+    """Yields; afterwards stops, by pid, each server of this binary started
+    during the test and still running (SIGTERM: it drains and removes its
+    sockets; SIGKILL if it has not gone 5 s later), then removes the sockets
+    of local servers Ray killed together with their worker (SIGKILL: neither
+    could remove them)."""
+    from meshfeed._src.server import remove_stale_sockets, runtime_dir
+
     before = _servers_of(binary)
     yield
-    deadline = time.monotonic() + 5
-    while (left := _servers_of(binary) - before) and time.monotonic() < deadline:
-        time.sleep(0.2)  # servers whose loader closed them are on their way out
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        deadline = time.monotonic() + 5
+        while (left := _servers_of(binary) - before) and time.monotonic() < deadline:
+            time.sleep(0.2)  # servers whose loader closed them are on their way out
+        for pid in left:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+    remove_stale_sockets(runtime_dir())
 
 
 def gen(binary: str, out: pathlib.Path, rows: int, files: int, rg_rows: int, features: int) -> pathlib.Path:
