@@ -215,8 +215,14 @@ def runtime_dir() -> str:
 
 
 # A local server's sockets in runtime_dir(): <pid of the process that
-# started it>-<hex>.sock, and .shm and .metrics beside it.
+# started it>-<hex>.sock (_new_socket), and .shm and .metrics beside it.
 _SOCKET_NAME = re.compile(r"^(\d+)-[0-9a-f]+\.sock(?:\.shm|\.metrics)?$")
+
+
+def _new_socket(d: str) -> str:
+    """A new socket path in runtime_dir() ``d`` for a server this process
+    starts (named as _SOCKET_NAME reads it)."""
+    return os.path.join(d, f"{os.getpid()}-{secrets.token_hex(6)}.sock")
 
 
 def remove_stale_sockets(d: str) -> list[str]:
@@ -320,7 +326,7 @@ class LocalServer:
                 remove_stale_sockets(d)
             except OSError:
                 pass  # a sweep that fails costs nothing but the files
-            socket = os.path.join(d, f"{os.getpid()}-{secrets.token_hex(6)}.sock")
+            socket = _new_socket(d)
             own = [socket, socket + ".shm"]
         sock = os.fspath(socket) if socket is not None else ""
         listen = address if address is not None else "unix://" + sock
